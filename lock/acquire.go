@@ -1,0 +1,404 @@
+package lock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// request is one Acquire in progress.
+type request struct {
+	e       *Engine
+	s       *session
+	object  string
+	name    string
+	typ     Type
+	info    string
+	reqID   string
+	start   time.Time
+	objPath string
+	plPath  string
+	prefix  string
+	data    []byte
+	tryOnce bool
+
+	node string // our child, once created
+	seq  int64
+}
+
+func (r *request) run(ctx context.Context, predict int64) (*Grant, error) {
+	if predict >= 0 {
+		g, err, done := r.fast(ctx, predict)
+		if done {
+			return g, err
+		}
+	}
+	return r.slow(ctx)
+}
+
+// fast tries the one-multi acquire. done=false means: continue on the slow
+// path (r.node may already hold our child).
+func (r *request) fast(ctx context.Context, predict int64) (*Grant, error, bool) {
+	for attempt := 0; attempt < 2; attempt++ {
+		ops := []any{
+			&zk.CreateRequest{Path: r.objPath + "/" + r.prefix + "-", Data: r.data, Acl: r.e.acl, Flags: zk.FlagEphemeralSequential},
+			&zk.CreateRequest{Path: r.plPath, Data: r.data, Acl: r.e.acl, Flags: zk.FlagEphemeral},
+			&zk.SetDataRequest{Path: r.plPath, Data: r.data, Version: 0},
+		}
+		res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return r.s.conn.Multi(ops...) },
+			func(res []zk.MultiResponse, err error) {
+				if err == nil { // granted after we gave up: undo
+					r.s.addCleanup(cleanup{r.plPath, res[2].Stat.Version}, cleanup{res[0].String, -1})
+				} else if isConnErr(err) {
+					r.e.wg.Go(func() { r.recoverOrphans(context.Background(), true) })
+				}
+			})
+		switch {
+		case err == nil:
+			child := path.Base(res[0].String)
+			seq, _ := seqOf(child)
+			st := res[2].Stat
+			if seq == predict {
+				r.e.observe(func(o Observer) { o.FastPath(true) })
+				return r.grant(child, seq, st, seq+2), nil, true
+			}
+			// Someone created a child since we last saw the object empty: they
+			// may be ahead of us. Give privateLock back without granting.
+			r.e.observe(func(o Observer) { o.FastPath(false) })
+			r.e.log.Debug("fast path off: sequence mismatch", "object", r.object, "want", predict, "got", seq)
+			r.node, r.seq = child, seq
+			if _, err := zcall(context.WithoutCancel(ctx), func() (struct{}, error) {
+				return struct{}{}, r.s.conn.Delete(r.plPath, st.Version)
+			}, nil); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				r.s.addCleanup(cleanup{r.plPath, st.Version})
+			}
+			return nil, nil, false
+		case errors.Is(err, zk.ErrNodeExists): // privateLock held: nothing was created
+			r.e.observe(func(o Observer) { o.FastPath(false) })
+			return nil, nil, false
+		case errors.Is(err, zk.ErrNoNode): // object node reaped
+			created, err := r.e.ensureObject(ctx, r.s, r.objPath)
+			if err != nil {
+				return nil, r.fail(ctx, err), true
+			}
+			if !created {
+				return nil, nil, false
+			}
+			predict = 0 // a fresh parent's counter starts at 0
+		case isConnErr(err):
+			if err := r.recoverOrphans(ctx, true); err != nil {
+				return nil, r.fail(ctx, err), true
+			}
+			return nil, nil, false
+		default:
+			return nil, r.fail(ctx, err), true
+		}
+	}
+	return nil, nil, false
+}
+
+// slow is the plugin's algorithm: create our child, then loop: list, grant if
+// first and privateLock is free, else watch what can unblock us.
+func (r *request) slow(ctx context.Context) (*Grant, error) {
+	r.e.waiting.Add(1)
+	defer r.e.waiting.Add(-1)
+	for {
+		if r.s.isLost() {
+			return nil, r.fail(ctx, r.s.lostCause())
+		}
+		if r.node == "" {
+			if err := r.createChild(ctx); err != nil {
+				if retry(err) {
+					if err := r.s.waitConnected(ctx); err != nil {
+						return nil, r.fail(ctx, err)
+					}
+					continue
+				}
+				return nil, r.fail(ctx, err)
+			}
+		}
+		children, err := zcall(ctx, func() (struct {
+			c []string
+			s *zk.Stat
+		}, error) {
+			c, s, err := r.s.conn.Children(r.objPath)
+			return struct {
+				c []string
+				s *zk.Stat
+			}{c, s}, err
+		}, nil)
+		if err != nil {
+			if retry(err) {
+				if err := r.s.waitConnected(ctx); err != nil {
+					return nil, r.fail(ctx, err)
+				}
+				continue
+			}
+			if errors.Is(err, zk.ErrNoNode) { // our node is gone with its parent
+				r.node = ""
+				continue
+			}
+			return nil, r.fail(ctx, err)
+		}
+		queue, locked := sortedQueue(children.c)
+		idx := slices.Index(queue, r.node)
+		if idx < 0 { // our node was deleted by someone else: queue again
+			r.e.log.Warn("our lock node vanished; queueing again", "object", r.object, "node", r.node)
+			r.node = ""
+			continue
+		}
+		if idx == 0 && !locked {
+			g, err := r.takePrivateLock(ctx, len(queue) == 1)
+			if err != nil {
+				return nil, r.fail(ctx, err)
+			}
+			if g != nil {
+				return g, nil
+			}
+			continue // someone else created privateLock first
+		}
+		if r.tryOnce {
+			return nil, r.fail(ctx, ErrNotFirst)
+		}
+		target := privateLock
+		if idx > 0 {
+			target = queue[idx-1]
+		}
+		ev, err := zcall(ctx, func() (<-chan zk.Event, error) {
+			_, _, ev, err := r.s.conn.GetW(r.objPath + "/" + target)
+			return ev, err
+		}, nil)
+		if err != nil {
+			if errors.Is(err, zk.ErrNoNode) {
+				continue
+			}
+			if retry(err) {
+				if err := r.s.waitConnected(ctx); err != nil {
+					return nil, r.fail(ctx, err)
+				}
+				continue
+			}
+			return nil, r.fail(ctx, err)
+		}
+		select {
+		case <-ev:
+		case <-r.s.lost:
+		case <-ctx.Done():
+			return nil, r.fail(ctx, ctx.Err())
+		}
+	}
+}
+
+// retry reports errors after which the step is repeated once connected.
+func retry(err error) bool { return isConnErr(err) || notSent(err) }
+
+func (r *request) createChild(ctx context.Context) error {
+	for range 10 {
+		p, err := zcall(ctx, func() (string, error) {
+			return r.s.conn.Create(r.objPath+"/"+r.prefix+"-", r.data, zk.FlagEphemeralSequential, r.e.acl)
+		}, func(p string, err error) {
+			if err == nil {
+				r.s.addCleanup(cleanup{p, -1})
+			} else if isConnErr(err) {
+				r.e.wg.Go(func() { r.recoverOrphans(context.Background(), false) })
+			}
+		})
+		switch {
+		case err == nil:
+			r.node = path.Base(p)
+			r.seq, _ = seqOf(r.node)
+			if r.seq >= seqRefuse {
+				if err := r.drainWait(ctx); !errors.Is(err, errRecreate) {
+					return err
+				}
+				continue
+			}
+			return nil
+		case errors.Is(err, zk.ErrNoNode):
+			if _, err := r.e.ensureObject(ctx, r.s, r.objPath); err != nil {
+				return err
+			}
+		case isConnErr(err):
+			// The create may have been applied: find it once reconnected.
+			if err := r.s.waitConnected(ctx); err != nil {
+				return err
+			}
+			if err := r.recoverOrphans(ctx, false); err != nil {
+				return err
+			}
+			if r.node != "" {
+				return nil
+			}
+		default:
+			return err
+		}
+	}
+	return fmt.Errorf("lock: create under %s: object node keeps vanishing", r.objPath)
+}
+
+// drainWait handles a sequence counter close to wrapping: it deletes our
+// fresh child and waits until the object node is renewed.
+func (r *request) drainWait(ctx context.Context) error {
+	r.e.log.Warn("object sequence near 2^31: waiting for the object node to drain and be renewed", "object", r.object, "seq", r.seq)
+	if err := r.s.conn.Delete(r.objPath+"/"+r.node, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		r.s.addCleanup(cleanup{r.objPath + "/" + r.node, -1})
+	}
+	r.node = ""
+	for {
+		// an empty object node can go now
+		_ = r.s.conn.Delete(r.objPath, -1)
+		ok, _, ev, err := r.s.conn.ExistsW(r.objPath)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errRecreate
+		}
+		select {
+		case <-ev:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+var errRecreate = errors.New("lock: object node renewed")
+
+// takePrivateLock creates privateLock (and sets its data, whose Stat carries
+// the creation zxid). alone says the listing showed only our child, which
+// anchors the fast-path prediction. A nil grant and nil error mean someone
+// else holds privateLock.
+func (r *request) takePrivateLock(ctx context.Context, alone bool) (*Grant, error) {
+	ops := []any{
+		&zk.CreateRequest{Path: r.plPath, Data: r.data, Acl: r.e.acl, Flags: zk.FlagEphemeral},
+		&zk.SetDataRequest{Path: r.plPath, Data: r.data, Version: 0},
+	}
+	res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return r.s.conn.Multi(ops...) },
+		func(res []zk.MultiResponse, err error) {
+			if err == nil { // granted after we gave up: undo
+				r.s.addCleanup(cleanup{r.plPath, res[1].Stat.Version})
+			} else if isConnErr(err) {
+				r.e.wg.Go(func() { r.recoverOrphans(context.Background(), true) })
+			}
+		})
+	switch {
+	case err == nil:
+		next := int64(-1)
+		if alone && r.e.objAlone(r.name) {
+			next = r.seq + 2 // our child's create, then privateLock's
+		}
+		return r.grant(r.node, r.seq, res[1].Stat, next), nil
+	case errors.Is(err, zk.ErrNodeExists):
+		return nil, nil
+	case isConnErr(err):
+		if err := r.s.waitConnected(ctx); err != nil {
+			return nil, err
+		}
+		data, st, err := r.s.conn.Get(r.plPath)
+		if err == nil && r.ours(data, st) {
+			return r.grant(r.node, r.seq, st, -1), nil
+		}
+		return nil, nil
+	case notSent(err):
+		return nil, r.s.waitConnected(ctx)
+	}
+	return nil, err
+}
+
+// ours reports whether a node's data and owner show it was created by this
+// request in this session.
+func (r *request) ours(data []byte, st *zk.Stat) bool {
+	var d nodeData
+	return json.Unmarshal(data, &d) == nil && d.Req == r.reqID && st != nil && st.EphemeralOwner == r.s.sessionID()
+}
+
+// recoverOrphans finds nodes created for this request whose replies were
+// lost. With the request still live (ctx not done) our child is adopted;
+// privateLock found ours is always given back (its order is unproven). With
+// ctx done every node found is deleted.
+func (r *request) recoverOrphans(ctx context.Context, withPL bool) error {
+	if err := r.s.waitConnected(ctx); err != nil {
+		return err
+	}
+	if withPL {
+		if data, st, err := r.s.conn.Get(r.plPath); err == nil && r.ours(data, st) {
+			if err := r.s.conn.Delete(r.plPath, st.Version); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				r.s.addCleanup(cleanup{r.plPath, st.Version})
+			}
+		}
+	}
+	children, _, err := r.s.conn.Children(r.objPath)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, c := range children {
+		if c == privateLock || len(c) < len(r.prefix)+1 || c[:len(r.prefix)+1] != r.prefix+"-" {
+			continue
+		}
+		data, st, err := r.s.conn.Get(r.objPath + "/" + c)
+		if err != nil || !r.ours(data, st) {
+			continue
+		}
+		if ctx.Err() == nil && r.node == "" {
+			r.node = c
+			r.seq, _ = seqOf(c)
+			continue
+		}
+		if c != r.node || ctx.Err() != nil {
+			r.s.addCleanup(cleanup{r.objPath + "/" + c, -1})
+		}
+	}
+	return nil
+}
+
+// fail ends an acquire without a grant: our child is deleted (now, or by the
+// cleaner after a reconnect) and a wait that ran out becomes an
+// InstanceLockError with the holder and our position.
+func (r *request) fail(ctx context.Context, cause error) error {
+	waited := time.Since(r.start)
+	var ile *InstanceLockError
+	if errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, context.Canceled) || errors.Is(cause, ErrNotFirst) {
+		ile = &InstanceLockError{Object: r.object, Type: r.typ, Waited: waited, Err: cause}
+	}
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if ile != nil && r.s.connected() {
+		st, err := r.e.inspect(bg, r.s, r.objPath, 16)
+		if err == nil {
+			ile.Holder = st.Holder
+			ile.Position = 1
+			for i, w := range st.Waiters {
+				if w.Name == r.node {
+					ile.Position = i + 1
+				}
+			}
+		}
+	}
+	if r.node != "" {
+		p := r.objPath + "/" + r.node
+		_, err := zcall(bg, func() (struct{}, error) { return struct{}{}, r.s.conn.Delete(p, -1) }, nil)
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			r.s.addCleanup(cleanup{p, -1})
+		}
+		r.node = ""
+	}
+	if ile != nil {
+		return ile
+	}
+	if errors.Is(cause, ErrSessionLost) || errors.Is(cause, ErrClosed) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, cause)
+	}
+	if errors.Is(cause, zk.ErrNoServer) || errors.Is(cause, zk.ErrConnectionClosed) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, cause)
+	}
+	return fmt.Errorf("lock: acquire %q: %w", r.object, cause)
+}

@@ -1,0 +1,412 @@
+package lock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// MaxInfoBytes bounds the caller-supplied info stored in every node.
+const MaxInfoBytes = 4096
+
+// Sequence numbers are signed 32-bit and wrap after 2^31 creates under one
+// parent; "-2147483648" would sort before every other name. Past seqDrain a
+// releaser deletes the emptied object node (resetting the counter); past
+// seqRefuse no new child is created until the object node has been renewed.
+var (
+	seqDrain  int64 = 1<<31 - 1<<24
+	seqRefuse int64 = 1<<31 - 1<<20
+)
+
+// Engine acquires and releases locks on one ZooKeeper ensemble through one
+// session at a time. It is safe for concurrent use.
+type Engine struct {
+	opts    Options
+	servers []string
+	root    string // chroot + root
+	acl     []zk.ACL
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	sess    *session
+	gen     uint64
+	closed  bool
+	closing chan struct{}
+	wg      sync.WaitGroup
+
+	rootReady atomic.Bool
+	objMu     sync.Mutex
+	objs      map[string]*objState
+
+	waiting atomic.Int64
+	held    atomic.Int64
+}
+
+// objState is the engine's local knowledge of one object, for the fast path.
+type objState struct {
+	active  int    // this engine's acquires in flight or held
+	predict int64  // sequence number the next create gets if nobody else creates; -1 unknown
+	gen     uint64 // session generation the prediction was made in
+}
+
+// New starts an engine; it connects in the background (Acquire waits for the
+// connection within its own timeout). A bad option is an error naming it.
+func New(opts Options) (*Engine, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		opts:    opts,
+		servers: opts.Servers,
+		root:    opts.Chroot + opts.Root,
+		log:     opts.Logger.With("component", "lock"),
+		closing: make(chan struct{}),
+		objs:    make(map[string]*objState),
+		acl:     zk.WorldACL(zk.PermAll),
+	}
+	if opts.AuthDigest != "" {
+		user, pass, _ := strings.Cut(opts.AuthDigest, ":")
+		e.acl = zk.DigestACL(zk.PermAll, user, pass)
+	}
+	s, err := newSession(e, 0)
+	if err != nil {
+		return nil, err
+	}
+	e.sess = s
+	return e, nil
+}
+
+// Close ends the session (the server deletes its nodes at once), ends every
+// grant with ErrClosed as the cause, and waits for the engine's goroutines.
+// It is idempotent.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	s := e.sess
+	e.mu.Unlock()
+	s.fail(ErrClosed)
+	close(e.closing)
+	s.conn.Close()
+	e.wg.Wait()
+	return nil
+}
+
+// replace opens a new session after s was lost.
+func (e *Engine) replace(s *session) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed || e.sess != s {
+		return
+	}
+	e.gen++
+	ns, err := newSession(e, e.gen)
+	if err != nil { // only for an empty server list, checked in New
+		e.log.Error("cannot open a new zookeeper session", "err", err)
+		return
+	}
+	e.sess = ns
+}
+
+func (e *Engine) current() (*session, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, ErrClosed
+	}
+	return e.sess, nil
+}
+
+// connectedSession waits until a session is connected or ctx ends.
+func (e *Engine) connectedSession(ctx context.Context) (*session, error) {
+	for {
+		s, err := e.current()
+		if err != nil {
+			return nil, err
+		}
+		err = s.waitConnected(ctx)
+		if err == nil {
+			return s, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: not connected within the wait (%v)", ErrUnavailable, ctx.Err())
+		}
+		// s was lost; take the next one
+	}
+}
+
+func (e *Engine) observe(f func(Observer)) {
+	if e.opts.Observer != nil {
+		f(e.opts.Observer)
+	}
+}
+
+// Health describes the engine's ZooKeeper session.
+type Health struct {
+	Connected      bool          // established and connected
+	SessionID      int64         // 0 before the first session
+	Timeout        time.Duration // negotiated session timeout
+	Deadline       time.Time     // validity deadline of the current session's grants
+	Held           int           // grants held
+	Waiting        int           // acquires waiting
+	CleanupPending int           // deletes waiting for a reconnect
+}
+
+// Health reports the current session's state.
+func (e *Engine) Health() Health {
+	s, err := e.current()
+	if err != nil {
+		return Health{}
+	}
+	s.mu.Lock()
+	h := Health{
+		Connected: s.id != 0 && s.state == zk.StateHasSession && s.lostErr == nil,
+		SessionID: s.id,
+		Timeout:   s.timeout,
+		Deadline:  s.deadlineLocked(),
+	}
+	s.mu.Unlock()
+	h.Held = int(e.held.Load())
+	h.Waiting = int(e.waiting.Load())
+	h.CleanupPending = int(s.pending.Load())
+	return h
+}
+
+// AcquireOptions refine one Acquire.
+type AcquireOptions struct {
+	// Info is recorded in the node for inspection (at most 4 KiB).
+	Info string
+	// Wait bounds the wait for the lock; 0 means the type's default.
+	Wait time.Duration
+	// TryOnce grants only if the request is first in order and privateLock
+	// is free right away (HTTP wait_ms: 0).
+	TryOnce bool
+	// RequestID identifies the request in its nodes; default random.
+	RequestID string
+}
+
+type nodeData struct {
+	V       int    `json:"v"`
+	Req     string `json:"req"`
+	Sidecar string `json:"sidecar"`
+	Type    string `json:"type"`
+	Info    string `json:"info,omitempty"`
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Acquire waits until the object is granted to this request, the wait
+// (AcquireOptions.Wait or the type's default) runs out, or ctx ends. A wait
+// that ends without a grant returns *InstanceLockError and leaves no node
+// behind, also when it races a grant. ZooKeeper unreachable for the whole
+// wait, or the session lost during it, returns an error wrapping
+// ErrUnavailable or ErrSessionLost.
+func (e *Engine) Acquire(ctx context.Context, object string, typ Type, o AcquireOptions) (*Grant, error) {
+	name, err := EscapeObject(object)
+	if err != nil {
+		return nil, err
+	}
+	if typ != Foreground && typ != Background {
+		return nil, fmt.Errorf("lock: unknown type %v", typ)
+	}
+	if len(o.Info) > MaxInfoBytes {
+		return nil, fmt.Errorf("lock: info is %d bytes, at most %d", len(o.Info), MaxInfoBytes)
+	}
+	if o.Wait < 0 {
+		return nil, fmt.Errorf("lock: wait %v is negative", o.Wait)
+	}
+	wait := o.Wait
+	if wait == 0 {
+		wait = e.opts.ForegroundWait
+		if typ == Background {
+			wait = e.opts.BackgroundWait
+		}
+	}
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+
+	s, err := e.connectedSession(wctx)
+	if err != nil {
+		return nil, err
+	}
+	prefix := e.opts.ForegroundPrefix
+	if typ == Background {
+		prefix = e.opts.BackgroundPrefix
+	}
+	if o.RequestID == "" {
+		o.RequestID = newRequestID()
+	}
+	data, _ := json.Marshal(nodeData{V: 1, Req: o.RequestID, Sidecar: e.opts.NodeID, Type: typ.String(), Info: o.Info})
+	r := &request{
+		e: e, s: s, object: object, name: name, typ: typ, info: o.Info, reqID: o.RequestID,
+		start: start, objPath: e.root + "/" + name, prefix: prefix, data: data, tryOnce: o.TryOnce,
+	}
+	r.plPath = r.objPath + "/" + privateLock
+	_, fast := e.objEnter(name, s.gen)
+	g, err := r.run(wctx, fast)
+	if err != nil {
+		e.objLeave(name, -1, s.gen)
+		return nil, err
+	}
+	return g, nil
+}
+
+// objEnter registers a local acquire on the object and returns the fast-path
+// prediction, if one is valid for this request alone.
+func (e *Engine) objEnter(name string, gen uint64) (*objState, int64) {
+	e.objMu.Lock()
+	defer e.objMu.Unlock()
+	st := e.objs[name]
+	if st == nil {
+		st = &objState{predict: -1}
+		e.objs[name] = st
+	}
+	st.active++
+	if st.active > 1 || st.gen != gen || e.opts.DisableFastPath {
+		st.predict = -1 // our own concurrent creates are not accounted for
+	}
+	return st, st.predict
+}
+
+// objLeave ends a local acquire. next, if ≥ 0, is the sequence number the
+// next create gets if nobody else created since this request's anchor.
+func (e *Engine) objLeave(name string, next int64, gen uint64) {
+	e.objMu.Lock()
+	defer e.objMu.Unlock()
+	st := e.objs[name]
+	if st == nil {
+		return
+	}
+	st.active--
+	if st.active == 0 && next >= 0 && !e.opts.DisableFastPath {
+		st.predict, st.gen = next, gen
+	} else {
+		st.predict = -1
+	}
+	if st.active == 0 && st.predict < 0 {
+		delete(e.objs, name)
+	}
+	if len(e.objs) > 65536 { // bound the cache: forget idle predictions
+		for k, v := range e.objs {
+			if v.active == 0 {
+				delete(e.objs, k)
+			}
+			if len(e.objs) <= 32768 {
+				break
+			}
+		}
+	}
+}
+
+// objShared reports whether another local acquire is active on the object,
+// which invalidates any anchor this request could set.
+func (e *Engine) objAlone(name string) bool {
+	e.objMu.Lock()
+	defer e.objMu.Unlock()
+	st := e.objs[name]
+	return st != nil && st.active == 1
+}
+
+// ensureObject creates the object node (and the root path when missing). It
+// reports whether this call created the object node.
+func (e *Engine) ensureObject(ctx context.Context, s *session, objPath string) (bool, error) {
+	flags := int32(zk.FlagContainer)
+	if e.opts.ObjectNode == Persistent {
+		flags = zk.FlagPersistent
+	}
+	for range 10 {
+		_, err := zcall(ctx, func() (string, error) {
+			if flags == zk.FlagContainer {
+				return s.conn.CreateContainer(objPath, nil, zk.FlagContainer, e.acl)
+			}
+			return s.conn.Create(objPath, nil, flags, e.acl)
+		}, nil)
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, zk.ErrNodeExists):
+			return false, nil
+		case errors.Is(err, zk.ErrNoNode):
+			if err := e.ensureRoot(ctx, s); err != nil {
+				return false, err
+			}
+		default:
+			return false, err
+		}
+	}
+	return false, fmt.Errorf("lock: could not create %s: parent keeps vanishing", objPath)
+}
+
+// ensureRoot creates the chroot and lock root as persistent nodes.
+func (e *Engine) ensureRoot(ctx context.Context, s *session) error {
+	p := ""
+	for _, part := range strings.Split(strings.TrimPrefix(e.root, "/"), "/") {
+		p += "/" + part
+		_, err := zcall(ctx, func() (string, error) { return s.conn.Create(p, nil, zk.FlagPersistent, e.acl) }, nil)
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return fmt.Errorf("lock: create %s: %w", p, err)
+		}
+	}
+	e.rootReady.Store(true)
+	return nil
+}
+
+// zcall runs f, a blocking go-zookeeper call. If ctx ends first it returns
+// ctx's error at once and hands f's eventual result to orphan (if not nil),
+// so that a create can be undone.
+func zcall[T any](ctx context.Context, f func() (T, error), orphan func(T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := f()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		go func() {
+			r := <-ch
+			if orphan != nil {
+				orphan(r.v, r.err)
+			}
+		}()
+		return zero, ctx.Err()
+	}
+}
+
+// isConnErr reports errors after which the request may or may not have been
+// applied (the connection dropped with it in flight).
+func isConnErr(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrSessionMoved)
+}
+
+// notSent reports errors of requests that never reached a server.
+func notSent(err error) bool {
+	return errors.Is(err, zk.ErrNoServer)
+}

@@ -1,0 +1,282 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// Grant is a held lock. Its methods are safe for concurrent use.
+type Grant struct {
+	e          *Engine
+	s          *session
+	object     string
+	name       string
+	typ        Type
+	info       string
+	reqID      string
+	node       string
+	seq        int64
+	objPath    string
+	plPath     string
+	token      int64
+	version    int32
+	acquiredAt time.Time
+	waited     time.Duration
+	next       int64 // fast-path prediction to store after release; -1 none
+
+	mu        sync.Mutex
+	state     State // Held while not finished; Lost or Released when done
+	cause     error
+	releasing bool
+	done      chan struct{}
+}
+
+func (r *request) grant(node string, seq int64, st *zk.Stat, next int64) *Grant {
+	now := time.Now()
+	g := &Grant{
+		e: r.e, s: r.s, object: r.object, name: r.name, typ: r.typ, info: r.info, reqID: r.reqID,
+		node: node, seq: seq, objPath: r.objPath, plPath: r.plPath,
+		token: st.Czxid, version: st.Version, acquiredAt: now, waited: now.Sub(r.start), next: next,
+		done: make(chan struct{}),
+	}
+	r.e.held.Add(1)
+	r.e.log.Debug("lock granted", "object", r.object, "type", r.typ, "token", g.token, "node", node, "waited", g.waited)
+	r.e.wg.Go(g.watch)
+	return g
+}
+
+// Object returns the object name. Token returns the fencing token: the
+// creation zxid of privateLock, greater than every earlier grant's token for
+// the object. Node returns our child's name ("A-0000000007").
+func (g *Grant) Object() string { return g.object }
+
+// Token returns the fencing token; see Object.
+func (g *Grant) Token() int64 { return g.token }
+
+// Node returns the name of the grant's sequential node.
+func (g *Grant) Node() string { return g.node }
+
+// Type returns the grant's type.
+func (g *Grant) Type() Type { return g.typ }
+
+// Info returns the caller-supplied info.
+func (g *Grant) Info() string { return g.info }
+
+// RequestID returns the id recorded in the grant's nodes.
+func (g *Grant) RequestID() string { return g.reqID }
+
+// AcquiredAt returns when the grant was made (local clock, monotonic).
+func (g *Grant) AcquiredAt() time.Time { return g.acquiredAt }
+
+// Waited returns how long the acquire took.
+func (g *Grant) Waited() time.Duration { return g.waited }
+
+// Done is closed when the grant ends: released, or lost (see Err).
+func (g *Grant) Done() <-chan struct{} { return g.done }
+
+// Err returns nil while the grant lasts, nil after Release, or an error
+// wrapping ErrLockLost and its cause once lost.
+func (g *Grant) Err() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.cause
+}
+
+// State returns Held, Suspect (session disconnected: valid until
+// ValidUntil), Lost or Released.
+func (g *Grant) State() State {
+	g.mu.Lock()
+	st := g.state
+	g.mu.Unlock()
+	if st != Held {
+		return st
+	}
+	if time.Now().After(g.s.deadline()) {
+		return Lost // the monitor is about to say so
+	}
+	if !g.s.connected() {
+		return Suspect
+	}
+	return Held
+}
+
+// ValidUntil returns the instant (monotonic) until which the grant is valid
+// unless it is lost earlier: the session deadline. It does not move forward
+// while the session is disconnected. Zero once the grant has ended.
+func (g *Grant) ValidUntil() time.Time {
+	g.mu.Lock()
+	st := g.state
+	g.mu.Unlock()
+	if st != Held {
+		return time.Time{}
+	}
+	return g.s.deadline()
+}
+
+// finish ends the grant once.
+func (g *Grant) finish(st State, cause error) bool {
+	g.mu.Lock()
+	if g.state != Held {
+		g.mu.Unlock()
+		return false
+	}
+	g.state, g.cause = st, cause
+	g.mu.Unlock()
+	close(g.done)
+	g.e.held.Add(-1)
+	next := int64(-1)
+	if st == Released {
+		next = g.next
+	}
+	g.e.objLeave(g.name, next, g.s.gen)
+	if st == Lost {
+		g.e.log.Warn("lock lost", "object", g.object, "token", g.token, "node", g.node, "cause", cause)
+	}
+	return true
+}
+
+func (g *Grant) lose(cause error) {
+	if g.finish(Lost, fmt.Errorf("%w: %w", ErrLockLost, cause)) {
+		// our child still blocks the queue while the session lives
+		g.s.addCleanup(cleanup{g.objPath + "/" + g.node, -1})
+	}
+}
+
+// watch follows privateLock while the grant lasts: deletion by anyone else,
+// or the session's end, loses the grant.
+func (g *Grant) watch() {
+	for {
+		select {
+		case <-g.done:
+			return
+		case <-g.s.lost:
+			g.lose(g.s.lostCause())
+			return
+		default:
+		}
+		_, st, ev, err := g.s.conn.GetW(g.plPath)
+		switch {
+		case err == nil && st.Czxid != g.token:
+			g.lose(errors.New("privateLock was replaced by another holder's"))
+			return
+		case errors.Is(err, zk.ErrNoNode):
+			if !g.isReleasing() {
+				g.lose(errors.New("privateLock was deleted by someone else"))
+			}
+			return
+		case err != nil:
+			if errors.Is(err, zk.ErrClosing) {
+				g.lose(ErrClosed)
+				return
+			}
+			// disconnected: wait for the session to come back or end
+			ctx, cancel := context.WithCancel(context.Background())
+			go func() {
+				select {
+				case <-g.done:
+				case <-g.e.closing:
+				}
+				cancel()
+			}()
+			_ = g.s.waitConnected(ctx)
+			cancel()
+			continue
+		}
+		select {
+		case <-g.done:
+			return
+		case <-g.s.lost:
+			g.lose(g.s.lostCause())
+			return
+		case e := <-ev:
+			if e.Type == zk.EventNodeDeleted && !g.isReleasing() {
+				g.lose(errors.New("privateLock was deleted by someone else"))
+				return
+			}
+		}
+	}
+}
+
+func (g *Grant) isReleasing() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.releasing || g.state != Held
+}
+
+// Release deletes the grant's node and privateLock in one multi that fails
+// unless privateLock is this grant's version. While disconnected it returns
+// nil and the deletion completes after the reconnect (or with the session).
+// It returns ErrNoNode for a grant already released and an error wrapping
+// ErrLockLost for a grant lost before Release.
+func (g *Grant) Release(ctx context.Context) error {
+	g.mu.Lock()
+	switch g.state {
+	case Released:
+		g.mu.Unlock()
+		return ErrNoNode
+	case Lost:
+		cause := g.cause
+		g.mu.Unlock()
+		return cause
+	}
+	if g.releasing {
+		g.mu.Unlock()
+		return ErrNoNode
+	}
+	g.releasing = true
+	g.mu.Unlock()
+	if g.s.isLost() {
+		g.lose(g.s.lostCause())
+		return g.Err()
+	}
+	child := g.objPath + "/" + g.node
+	ops := []any{
+		&zk.DeleteRequest{Path: g.plPath, Version: g.version},
+		&zk.DeleteRequest{Path: child, Version: -1},
+	}
+	_, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return g.s.conn.Multi(ops...) },
+		func(_ []zk.MultiResponse, err error) {
+			if err != nil && (isConnErr(err) || notSent(err)) {
+				g.s.addCleanup(cleanup{g.plPath, g.version}, cleanup{child, -1})
+			}
+		})
+	switch {
+	case err == nil:
+		g.finish(Released, nil)
+		if g.seq >= seqDrain { // renew the object node before its counter wraps
+			_ = g.s.conn.Delete(g.objPath, -1)
+		}
+		return nil
+	case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNoNode):
+		// privateLock is not ours any more, or our node is gone: find out
+		// which, delete only what is ours.
+		_, st, gerr := g.s.conn.Get(g.plPath)
+		if gerr == nil && st.Czxid == g.token && st.EphemeralOwner == g.s.sessionID() {
+			// privateLock is ours; our node was deleted by someone else
+			if err := g.s.conn.Delete(g.plPath, st.Version); err == nil {
+				g.s.addCleanup(cleanup{child, -1})
+				g.finish(Released, nil)
+				return nil
+			}
+		}
+		g.lose(fmt.Errorf("release found privateLock not ours: %w", err))
+		return g.Err()
+	case isConnErr(err), notSent(err), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// completes in the background (cleanup queued by the orphan
+		// handler, or here when the call returned)
+		if isConnErr(err) || notSent(err) {
+			g.s.addCleanup(cleanup{g.plPath, g.version}, cleanup{child, -1})
+		}
+		g.finish(Released, nil)
+		return nil
+	}
+	g.mu.Lock()
+	g.releasing = false
+	g.mu.Unlock()
+	return fmt.Errorf("lock: release %q: %w", g.object, err)
+}

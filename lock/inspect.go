@@ -1,0 +1,186 @@
+package lock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// Status is an object's holder and waiters, cluster-wide, in grant order.
+type Status struct {
+	Object  string
+	Holder  *Node // nil when free
+	Waiters []Node
+}
+
+// Inspect returns the object's holder and waiters in grant order. Nodes Baton
+// did not create are listed with Known false.
+func (e *Engine) Inspect(ctx context.Context, object string) (*Status, error) {
+	name, err := EscapeObject(object)
+	if err != nil {
+		return nil, err
+	}
+	s, err := e.connectedSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st, err := e.inspect(ctx, s, e.root+"/"+name, 0)
+	if err != nil {
+		return nil, err
+	}
+	st.Object = object
+	return st, nil
+}
+
+type nodeRead struct {
+	data []byte
+	stat *zk.Stat
+	err  error
+}
+
+// inspect reads the object's children (the first max in order; 0 = all).
+func (e *Engine) inspect(ctx context.Context, s *session, objPath string, max int) (*Status, error) {
+	children, err := zcall(ctx, func() ([]string, error) {
+		c, _, err := s.conn.Children(objPath)
+		return c, err
+	}, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		return &Status{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock: inspect %s: %w", objPath, err)
+	}
+	queue, locked := sortedQueue(children)
+	if max > 0 && len(queue) > max {
+		queue = queue[:max]
+	}
+	names := queue
+	if locked {
+		names = append([]string{privateLock}, queue...)
+	}
+	reads := make([]nodeRead, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Go(func() {
+			r, err := zcall(ctx, func() (nodeRead, error) {
+				d, st, err := s.conn.Get(objPath + "/" + n)
+				return nodeRead{d, st, err}, err
+			}, nil)
+			if err != nil {
+				r.err = err
+			}
+			reads[i] = r
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := &Status{}
+	var holderReq string
+	if locked {
+		if r := reads[0]; r.err == nil {
+			h := toNode("", r.data, r.stat)
+			h.Token = r.stat.Czxid
+			out.Holder = &h
+			holderReq = h.RequestID
+		}
+		reads = reads[1:]
+	}
+	for i, n := range queue {
+		r := reads[i]
+		if r.err != nil { // gone meanwhile
+			continue
+		}
+		node := toNode(n, r.data, r.stat)
+		if out.Holder != nil && out.Holder.Name == "" && holderReq != "" && node.RequestID == holderReq {
+			out.Holder.Name = n
+			continue
+		}
+		out.Waiters = append(out.Waiters, node)
+	}
+	return out, nil
+}
+
+func toNode(name string, data []byte, st *zk.Stat) Node {
+	n := Node{Name: name, Since: time.UnixMilli(st.Ctime).UTC(), Session: st.EphemeralOwner}
+	var d nodeData
+	if json.Unmarshal(data, &d) == nil && d.V == 1 && d.Req != "" {
+		n.Known, n.RequestID, n.Sidecar, n.Type, n.Info = true, d.Req, d.Sidecar, d.Type, d.Info
+	}
+	return n
+}
+
+// Summary is one object of List.
+type Summary struct {
+	Object  string
+	Holder  *Node
+	Waiters int
+}
+
+// List returns objects under the root whose names start with prefix and sort
+// after after, at most limit (default 100, at most 1000), with the next
+// cursor ("" at the end). Node names that are not Baton's escaping are
+// skipped.
+func (e *Engine) List(ctx context.Context, prefix, after string, limit int) ([]Summary, string, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	limit = min(limit, 1000)
+	s, err := e.connectedSession(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	names, err := zcall(ctx, func() ([]string, error) {
+		c, _, err := s.conn.Children(e.root)
+		return c, err
+	}, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, "", nil
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("lock: list %s: %w", e.root, err)
+	}
+	var objs []string
+	for _, n := range names {
+		o, err := UnescapeObject(n)
+		if err != nil || !strings.HasPrefix(o, prefix) || o <= after {
+			continue
+		}
+		objs = append(objs, o)
+	}
+	sort.Strings(objs)
+	next := ""
+	if len(objs) > limit {
+		objs = objs[:limit]
+		next = objs[limit-1]
+	}
+	out := make([]Summary, len(objs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	errs := make([]error, len(objs))
+	for i, o := range objs {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			name, _ := EscapeObject(o)
+			st, err := e.inspect(ctx, s, e.root+"/"+name, 0)
+			errs[i] = err
+			if err == nil {
+				out[i] = Summary{Object: o, Holder: st.Holder, Waiters: len(st.Waiters)}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, "", err
+	}
+	return out, next, nil
+}

@@ -1,0 +1,208 @@
+package lock_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/goleak"
+
+	"github.com/batonhq/baton/lock"
+	"github.com/batonhq/baton/testenv"
+)
+
+// zkServer is the package's shared standalone ZooKeeper; fault tests start
+// their own.
+var zkServer *testenv.ZooKeeper
+
+func TestMain(m *testing.M) {
+	z, err := testenv.StartZooKeeper(testenv.ZKOptions{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lock tests:", err)
+		os.Exit(1)
+	}
+	zkServer = z
+	code := m.Run()
+	if err := z.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "lock tests: stop zookeeper:", err)
+	}
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
+			fmt.Fprintln(os.Stderr, "lock tests: goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var nonWord = regexp.MustCompile(`[^A-Za-z0-9]+`)
+
+// testRoot returns a lock root unique to the test and registers the znode
+// leak check: when the test ends, no object under the root may have children.
+func testRoot(t testing.TB, z *testenv.ZooKeeper) string {
+	t.Helper()
+	root := "/t/" + nonWord.ReplaceAllString(t.Name(), "_")
+	conn := rawConn(t, z.Servers())
+	t.Cleanup(func() { assertNoLeftovers(t, conn, root) })
+	return root
+}
+
+// assertNoLeftovers waits (bounded) for every object under root to have no
+// children: deletions after cancelled waits complete in the background.
+func assertNoLeftovers(t testing.TB, conn *zk.Conn, root string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var left []string
+		objs, _, err := conn.Children(root)
+		if err != nil && err != zk.ErrNoNode {
+			t.Errorf("leak check: list %s: %v", root, err)
+			return
+		}
+		for _, o := range objs {
+			kids, _, err := conn.Children(root + "/" + o)
+			if err == nil && len(kids) > 0 {
+				left = append(left, fmt.Sprintf("%s: %v", o, kids))
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("leak check: nodes left under %s: %s", root, strings.Join(left, "; "))
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// rawConn is a plain go-zookeeper client for the test's own reads and faults.
+func rawConn(t testing.TB, servers []string) *zk.Conn {
+	t.Helper()
+	c, ev, err := zk.Connect(servers, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
+	if err != nil {
+		t.Fatalf("zk connect: %v", err)
+	}
+	deadline := time.After(20 * time.Second)
+	for c.State() != zk.StateHasSession {
+		select {
+		case <-ev:
+		case <-deadline:
+			t.Fatalf("zk connect: no session")
+		}
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+type nopLogger struct{}
+
+func (nopLogger) Printf(string, ...any) {}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// newEngine starts an engine on servers with root and the given tweaks, and
+// waits until it is connected.
+func newEngine(t testing.TB, servers []string, root string, tweak ...func(*lock.Options)) *lock.Engine {
+	t.Helper()
+	o := lock.Options{Servers: servers, Root: root, SessionTimeout: 4 * time.Second, Logger: testLogger(t), NodeID: "test-" + t.Name()}
+	for _, f := range tweak {
+		f(&o)
+	}
+	e, err := lock.New(o)
+	if err != nil {
+		t.Fatalf("lock.New: %v", err)
+	}
+	t.Cleanup(func() { e.Close() })
+	waitFor(t, 20*time.Second, "engine connected", func() bool { return e.Health().Connected })
+	return e
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func acquire(t testing.TB, e *lock.Engine, obj string, typ lock.Type, o lock.AcquireOptions) *lock.Grant {
+	t.Helper()
+	if o.Wait == 0 {
+		o.Wait = 30 * time.Second
+	}
+	g, err := e.Acquire(context.Background(), obj, typ, o)
+	if err != nil {
+		t.Fatalf("Acquire(%q, %v): %v", obj, typ, err)
+	}
+	return g
+}
+
+func release(t testing.TB, g *lock.Grant) {
+	t.Helper()
+	if err := g.Release(context.Background()); err != nil {
+		t.Fatalf("Release(%q): %v", g.Object(), err)
+	}
+}
+
+// children lists an object's children (escaped name) through conn.
+func children(t testing.TB, conn *zk.Conn, root, obj string) []string {
+	t.Helper()
+	name, err := lock.EscapeObject(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := conn.Children(path.Join(root, name))
+	if err != nil && err != zk.ErrNoNode {
+		t.Fatalf("children of %s: %v", obj, err)
+	}
+	return c
+}
+
+// overlapChecker counts holders of one object: more than one at a time is a
+// mutual-exclusion violation; tokens must strictly increase.
+type overlapChecker struct {
+	mu       sync.Mutex
+	inside   int
+	overlaps int
+	last     int64
+	badToken int
+	grants   int
+}
+
+func (c *overlapChecker) enter(token int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.inside++
+	if c.inside != 1 {
+		c.overlaps++
+	}
+	if token <= c.last {
+		c.badToken++
+	}
+	c.last = token
+	c.grants++
+}
+
+func (c *overlapChecker) leave() {
+	c.mu.Lock()
+	c.inside--
+	c.mu.Unlock()
+}
