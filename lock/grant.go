@@ -150,6 +150,18 @@ func (g *Grant) lose(cause error) {
 // watch follows privateLock while the grant lasts: deletion by anyone else,
 // or the session's end, loses the grant.
 func (g *Grant) watch() {
+	if d := g.e.opts.HolderWatchDelay; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-g.done:
+			return
+		case <-g.s.lost:
+			g.lose(g.s.lostCause())
+			return
+		case <-t.C:
+		}
+	}
 	for {
 		select {
 		case <-g.done:

@@ -40,6 +40,12 @@ type Options struct {
 	AuthDigest string
 	// NodeID is recorded in every node created; default the hostname.
 	NodeID string
+	// HolderWatchDelay postpones arming a holder's watch on privateLock, so
+	// that short critical sections do not pay a request for it; default
+	// 25ms, negative arms it at once. The watch reports a privateLock
+	// deleted by someone else (an operator, a misbehaving client); session
+	// loss is reported independently of it.
+	HolderWatchDelay time.Duration
 	// DisableFastPath turns the one-multi uncontended acquire off.
 	DisableFastPath bool
 	// Dialer opens TCP connections; default net.DialTimeout.
@@ -111,6 +117,9 @@ func (o *Options) setDefaults() error {
 			h = "unknown"
 		}
 		o.NodeID = h
+	}
+	if o.HolderWatchDelay == 0 {
+		o.HolderWatchDelay = 25 * time.Millisecond
 	}
 	if o.Dialer == nil {
 		o.Dialer = net.DialTimeout
