@@ -1,0 +1,66 @@
+# Baton — make help lists the targets.
+SHELL := /bin/bash
+export PATH := $(PATH):/usr/local/go/bin
+GO ?= go
+PKGS ?= ./...
+FUZZTIME ?= 30s
+BENCHTIME ?= 2000x
+GOTEST_TIMEOUT ?= 14m
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PKGS := openjdk-17-jre-headless zookeeper zookeeper-bin kcat
+
+.PHONY: help deps build test test-short run bench peers chaos fuzz lint cover clean
+
+help: ## this list
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
+
+deps: ## install what is missing on a fresh Debian machine (java, ZooKeeper, kcat); idempotent
+	@missing=""; \
+	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
+	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper zookeeper-bin"; \
+	command -v kcat >/dev/null || missing="$$missing kcat"; \
+	if [ -n "$$missing" ]; then \
+	  echo "deps: installing$$missing"; \
+	  t0=$$(date +%s); \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null && \
+	  echo "deps: installed in $$(( $$(date +%s) - t0 )) s"; \
+	else echo "deps: java, zookeeper and kcat present"; fi
+
+build: ## build bin/baton (release build: no dev command)
+	$(GO) build -o bin/baton ./cmd/baton
+
+test: deps ## vet + every test with -race against real ZooKeeper and the in-process broker
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 -timeout $(GOTEST_TIMEOUT) $(PKGS)
+
+test-short: ## the quick tests (skips ensembles and long fault tests)
+	$(GO) test -race -short -count=1 $(PKGS)
+
+run: deps ## baton dev: ZooKeeper + in-process Kafka broker + sidecar, printing what it overrides
+	$(GO) run -tags dev ./cmd/baton dev
+
+bench: deps ## benchmarks with figures (engine, socket, queue, dlq)
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./lock ./sidecar ./queue ./dlq
+
+peers: deps ## Baton vs Curator, kazoo and go-zookeeper's lock in one run (../shared/peers)
+	bash deploy/peers.sh
+
+chaos: deps ## the fault-injection tests only (kills, pauses, black holes), verbose
+	$(GO) test -race -count=1 -v -run 'CutOff|Leader|Dropped|Kill|Pause|BlackHole|Outage|Lost|Crash' $(PKGS)
+
+fuzz: ## every fuzz target for FUZZTIME each
+	@for pkg in $$($(GO) list $(PKGS)); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; done
+
+lint: ## gofmt, go vet, staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) tool staticcheck $(PKGS)
+
+cover: deps ## coverage report in cover.out
+	$(GO) test -count=1 -coverprofile=cover.out $(PKGS) && $(GO) tool cover -func=cover.out | tail -1
+
+clean:
+	rm -rf bin cover.out
