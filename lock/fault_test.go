@@ -511,3 +511,93 @@ func TestSequenceWrapPrevented(t *testing.T) {
 	}
 	release(t, g)
 }
+
+// A delete that fails while disconnected is retried after the reconnect, in
+// the same session, until done.
+func TestCleanupRetriedAfterReconnect(t *testing.T) {
+	root := testRoot(t, zkServer)
+	p := testenv.ProxyT(t, zkServer.Addr(1))
+	e := newEngine(t, []string{p.Addr()}, root, func(o *lock.Options) { o.SessionTimeout = 8 * time.Second })
+	e2 := newEngine(t, zkServer.Servers(), root)
+	conn := rawConn(t, zkServer.Servers())
+	h := acquire(t, e2, "C1", lock.Foreground, lock.AcquireOptions{})
+	session := e.Health().SessionID
+
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan error, 1)
+	go func() {
+		_, err := e.Acquire(ctx, "C1", lock.Background, lock.AcquireOptions{Wait: time.Minute})
+		res <- err
+	}()
+	waitFor(t, 10*time.Second, "waiter queued", func() bool { return len(children(t, conn, root, "C1")) == 3 })
+	p.BlackHole()
+	cancel()
+	var ile *lock.InstanceLockError
+	if err := <-res; !errors.As(err, &ile) {
+		t.Fatalf("cancelled Acquire = %v, want InstanceLockError", err)
+	}
+	if n := e.Health().CleanupPending; n < 1 {
+		t.Fatalf("CleanupPending = %d while cut off, want ≥ 1", n)
+	}
+	if len(children(t, conn, root, "C1")) != 3 {
+		t.Fatal("the waiter's node went away while the link was cut: the test did not exercise the retry")
+	}
+	p.Heal()
+	p.ResetConnections()
+	waitFor(t, 10*time.Second, "cleanup after reconnect", func() bool { return e.Health().CleanupPending == 0 })
+	if got := e.Health().SessionID; got != session {
+		t.Fatalf("session changed (%x → %x): the retry must happen in the same session", session, got)
+	}
+	got := children(t, conn, root, "C1")
+	slices.Sort(got)
+	if want := []string{h.Node(), "privateLock"}; !slices.Equal(got, want) {
+		t.Fatalf("children = %v, want %v", got, want)
+	}
+	release(t, h)
+}
+
+// An object node reaped between cycles (container) is created again.
+func TestContainerReapedBetweenCycles(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root)
+	conn := rawConn(t, zkServer.Servers())
+	reaped := 0
+	for range 4 {
+		release(t, acquire(t, e, "R1", lock.Foreground, lock.AcquireOptions{}))
+		deadline := time.Now().Add(3 * time.Second)
+		for time.Now().Before(deadline) {
+			if ok, _, _ := conn.Exists(root + "/R1"); !ok {
+				reaped++
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if reaped == 0 {
+		t.Fatal("the container was never reaped: the test did not exercise re-creation")
+	}
+}
+
+// The chroot suffix of zookeeper.servers is applied to every path.
+func TestChroot(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), "/locks", func(o *lock.Options) { o.Chroot = root + "/chroot" })
+	conn := rawConn(t, zkServer.Servers())
+	t.Cleanup(func() { // persistent parents under the chroot go once the container is reaped
+		waitFor(t, 10*time.Second, "object reaped", func() bool { ok, _, _ := conn.Exists(root + "/chroot/locks/X1"); return !ok })
+		for _, p := range []string{root + "/chroot/locks", root + "/chroot"} {
+			if err := conn.Delete(p, -1); err != nil {
+				t.Errorf("delete %s: %v", p, err)
+			}
+		}
+	})
+	g := acquire(t, e, "X1", lock.Foreground, lock.AcquireOptions{})
+	if ok, _, err := conn.Exists(root + "/chroot/locks/X1/" + g.Node()); !ok || err != nil {
+		t.Fatalf("node not under the chroot: %v %v", ok, err)
+	}
+	release(t, g)
+	st, err := e.Inspect(context.Background(), "X1")
+	if err != nil || st.Holder != nil {
+		t.Fatalf("Inspect after release = %+v, %v", st, err)
+	}
+}

@@ -296,13 +296,21 @@ func (s *session) cleaner() {
 			c := s.cleanups[0]
 			s.mu.Unlock()
 			err := s.conn.Delete(c.path, c.version)
-			if err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, zk.ErrBadVersion) {
-				if errors.Is(err, zk.ErrClosing) {
-					return
-				}
+			switch {
+			case err == nil, errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion):
+			case errors.Is(err, zk.ErrClosing):
+				return
+			case isConnErr(err), notSent(err):
 				s.log.Debug("cleanup delete failed; retrying after reconnect", "path", c.path, "err", err)
-				// wait for the next HasSession (cleanWake) or the end of the session
-				break
+			default: // e.g. ErrNoAuth: retrying cannot help; the node goes with the session
+				s.log.Error("cleanup delete failed; the node stays until the session ends", "path", c.path, "err", err)
+			}
+			if isConnErr(err) || notSent(err) {
+				if s.connected() { // it failed but we are connected again: retry soon
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				break // wait for the next HasSession (cleanWake) or the end of the session
 			}
 			s.mu.Lock()
 			if len(s.cleanups) > 0 && s.cleanups[0] == c {
