@@ -28,13 +28,14 @@ type request struct {
 	data    []byte
 	tryOnce bool
 
-	node string // our child, once created
-	seq  int64
+	node     string // our child, once created
+	seq      int64
+	objCzxid int64 // creation zxid of the object node in the last listing
 }
 
-func (r *request) run(ctx context.Context, predict int64) (*Grant, error) {
-	if predict >= 0 {
-		g, err, done := r.fast(ctx, predict)
+func (r *request) run(ctx context.Context, p prediction) (*Grant, error) {
+	if p.seq >= 0 {
+		g, err, done := r.fast(ctx, p)
 		if done {
 			return g, err
 		}
@@ -44,63 +45,62 @@ func (r *request) run(ctx context.Context, predict int64) (*Grant, error) {
 
 // fast tries the one-multi acquire. done=false means: continue on the slow
 // path (r.node may already hold our child).
-func (r *request) fast(ctx context.Context, predict int64) (*Grant, error, bool) {
-	for attempt := 0; attempt < 2; attempt++ {
-		ops := []any{
-			&zk.CreateRequest{Path: r.objPath + "/" + r.prefix + "-", Data: r.data, Acl: r.e.acl, Flags: zk.FlagEphemeralSequential},
-			&zk.CreateRequest{Path: r.plPath, Data: r.data, Acl: r.e.acl, Flags: zk.FlagEphemeral},
-			&zk.SetDataRequest{Path: r.plPath, Data: r.data, Version: 0},
+func (r *request) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
+	ops := []any{
+		&zk.CreateRequest{Path: r.objPath + "/" + r.prefix + "-", Data: r.data, Acl: r.e.acl, Flags: zk.FlagEphemeralSequential},
+		&zk.CreateRequest{Path: r.plPath, Data: r.data, Acl: r.e.acl, Flags: zk.FlagEphemeral},
+		&zk.SetDataRequest{Path: r.plPath, Data: r.data, Version: 0},
+	}
+	res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return r.s.conn.Multi(ops...) },
+		func(res []zk.MultiResponse, err error) {
+			if err == nil { // granted after we gave up: undo
+				r.s.addCleanup(cleanup{r.plPath, res[2].Stat.Version}, cleanup{res[0].String, -1})
+			} else if isConnErr(err) {
+				r.e.wg.Go(func() { r.recoverOrphans(context.Background(), true) })
+			}
+		})
+	switch {
+	case err == nil:
+		child := path.Base(res[0].String)
+		seq, _ := seqOf(child)
+		st := res[2].Stat
+		// The watch is checked after the multi: an event for a renewal
+		// the multi saw has been delivered before its response.
+		renewed := fired(p.alive)
+		if renewed {
+			r.e.dropWatch(r.name, p.alive)
 		}
-		res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return r.s.conn.Multi(ops...) },
-			func(res []zk.MultiResponse, err error) {
-				if err == nil { // granted after we gave up: undo
-					r.s.addCleanup(cleanup{r.plPath, res[2].Stat.Version}, cleanup{res[0].String, -1})
-				} else if isConnErr(err) {
-					r.e.wg.Go(func() { r.recoverOrphans(context.Background(), true) })
-				}
-			})
-		switch {
-		case err == nil:
-			child := path.Base(res[0].String)
-			seq, _ := seqOf(child)
-			st := res[2].Stat
-			if seq == predict {
-				r.e.observe(func(o Observer) { o.FastPath(true) })
-				return r.grant(child, seq, st, seq+2), nil, true
-			}
-			// Someone created a child since we last saw the object empty: they
-			// may be ahead of us. Give privateLock back without granting.
-			r.e.observe(func(o Observer) { o.FastPath(false) })
-			r.e.log.Debug("fast path off: sequence mismatch", "object", r.object, "want", predict, "got", seq)
-			r.node, r.seq = child, seq
-			if _, err := zcall(context.WithoutCancel(ctx), func() (struct{}, error) {
-				return struct{}{}, r.s.conn.Delete(r.plPath, st.Version)
-			}, nil); err != nil && !errors.Is(err, zk.ErrNoNode) {
-				r.s.addCleanup(cleanup{r.plPath, st.Version})
-			}
-			return nil, nil, false
-		case errors.Is(err, zk.ErrNodeExists): // privateLock held: nothing was created
-			r.e.observe(func(o Observer) { o.FastPath(false) })
-			return nil, nil, false
-		case errors.Is(err, zk.ErrNoNode): // object node reaped
-			created, err := r.e.ensureObject(ctx, r.s, r.objPath)
-			if err != nil {
-				return nil, r.fail(ctx, err), true
-			}
-			if !created {
-				return nil, nil, false
-			}
-			predict = 0 // a fresh parent's counter starts at 0
-		case isConnErr(err):
-			if err := r.recoverOrphans(ctx, true); err != nil {
-				return nil, r.fail(ctx, err), true
-			}
-			return nil, nil, false
-		default:
+		if seq == p.seq && !renewed {
+			r.e.observe(func(o Observer) { o.FastPath(true) })
+			r.objCzxid = p.czxid
+			return r.grant(child, seq, st, seq+2), nil, true
+		}
+		// Someone created a child since we last saw the object empty (or
+		// the object node was renewed): they may be ahead of us. Give
+		// privateLock back without granting.
+		r.e.observe(func(o Observer) { o.FastPath(false) })
+		r.e.log.Debug("fast path off: sequence mismatch or object renewed", "object", r.object, "want", p.seq, "got", seq)
+		r.node, r.seq = child, seq
+		if _, err := zcall(context.WithoutCancel(ctx), func() (struct{}, error) {
+			return struct{}{}, r.s.conn.Delete(r.plPath, st.Version)
+		}, nil); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			r.s.addCleanup(cleanup{r.plPath, st.Version})
+		}
+		return nil, nil, false
+	case errors.Is(err, zk.ErrNodeExists): // privateLock held: nothing was created
+		r.e.observe(func(o Observer) { o.FastPath(false) })
+		return nil, nil, false
+	case errors.Is(err, zk.ErrNoNode): // object node reaped: the slow path creates it
+		r.e.observe(func(o Observer) { o.FastPath(false) })
+		return nil, nil, false
+	case isConnErr(err):
+		if err := r.recoverOrphans(ctx, true); err != nil {
 			return nil, r.fail(ctx, err), true
 		}
+		return nil, nil, false
+	default:
+		return nil, r.fail(ctx, err), true
 	}
-	return nil, nil, false
 }
 
 // slow is the plugin's algorithm: create our child, then loop: list, grant if
@@ -146,6 +146,7 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 			}
 			return nil, r.fail(ctx, err)
 		}
+		r.objCzxid = children.s.Czxid
 		queue, locked := sortedQueue(children.c)
 		idx := slices.Index(queue, r.node)
 		if idx < 0 { // our node was deleted by someone else: queue again

@@ -53,11 +53,40 @@ type Engine struct {
 }
 
 // objState is the engine's local knowledge of one object, for the fast path.
+//
+// A prediction is only as good as the object node it was made on: a
+// container can be reaped and created again by someone else, whose creates
+// could bring the new node's counter to the predicted value. So a prediction
+// carries the node's czxid (from the listing that anchored it) and a data
+// watch on that node: ZooKeeper delivers the watch's event before the
+// response to any later request of the session, so when the fast multi
+// returns, a renewed node has already fired the watch.
 type objState struct {
-	active  int    // this engine's acquires in flight or held
-	predict int64  // sequence number the next create gets if nobody else creates; -1 unknown
-	gen     uint64 // session generation the prediction was made in
+	active  int             // this engine's acquires in flight or held
+	predict int64           // sequence number the next create gets if nobody else creates; -1 unknown
+	gen     uint64          // session generation the prediction was made in
+	czxid   int64           // creation zxid of the object node the prediction belongs to
+	alive   <-chan zk.Event // data watch on that node, nil until armed; any event voids the prediction
 }
+
+// prediction is what objEnter hands to one request.
+type prediction struct {
+	seq   int64 // -1: none
+	czxid int64
+	alive <-chan zk.Event
+}
+
+// fired reports (and consumes) an event on a watch channel.
+func fired(ch <-chan zk.Event) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func (st *objState) invalidate() { st.predict, st.alive = -1, nil }
 
 // New starts an engine; it connects in the background (Acquire waits for the
 // connection within its own timeout). A bad option is an error naming it.
@@ -260,10 +289,9 @@ func (e *Engine) Acquire(ctx context.Context, object string, typ Type, o Acquire
 		start: start, objPath: e.root + "/" + name, prefix: prefix, data: data, tryOnce: o.TryOnce,
 	}
 	r.plPath = r.objPath + "/" + privateLock
-	_, fast := e.objEnter(name, s.gen)
-	g, err := r.run(wctx, fast)
+	g, err := r.run(wctx, e.objEnter(name, s.gen))
 	if err != nil {
-		e.objLeave(name, -1, s.gen)
+		e.objLeave(name, -1, s.gen, 0)
 		return nil, err
 	}
 	return g, nil
@@ -271,7 +299,7 @@ func (e *Engine) Acquire(ctx context.Context, object string, typ Type, o Acquire
 
 // objEnter registers a local acquire on the object and returns the fast-path
 // prediction, if one is valid for this request alone.
-func (e *Engine) objEnter(name string, gen uint64) (*objState, int64) {
+func (e *Engine) objEnter(name string, gen uint64) prediction {
 	e.objMu.Lock()
 	defer e.objMu.Unlock()
 	st := e.objs[name]
@@ -281,14 +309,22 @@ func (e *Engine) objEnter(name string, gen uint64) (*objState, int64) {
 	}
 	st.active++
 	if st.active > 1 || st.gen != gen || e.opts.DisableFastPath {
-		st.predict = -1 // our own concurrent creates are not accounted for
+		st.invalidate() // our own concurrent creates are not accounted for
 	}
-	return st, st.predict
+	if st.predict < 0 || st.alive == nil {
+		return prediction{seq: -1}
+	}
+	if fired(st.alive) {
+		st.invalidate()
+		return prediction{seq: -1}
+	}
+	return prediction{seq: st.predict, czxid: st.czxid, alive: st.alive}
 }
 
 // objLeave ends a local acquire. next, if ≥ 0, is the sequence number the
-// next create gets if nobody else created since this request's anchor.
-func (e *Engine) objLeave(name string, next int64, gen uint64) {
+// next create gets if nobody else created since this request's anchor, on
+// the object node whose creation zxid is czxid.
+func (e *Engine) objLeave(name string, next int64, gen uint64, czxid int64) {
 	e.objMu.Lock()
 	defer e.objMu.Unlock()
 	st := e.objs[name]
@@ -296,10 +332,19 @@ func (e *Engine) objLeave(name string, next int64, gen uint64) {
 		return
 	}
 	st.active--
-	if st.active == 0 && next >= 0 && !e.opts.DisableFastPath {
-		st.predict, st.gen = next, gen
-	} else {
-		st.predict = -1
+	arm := false
+	switch {
+	case st.active != 0 || next < 0 || e.opts.DisableFastPath:
+		st.invalidate()
+	case st.alive != nil && st.czxid == czxid && st.gen == gen:
+		if fired(st.alive) {
+			st.invalidate()
+		} else {
+			st.predict = next
+		}
+	default:
+		st.predict, st.gen, st.czxid, st.alive = next, gen, czxid, nil
+		arm = true
 	}
 	if st.active == 0 && st.predict < 0 {
 		delete(e.objs, name)
@@ -314,6 +359,39 @@ func (e *Engine) objLeave(name string, next int64, gen uint64) {
 			}
 		}
 	}
+	if arm {
+		e.wg.Go(func() { e.armObject(name, czxid, gen) })
+	}
+}
+
+// dropWatch forgets a watch whose event a request consumed.
+func (e *Engine) dropWatch(name string, ch <-chan zk.Event) {
+	e.objMu.Lock()
+	defer e.objMu.Unlock()
+	if st := e.objs[name]; st != nil && st.alive == ch {
+		st.invalidate()
+	}
+}
+
+// armObject sets the data watch that keeps a prediction honest; the
+// prediction is dropped if the node is not the incarnation it was made on.
+func (e *Engine) armObject(name string, czxid int64, gen uint64) {
+	s, err := e.current()
+	if err != nil || s.gen != gen {
+		return
+	}
+	_, stat, ch, err := s.conn.GetW(e.root + "/" + name)
+	e.objMu.Lock()
+	defer e.objMu.Unlock()
+	st := e.objs[name]
+	if st == nil || st.czxid != czxid || st.gen != gen || st.predict < 0 {
+		return // the watch stays registered until it fires: harmless
+	}
+	if err != nil || stat.Czxid != czxid {
+		st.invalidate()
+		return
+	}
+	st.alive = ch
 }
 
 // objShared reports whether another local acquire is active on the object,

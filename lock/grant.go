@@ -28,6 +28,7 @@ type Grant struct {
 	acquiredAt time.Time
 	waited     time.Duration
 	next       int64 // fast-path prediction to store after release; -1 none
+	objCzxid   int64 // the object node the prediction belongs to
 
 	mu        sync.Mutex
 	state     State // Held while not finished; Lost or Released when done
@@ -42,7 +43,7 @@ func (r *request) grant(node string, seq int64, st *zk.Stat, next int64) *Grant 
 		e: r.e, s: r.s, object: r.object, name: r.name, typ: r.typ, info: r.info, reqID: r.reqID,
 		node: node, seq: seq, objPath: r.objPath, plPath: r.plPath,
 		token: st.Czxid, version: st.Version, acquiredAt: now, waited: now.Sub(r.start), next: next,
-		done: make(chan struct{}),
+		objCzxid: r.objCzxid, done: make(chan struct{}),
 	}
 	r.e.held.Add(1)
 	r.e.log.Debug("lock granted", "object", r.object, "type", r.typ, "token", g.token, "node", node, "waited", g.waited)
@@ -133,7 +134,7 @@ func (g *Grant) finish(st State, cause error) bool {
 	if st == Released {
 		next = g.next
 	}
-	g.e.objLeave(g.name, next, g.s.gen)
+	g.e.objLeave(g.name, next, g.s.gen, g.objCzxid)
 	if st == Lost {
 		g.e.log.Warn("lock lost", "object", g.object, "token", g.token, "node", g.node, "cause", cause)
 	}
