@@ -1,0 +1,204 @@
+package dlq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// DefaultTopic is kafka.dlq.topic's default.
+const DefaultTopic = "MdmDeadLetterQueue"
+
+// PublisherOptions configures a Publisher. A zero field means its
+// documented default.
+type PublisherOptions struct {
+	// Brokers is the bootstrap list (kafka.brokers). Required.
+	Brokers []string
+	// Topic is the dead-letter topic (kafka.dlq.topic). Default
+	// "MdmDeadLetterQueue". It must exist: Baton does not create it.
+	Topic string
+	// BatchTimeout is how long a write waits for others to share its
+	// produce request. Default 5ms (kafka-go's 1s default would make every
+	// synchronous publish take a second).
+	BatchTimeout time.Duration
+	// Timeout bounds one Publish or PublishBatch call, retries included.
+	// Default 10s.
+	Timeout time.Duration
+	// DialTimeout bounds connecting to a broker. Default 5s.
+	DialTimeout time.Duration
+	// MaxAttempts is how many times kafka-go tries one produce before
+	// giving up. Default 3 (the op stays dlq_pending and is published
+	// later anyway).
+	MaxAttempts int
+	// Logger receives kafka-go's messages at debug level and its errors at
+	// warn level. Nil discards.
+	Logger *slog.Logger
+}
+
+// Publisher writes dead letters. It is safe for concurrent use; concurrent
+// Publish calls share produce requests.
+type Publisher struct {
+	w       *kafka.Writer
+	t       *kafka.Transport
+	timeout time.Duration
+	topic   string
+}
+
+// NewPublisher returns a Publisher; it does not connect until the first
+// Publish.
+func NewPublisher(opts PublisherOptions) (*Publisher, error) {
+	if len(opts.Brokers) == 0 {
+		return nil, errors.New("dlq: kafka.brokers is empty")
+	}
+	for _, n := range []struct {
+		name string
+		v    time.Duration
+	}{{"BatchTimeout", opts.BatchTimeout}, {"Timeout", opts.Timeout}, {"DialTimeout", opts.DialTimeout}} {
+		if n.v < 0 {
+			return nil, fmt.Errorf("dlq: PublisherOptions.%s must not be negative", n.name)
+		}
+	}
+	if opts.MaxAttempts < 0 {
+		return nil, errors.New("dlq: PublisherOptions.MaxAttempts must not be negative")
+	}
+	if opts.Topic == "" {
+		opts.Topic = DefaultTopic
+	}
+	if opts.BatchTimeout == 0 {
+		opts.BatchTimeout = 5 * time.Millisecond
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = 10 * time.Second
+	}
+	if opts.DialTimeout == 0 {
+		opts.DialTimeout = 5 * time.Second
+	}
+	if opts.MaxAttempts == 0 {
+		opts.MaxAttempts = 3
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "dlq", "topic", opts.Topic)
+	t := &kafka.Transport{
+		Dial:        (&net.Dialer{Timeout: opts.DialTimeout}).DialContext,
+		DialTimeout: opts.DialTimeout,
+		IdleTimeout: 30 * time.Second,
+		MetadataTTL: 6 * time.Second,
+	}
+	w := &kafka.Writer{
+		Addr:            kafka.TCP(opts.Brokers...),
+		Topic:           opts.Topic,
+		Balancer:        &kafka.Hash{}, // key = object: one object's letters stay in one partition, in order
+		RequiredAcks:    kafka.RequireAll,
+		Async:           false,
+		BatchTimeout:    opts.BatchTimeout,
+		WriteTimeout:    opts.Timeout,
+		ReadTimeout:     opts.Timeout,
+		MaxAttempts:     opts.MaxAttempts,
+		WriteBackoffMin: 100 * time.Millisecond,
+		WriteBackoffMax: time.Second,
+		Transport:       t,
+		Logger:          slogPrintf(log, slog.LevelDebug),
+		ErrorLogger:     slogPrintf(log, slog.LevelWarn),
+	}
+	return &Publisher{w: w, t: t, timeout: opts.Timeout, topic: opts.Topic}, nil
+}
+
+// Publish writes one letter and returns once all in-sync replicas have it
+// (nil), or an error within Timeout. After an error the letter may or may
+// not have been written: publish it again later (at least once).
+func (p *Publisher) Publish(ctx context.Context, l Letter) error {
+	m, err := l.Encode()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	if err := p.w.WriteMessages(ctx, m); err != nil {
+		var we kafka.WriteErrors
+		if errors.As(err, &we) && len(we) == 1 && we[0] != nil {
+			err = we[0]
+		}
+		return fmt.Errorf("dlq: publish %q to %s: %w", l.ID, p.topic, err)
+	}
+	return nil
+}
+
+// BatchError reports which letters of a PublishBatch failed: Errs[i] is the
+// error of letters[i], nil if it was written.
+type BatchError struct {
+	Errs []error
+}
+
+func (e *BatchError) Error() string {
+	n, first := 0, error(nil)
+	for _, err := range e.Errs {
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			n++
+		}
+	}
+	return fmt.Sprintf("dlq: %d of %d letters not published: %v", n, len(e.Errs), first)
+}
+
+func (e *BatchError) Unwrap() []error {
+	var errs []error
+	for _, err := range e.Errs {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// PublishBatch writes letters in one call (for a backlog of dlq_pending
+// ops, in per-object order). It returns nil when all were written; a
+// *BatchError says which were not; any other error means none may be
+// assumed written.
+func (p *Publisher) PublishBatch(ctx context.Context, letters []Letter) error {
+	msgs := make([]kafka.Message, len(letters))
+	for i, l := range letters {
+		m, err := l.Encode()
+		if err != nil {
+			return err
+		}
+		msgs[i] = m
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	err := p.w.WriteMessages(ctx, msgs...)
+	var we kafka.WriteErrors
+	if errors.As(err, &we) && len(we) == len(letters) {
+		return &BatchError{Errs: we}
+	}
+	if err != nil {
+		return fmt.Errorf("dlq: publish %d letters to %s: %w", len(letters), p.topic, err)
+	}
+	return nil
+}
+
+// Close flushes and closes the writer and its connections; it waits for
+// writes in progress (each bounded by MaxAttempts × Timeout).
+func (p *Publisher) Close() error {
+	err := p.w.Close()
+	p.t.CloseIdleConnections()
+	return err
+}
+
+// slogPrintf adapts kafka-go's Printf logger to slog.
+func slogPrintf(log *slog.Logger, level slog.Level) kafka.LoggerFunc {
+	return func(format string, args ...any) {
+		if log.Enabled(context.Background(), level) {
+			log.Log(context.Background(), level, fmt.Sprintf(format, args...))
+		}
+	}
+}

@@ -1,0 +1,589 @@
+package queue
+
+import (
+	"bytes"
+	"cmp"
+	"container/heap"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// StateError reports a transition refused because of the op's state. It
+// wraps ErrState, and ErrNotDeadLettered when Replay was refused.
+type StateError struct {
+	ID    string
+	State State   // the op's current state
+	Want  []State // states the transition accepts
+}
+
+func (e *StateError) Error() string {
+	want := make([]string, len(e.Want))
+	for i, w := range e.Want {
+		want[i] = string(w)
+	}
+	return fmt.Sprintf("queue: op %q is %s, not %s", e.ID, e.State, strings.Join(want, " or "))
+}
+
+func (e *StateError) Unwrap() []error {
+	if len(e.Want) == 1 && e.Want[0] == DeadLettered {
+		return []error{ErrState, ErrNotDeadLettered}
+	}
+	return []error{ErrState}
+}
+
+// Submit accepts an op and returns it once it is fsynced, with created =
+// true. A known id with the same body (id, object, info and payload; the
+// payload compared as canonical JSON) returns the existing op, in whatever
+// state, with created = false; a different body is ErrConflict. Invalid
+// fields are a *FieldError; MaxOps unfinished ops are ErrQueueFull.
+//
+// If ctx ends while the commit is in progress the op may still be accepted;
+// resubmitting the same id is safe.
+func (s *Store) Submit(ctx context.Context, req SubmitRequest) (Op, bool, error) {
+	hash, err := req.normalize()
+	if err != nil {
+		return Op{}, false, err
+	}
+	if err := s.enter(); err != nil {
+		return Op{}, false, err
+	}
+	defer s.leave()
+	unlock, err := s.lockID(ctx, req.ID)
+	if err != nil {
+		return Op{}, false, err
+	}
+	defer unlock()
+
+	switch old, err := s.Get(req.ID); {
+	case err == nil && old.BodyHash == hash:
+		return old, false, nil
+	case err == nil:
+		return Op{}, false, fmt.Errorf("queue: op %q (%s, accepted %s): %w", req.ID, old.State,
+			old.AcceptedAt.Format(time.RFC3339), ErrConflict)
+	case !errors.Is(err, ErrNotFound):
+		return Op{}, false, err
+	}
+
+	e, q, err := s.reserve(req.ID, req.Object)
+	if err != nil {
+		return Op{}, false, err
+	}
+	op := Op{
+		ID: req.ID, Object: req.Object, Info: req.Info, Seq: e.seq, AcceptedAt: e.acceptedAt,
+		State: Queued, BodyHash: hash,
+	}
+	err = s.db.Batch(func(tx *bolt.Tx) error {
+		ops := tx.Bucket(bOps)
+		if ops.Get([]byte(op.ID)) != nil {
+			return fmt.Errorf("queue: op %q appeared during its own submit", op.ID)
+		}
+		if err := putOp(ops, op); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bPayloads).Put([]byte(op.ID), req.Payload); err != nil {
+			return err
+		}
+		if err := writeSeq(tx, op.Object, op.Seq); err != nil {
+			return err
+		}
+		return tx.Bucket(bOpen).Put(objKey(op.Object, op.Seq), []byte(op.ID))
+	})
+	s.settle(e, q, err)
+	if err != nil {
+		return Op{}, false, fmt.Errorf("queue: submit %q: %w", op.ID, err)
+	}
+	op.Payload = req.Payload
+	return op, true, nil
+}
+
+// reserve assigns the next seq of object to a pending entry that blocks the
+// object's later ops until settle. It enforces MaxOps.
+func (s *Store) reserve(id, object string) (*entry, *objQueue, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.sched.entries) + s.pending; n >= s.maxOps {
+		return nil, nil, fmt.Errorf("queue: %d unfinished ops, queue.max.ops is %d: %w", n, s.maxOps, ErrQueueFull)
+	}
+	q, err := s.sched.queue(object, func() (seq uint64, err error) {
+		err = s.db.View(func(tx *bolt.Tx) error { seq = readSeq(tx, object); return nil })
+		return seq, err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("queue: read seq of %q: %w", object, err)
+	}
+	q.lastSeq++
+	e := &entry{id: id, object: object, seq: q.lastSeq, state: pendingState, acceptedAt: msTime(s.now())}
+	q.fifo = append(q.fifo, e)
+	s.pending++
+	return e, q, nil
+}
+
+// settle ends a reservation: the entry becomes queued if commitErr is nil,
+// else it disappears (its seq stays unused).
+func (s *Store) settle(e *entry, q *objQueue, commitErr error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending--
+	if commitErr != nil {
+		s.sched.remove(e)
+		s.notifyLocked()
+		return
+	}
+	e.state = Queued
+	s.sched.entries[e.id] = e
+	s.sched.reschedule(q)
+	s.notifyLocked()
+}
+
+// Claim marks the next runnable op running (durably) and returns it with its
+// payload; ErrNoneRunnable if none is runnable at now. Runnable: queued, or
+// retrying with NextAttemptAt ≤ now, and no earlier op of its object
+// queued, running or retrying. Queued ops go first, in accept order; then
+// retrying ones by NextAttemptAt. FirstAttemptAt is set to now on the first
+// claim. Concurrent claims never return the same op.
+func (s *Store) Claim(ctx context.Context, now time.Time) (Op, error) {
+	if err := s.enter(); err != nil {
+		return Op{}, err
+	}
+	defer s.leave()
+	op, ok, _, _, err := s.tryClaim(now)
+	if err == nil && !ok {
+		err = ErrNoneRunnable
+	}
+	return op, err
+}
+
+// Next blocks until an op is runnable (see Claim), claims it and returns it.
+// It wakes on submits, on transitions and at the earliest NextAttemptAt; it
+// does not poll. It returns ctx's error when ctx ends and ErrClosed after
+// Close.
+func (s *Store) Next(ctx context.Context) (Op, error) {
+	if err := s.enter(); err != nil {
+		return Op{}, err
+	}
+	defer s.leave()
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		op, ok, changed, wait, err := s.tryClaim(s.now())
+		if err != nil || ok {
+			return op, err
+		}
+		var tick <-chan time.Time
+		if wait > 0 {
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
+			}
+			tick = timer.C
+		}
+		select {
+		case <-changed:
+		case <-tick:
+		case <-ctx.Done():
+			return Op{}, context.Cause(ctx)
+		case <-s.done:
+			return Op{}, ErrClosed
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}
+}
+
+// tryClaim claims a runnable op if there is one. Otherwise it returns the
+// channel closed on the next change and how long until the earliest
+// retrying op is due (0 if none).
+func (s *Store) tryClaim(now time.Time) (op Op, ok bool, changed <-chan struct{}, wait time.Duration, err error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return Op{}, false, nil, 0, ErrClosed
+	}
+	var (
+		e       *entry
+		skipped []*objQueue
+		release chan struct{}
+	)
+	for len(s.sched.ready) > 0 {
+		q := s.sched.ready[0]
+		if q.keyAt.After(now) {
+			wait = q.keyAt.Sub(now)
+			break
+		}
+		heap.Pop(&s.sched.ready)
+		h := q.fifo[0]
+		if _, busy := s.busy[h.id]; busy {
+			skipped = append(skipped, q)
+			continue
+		}
+		e = h
+		break
+	}
+	for _, q := range skipped {
+		s.sched.reschedule(q)
+	}
+	if e == nil {
+		changed = s.changed
+		s.mu.Unlock()
+		return Op{}, false, changed, wait, nil
+	}
+	prev := e.state
+	e.state = Running
+	release = make(chan struct{})
+	s.busy[e.id] = release
+	s.mu.Unlock()
+
+	err = s.db.Batch(func(tx *bolt.Tx) error {
+		var err error
+		op, err = getOp(tx.Bucket(bOps), e.id)
+		if err != nil {
+			return err
+		}
+		if op.State != prev {
+			return fmt.Errorf("queue: op %q is %s on disk, %s in memory", op.ID, op.State, prev)
+		}
+		op.State = Running
+		op.NextAttemptAt = time.Time{}
+		if op.FirstAttemptAt.IsZero() {
+			op.FirstAttemptAt = msTime(now)
+		}
+		if err := putOp(tx.Bucket(bOps), op); err != nil {
+			return err
+		}
+		op.Payload = append(json.RawMessage(nil), tx.Bucket(bPayloads).Get([]byte(op.ID))...)
+		return nil
+	})
+	if err != nil {
+		s.mu.Lock()
+		e.state = prev
+		s.sched.reschedule(s.sched.objects[e.object])
+		s.mu.Unlock()
+		s.unlockID(e.id, release)
+		return Op{}, false, nil, 0, fmt.Errorf("queue: claim %q: %w", e.id, err)
+	}
+	s.unlockID(e.id, release)
+	return op, true, nil, 0, nil
+}
+
+// Done records a successful delivery: running → done.
+func (s *Store) Done(ctx context.Context, id string) error {
+	return s.transition(ctx, id, Running, Done, func(op *Op, now time.Time) {
+		op.FinishedAt = now
+	})
+}
+
+// Retry records a failed attempt to be retried at nextAt: running →
+// retrying, attempts+1, with the error class and message (truncated to
+// MaxErrorBytes).
+func (s *Store) Retry(ctx context.Context, id, errClass, errMsg string, nextAt time.Time) error {
+	return s.transition(ctx, id, Running, Retrying, func(op *Op, now time.Time) {
+		op.Attempts++
+		op.ErrorClass, op.LastError = errClass, truncate(errMsg, MaxErrorBytes)
+		op.NextAttemptAt = msTime(nextAt)
+	})
+}
+
+// DeadLetterPending records a failed attempt that ends the op's retries
+// (exhausted or permanent): running → dlq_pending, attempts+1. The op no
+// longer holds back its object's later ops.
+func (s *Store) DeadLetterPending(ctx context.Context, id, errClass, errMsg string) error {
+	return s.transition(ctx, id, Running, DLQPending, func(op *Op, now time.Time) {
+		op.Attempts++
+		op.ErrorClass, op.LastError = errClass, truncate(errMsg, MaxErrorBytes)
+	})
+}
+
+// DeadLettered records that the op was published to the dead-letter topic:
+// dlq_pending → dead_lettered.
+func (s *Store) DeadLettered(ctx context.Context, id string) error {
+	return s.transition(ctx, id, DLQPending, DeadLettered, func(op *Op, now time.Time) {
+		op.FinishedAt = now
+	})
+}
+
+// Requeue gives a running op back without counting an attempt (ZooKeeper
+// unavailable, shutdown): running → queued, runnable at once. Callers that
+// cannot make progress (ZooKeeper down) should pause their workers rather
+// than claim and requeue in a loop.
+func (s *Store) Requeue(ctx context.Context, id string) error {
+	return s.transition(ctx, id, Running, Queued, func(op *Op, now time.Time) {})
+}
+
+// transition moves an unfinished op from state from to state to, durably,
+// then updates the scheduler.
+func (s *Store) transition(ctx context.Context, id string, from, to State, mutate func(op *Op, now time.Time)) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	unlock, err := s.lockID(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	s.mu.Lock()
+	e := s.sched.entries[id]
+	var cur State
+	if e != nil {
+		cur = e.state
+	}
+	s.mu.Unlock()
+	if e == nil {
+		op, err := s.Get(id)
+		if err != nil {
+			return err
+		}
+		return &StateError{ID: id, State: op.State, Want: []State{from}}
+	}
+	if cur != from {
+		return &StateError{ID: id, State: cur, Want: []State{from}}
+	}
+
+	now := msTime(s.now())
+	var op Op
+	err = s.db.Batch(func(tx *bolt.Tx) error {
+		ops := tx.Bucket(bOps)
+		var err error
+		op, err = getOp(ops, id)
+		if err != nil {
+			return err
+		}
+		if op.State != from {
+			return fmt.Errorf("queue: op %q is %s on disk, %s in memory", id, op.State, from)
+		}
+		mutate(&op, now)
+		op.State = to
+		if to != Retrying {
+			op.NextAttemptAt = time.Time{}
+		}
+		if err := putOp(ops, op); err != nil {
+			return err
+		}
+		if to.Finished() {
+			if err := tx.Bucket(bOpen).Delete(objKey(op.Object, op.Seq)); err != nil {
+				return err
+			}
+			return tx.Bucket(bFinished).Put(finKey(op.FinishedAt, id), []byte(to))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("queue: %s → %s %q: %w", from, to, id, err)
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	wasBlocking := e.state.blocks()
+	e.state, e.readyAt = to, op.NextAttemptAt
+	if to.Finished() {
+		delete(s.sched.entries, id)
+		s.finished[to]++
+	}
+	if q := s.sched.objects[e.object]; q != nil && wasBlocking {
+		if !to.blocks() {
+			s.sched.remove(e)
+		} else {
+			s.sched.reschedule(q)
+		}
+	}
+	s.notifyLocked()
+	return nil
+}
+
+// Replay queues a dead_lettered op again: it gets the next seq of its object
+// (behind the object's newer ops), AcceptedAt = now, attempts 0, and its
+// error and attempt times are cleared. Any other state is a *StateError
+// wrapping ErrNotDeadLettered; an unknown id is ErrNotFound. Replay counts
+// against MaxOps (ErrQueueFull).
+func (s *Store) Replay(ctx context.Context, id string) (Op, error) {
+	if err := s.enter(); err != nil {
+		return Op{}, err
+	}
+	defer s.leave()
+	unlock, err := s.lockID(ctx, id)
+	if err != nil {
+		return Op{}, err
+	}
+	defer unlock()
+	old, err := s.Get(id)
+	if err != nil {
+		return Op{}, err
+	}
+	if old.State != DeadLettered {
+		return Op{}, &StateError{ID: id, State: old.State, Want: []State{DeadLettered}}
+	}
+	e, q, err := s.reserve(id, old.Object)
+	if err != nil {
+		return Op{}, err
+	}
+	var op Op
+	err = s.db.Batch(func(tx *bolt.Tx) error {
+		ops := tx.Bucket(bOps)
+		var err error
+		op, err = getOp(ops, id)
+		if err != nil {
+			return err
+		}
+		if op.State != DeadLettered {
+			return &StateError{ID: id, State: op.State, Want: []State{DeadLettered}}
+		}
+		if err := tx.Bucket(bFinished).Delete(finKey(op.FinishedAt, id)); err != nil {
+			return err
+		}
+		op.Seq, op.AcceptedAt, op.State, op.Attempts = e.seq, e.acceptedAt, Queued, 0
+		op.LastError, op.ErrorClass = "", ""
+		op.NextAttemptAt, op.FirstAttemptAt, op.FinishedAt = time.Time{}, time.Time{}, time.Time{}
+		if err := putOp(ops, op); err != nil {
+			return err
+		}
+		if err := writeSeq(tx, op.Object, op.Seq); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bOpen).Put(objKey(op.Object, op.Seq), []byte(id)); err != nil {
+			return err
+		}
+		op.Payload = append(json.RawMessage(nil), tx.Bucket(bPayloads).Get([]byte(id))...)
+		return nil
+	})
+	if err == nil {
+		s.mu.Lock()
+		s.finished[DeadLettered]--
+		s.mu.Unlock()
+	}
+	s.settle(e, q, err)
+	if err != nil {
+		if errors.Is(err, ErrState) || errors.Is(err, ErrNotFound) {
+			return Op{}, err
+		}
+		return Op{}, fmt.Errorf("queue: replay %q: %w", id, err)
+	}
+	return op, nil
+}
+
+// ListDLQPending returns up to limit dlq_pending ops (all if limit ≤ 0) with
+// their payloads, ordered by object, then seq: publish them in this order to
+// keep each object's letters in order.
+func (s *Store) ListDLQPending(ctx context.Context, limit int) ([]Op, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	s.mu.Lock()
+	var es []*entry
+	for _, e := range s.sched.entries {
+		if e.state == DLQPending {
+			es = append(es, e)
+		}
+	}
+	type ref struct {
+		id, object string
+		seq        uint64
+	}
+	refs := make([]ref, len(es))
+	for i, e := range es {
+		refs[i] = ref{e.id, e.object, e.seq}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(refs, func(a, b ref) int {
+		return cmp.Or(strings.Compare(a.object, b.object), cmp.Compare(a.seq, b.seq))
+	})
+	if limit > 0 && len(refs) > limit {
+		refs = refs[:limit]
+	}
+	out := make([]Op, 0, len(refs))
+	err := s.db.View(func(tx *bolt.Tx) error {
+		for _, r := range refs {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			op, err := getOp(tx.Bucket(bOps), r.id)
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if op.State != DLQPending {
+				continue // published meanwhile
+			}
+			op.Payload = append(json.RawMessage(nil), tx.Bucket(bPayloads).Get([]byte(r.id))...)
+			out = append(out, op)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Purge deletes finished ops (done, dead_lettered) that finished at least
+// the retention before now, at most PurgeLimit per call, oldest first, and
+// returns how many it deleted. Call it periodically; a result equal to the
+// limit means more may be due. Per-object seq counters are kept.
+func (s *Store) Purge(ctx context.Context, now time.Time) (int, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	s.mu.Lock()
+	retention, limit := s.retention, s.purgeLimit
+	s.mu.Unlock()
+	cutoff := now.Add(-retention).UnixMilli()
+	purged := map[State]int{}
+	n := 0
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		clear(purged)
+		n = 0
+		var keys [][]byte
+		var states []State
+		c := tx.Bucket(bFinished).Cursor()
+		for k, v := c.First(); k != nil && len(keys) < limit; k, v = c.Next() {
+			if len(k) < 8 || int64(binary.BigEndian.Uint64(k[:8])) > cutoff {
+				break
+			}
+			keys = append(keys, bytes.Clone(k))
+			states = append(states, State(v))
+		}
+		ops, payloads, fin := tx.Bucket(bOps), tx.Bucket(bPayloads), tx.Bucket(bFinished)
+		for i, k := range keys {
+			id := k[8:]
+			if err := ops.Delete(id); err != nil {
+				return err
+			}
+			if err := payloads.Delete(id); err != nil {
+				return err
+			}
+			if err := fin.Delete(k); err != nil {
+				return err
+			}
+			purged[states[i]]++
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("queue: purge: %w", err)
+	}
+	s.mu.Lock()
+	for st, c := range purged {
+		s.finished[st] -= c
+	}
+	s.mu.Unlock()
+	if n > 0 {
+		s.log.Debug("purged finished ops", "count", n)
+	}
+	return n, nil
+}

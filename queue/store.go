@@ -1,0 +1,457 @@
+package queue
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Errors returned by the Store; test with errors.Is.
+var (
+	ErrInvalid         = errors.New("queue: invalid op")                        // wrapped by *FieldError
+	ErrConflict        = errors.New("queue: op id known with a different body") // HTTP 409 Conflict
+	ErrQueueFull       = errors.New("queue: queue full")                        // HTTP 503 QueueFull
+	ErrNotFound        = errors.New("queue: no such op")                        // HTTP 404
+	ErrNotDeadLettered = errors.New("queue: op is not dead-lettered")           // Replay refused: HTTP 409
+	ErrState           = errors.New("queue: op is not in the required state")
+	ErrNoneRunnable    = errors.New("queue: no runnable op")
+	ErrClosed          = errors.New("queue: store closed")
+	ErrLocked          = errors.New("queue: directory in use by another sidecar")
+)
+
+// Defaults of Options (SPEC §1).
+const (
+	DefaultMaxOps     = 100000
+	DefaultRetention  = 7 * 24 * time.Hour
+	DefaultPurgeLimit = 1000
+	DefaultBatchDelay = time.Millisecond
+	DefaultBatchSize  = 1000
+)
+
+// Options configures a Store. A zero field means its documented default; a
+// negative one is an error naming the field.
+type Options struct {
+	// MaxOps bounds accepted, unfinished ops (queue.max.ops); beyond it
+	// Submit fails with ErrQueueFull. Default 100000.
+	MaxOps int
+	// Retention is how long finished ops stay queryable and idempotent
+	// (queue.retention). Default 7 days.
+	Retention time.Duration
+	// PurgeLimit bounds the ops one Purge call deletes. Default 1000.
+	PurgeLimit int
+	// BatchDelay is how long a write waits for others to share its fsync
+	// (bbolt MaxBatchDelay). Default 1ms.
+	BatchDelay time.Duration
+	// BatchSize is the most writes sharing one fsync (bbolt MaxBatchSize).
+	// Default 1000.
+	BatchSize int
+	// Now is the clock for AcceptedAt, attempt and finish times. Default
+	// time.Now.
+	Now func() time.Time
+	// Logger receives operational messages. Nil discards.
+	Logger *slog.Logger
+}
+
+func (o *Options) fill() error {
+	checks := []struct {
+		name string
+		neg  bool
+	}{
+		{"MaxOps", o.MaxOps < 0}, {"Retention", o.Retention < 0}, {"PurgeLimit", o.PurgeLimit < 0},
+		{"BatchDelay", o.BatchDelay < 0}, {"BatchSize", o.BatchSize < 0},
+	}
+	for _, c := range checks {
+		if c.neg {
+			return fmt.Errorf("queue: Options.%s must not be negative", c.name)
+		}
+	}
+	if o.MaxOps == 0 {
+		o.MaxOps = DefaultMaxOps
+	}
+	if o.Retention == 0 {
+		o.Retention = DefaultRetention
+	}
+	if o.PurgeLimit == 0 {
+		o.PurgeLimit = DefaultPurgeLimit
+	}
+	if o.BatchDelay == 0 {
+		o.BatchDelay = DefaultBatchDelay
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = DefaultBatchSize
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Bucket names. Keys of bOpen are objKey(object, seq) → id for every op in
+// queued/running/retrying/dlq_pending; keys of bFinished are
+// be64(finished_at ms) + id → state, in finish order for Purge.
+var (
+	bMeta     = []byte("meta")
+	bOps      = []byte("ops")      // id → Op JSON without payload
+	bPayloads = []byte("payloads") // id → raw payload JSON
+	bSeqs     = []byte("seqs")     // object → be64 last seq
+	bOpen     = []byte("open")
+	bFinished = []byte("finished")
+	kVersion  = []byte("version")
+	version   = []byte("1")
+)
+
+// Store is the durable op store. Open one per queue directory.
+type Store struct {
+	dir  string
+	db   *bolt.DB
+	lock *os.File
+	log  *slog.Logger
+	now  func() time.Time
+
+	mu         sync.Mutex
+	maxOps     int
+	retention  time.Duration
+	purgeLimit int
+	closed     bool
+	calls      sync.WaitGroup // in-flight public calls, waited for by Close
+	changed    chan struct{}  // closed and replaced when something may have become claimable
+	done       chan struct{}  // closed by Close
+	busy       map[string]chan struct{}
+	sched      scheduler
+	pending    int // submits and replays between seq assignment and commit
+	finished   map[State]int
+	closeOnce  sync.Once
+	closeErr   error
+}
+
+// Open opens (creating if needed) the store in dir, takes the directory's
+// file lock, and recovers from a crash: every running op goes back to queued
+// with its attempts unchanged.
+func Open(dir string, opts Options) (*Store, error) {
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	if dir == "" {
+		return nil, errors.New("queue: queue.dir is empty")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("queue: create %s: %w", dir, err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	db, err := bolt.Open(filepath.Join(dir, "queue.db"), 0o600, &bolt.Options{
+		Timeout:        time.Second, // the LOCK file already excludes other processes
+		NoFreelistSync: true,        // freelist rebuilt at open; commits still fsync the data
+		FreelistType:   bolt.FreelistMapType,
+	})
+	if err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("queue: open %s: %w", filepath.Join(dir, "queue.db"), err)
+	}
+	db.MaxBatchDelay = opts.BatchDelay
+	db.MaxBatchSize = opts.BatchSize
+	s := &Store{
+		dir: dir, db: db, lock: lock, log: opts.Logger.With("component", "queue"), now: opts.Now,
+		maxOps: opts.MaxOps, retention: opts.Retention, purgeLimit: opts.PurgeLimit,
+		changed: make(chan struct{}), done: make(chan struct{}),
+		busy: map[string]chan struct{}{}, finished: map[State]int{},
+	}
+	s.sched.init()
+	requeued, err := s.recover()
+	if err != nil {
+		db.Close()
+		lock.Close()
+		return nil, err
+	}
+	st := s.Stats()
+	s.log.Info("queue opened", "dir", dir, "unfinished", st.Unfinished, "requeued", requeued,
+		"done", st.ByState[Done], "dead_lettered", st.ByState[DeadLettered])
+	return s, nil
+}
+
+// lockDir takes an exclusive, non-blocking flock on dir/LOCK and writes our
+// pid into it. flock belongs to the open file description, so a second Open
+// in the same process fails too.
+func lockDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, "LOCK")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("queue: open lock file %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			owner := ""
+			if b, rerr := os.ReadFile(path); rerr == nil && len(bytes.TrimSpace(b)) > 0 {
+				owner = " (pid " + strings.TrimSpace(string(b)) + ")"
+			}
+			return nil, fmt.Errorf("%w: queue.dir %s is locked by another sidecar%s (flock on %s); "+
+				"give each sidecar its own queue.dir", ErrLocked, dir, owner, path)
+		}
+		return nil, fmt.Errorf("queue: lock %s: %w", path, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
+}
+
+// recover creates the buckets, puts running ops back to queued and loads the
+// unfinished ops into the scheduler.
+func (s *Store) recover() (requeued int, err error) {
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bMeta, bOps, bPayloads, bSeqs, bOpen, bFinished} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bMeta)
+		if v := meta.Get(kVersion); v == nil {
+			if err := meta.Put(kVersion, version); err != nil {
+				return err
+			}
+		} else if !bytes.Equal(v, version) {
+			return fmt.Errorf("queue: unsupported store version %q (want %q)", v, version)
+		}
+		ops := tx.Bucket(bOps)
+		err := tx.Bucket(bOpen).ForEach(func(k, id []byte) error {
+			op, err := getOp(ops, string(id))
+			if err != nil {
+				return err
+			}
+			if op.State == Running {
+				// Cut short by a crash: not a failed attempt.
+				op.State = Queued
+				if err := putOp(ops, op); err != nil {
+					return err
+				}
+				requeued++
+			}
+			s.sched.load(op, readSeq(tx, op.Object))
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		return tx.Bucket(bFinished).ForEach(func(k, v []byte) error {
+			s.finished[State(v)]++
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, fmt.Errorf("queue: recover %s: %w", s.dir, err)
+	}
+	return requeued, nil
+}
+
+// Close waits for in-flight calls, closes the database and releases the
+// directory lock. Blocked Next calls return ErrClosed. Idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		close(s.done)
+		s.mu.Unlock()
+		s.calls.Wait()
+		s.closeErr = s.db.Close()
+		if err := s.lock.Close(); err != nil && s.closeErr == nil {
+			s.closeErr = err
+		}
+		s.log.Info("queue closed", "dir", s.dir)
+	})
+	return s.closeErr
+}
+
+// enter registers an in-flight call; it fails once Close has begun.
+func (s *Store) enter() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.calls.Add(1)
+	return nil
+}
+
+func (s *Store) leave() { s.calls.Done() }
+
+// notifyLocked wakes Next waiters. s.mu must be held.
+func (s *Store) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// lockID waits until no other call works on id, then marks it busy. The
+// returned func releases it.
+func (s *Store) lockID(ctx context.Context, id string) (func(), error) {
+	for {
+		s.mu.Lock()
+		ch, held := s.busy[id]
+		if !held {
+			ch = make(chan struct{})
+			s.busy[id] = ch
+			s.mu.Unlock()
+			return func() { s.unlockID(id, ch) }, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("queue: waiting for op %q: %w", id, context.Cause(ctx))
+		case <-s.done:
+			return nil, ErrClosed
+		}
+	}
+}
+
+func (s *Store) unlockID(id string, ch chan struct{}) {
+	s.mu.Lock()
+	delete(s.busy, id)
+	close(ch)
+	s.notifyLocked() // a claim may have skipped this op while it was busy
+	s.mu.Unlock()
+}
+
+// SetLimits changes queue.max.ops and queue.retention live. Zero keeps the
+// current value.
+func (s *Store) SetLimits(maxOps int, retention time.Duration) error {
+	if maxOps < 0 || retention < 0 {
+		return fmt.Errorf("queue: SetLimits(%d, %v): limits must not be negative", maxOps, retention)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if maxOps > 0 {
+		s.maxOps = maxOps
+	}
+	if retention > 0 {
+		s.retention = retention
+	}
+	return nil
+}
+
+// Stats is a snapshot of the store for metrics.
+type Stats struct {
+	// ByState counts ops per state; done and dead_lettered count the
+	// finished ops still retained.
+	ByState map[State]int
+	// Unfinished counts accepted, unfinished ops, the figure MaxOps bounds
+	// (including submits being committed).
+	Unfinished int
+	// OldestUnfinished is the AcceptedAt of the oldest unfinished op, zero
+	// if none.
+	OldestUnfinished time.Time
+	MaxOps           int
+	Retention        time.Duration
+}
+
+// Stats returns counts per state and the oldest unfinished op's AcceptedAt.
+// It costs O(unfinished ops).
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Stats{ByState: map[State]int{}, MaxOps: s.maxOps, Retention: s.retention}
+	for _, e := range s.sched.entries {
+		st.ByState[e.state]++
+		if st.OldestUnfinished.IsZero() || e.acceptedAt.Before(st.OldestUnfinished) {
+			st.OldestUnfinished = e.acceptedAt
+		}
+	}
+	for _, state := range []State{Done, DeadLettered} {
+		st.ByState[state] = s.finished[state]
+	}
+	st.Unfinished = len(s.sched.entries) + s.pending
+	return st
+}
+
+// Get returns the op with its payload, or ErrNotFound.
+func (s *Store) Get(id string) (Op, error) {
+	if err := s.enter(); err != nil {
+		return Op{}, err
+	}
+	defer s.leave()
+	var op Op
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		op, err = getOp(tx.Bucket(bOps), id)
+		if err != nil {
+			return err
+		}
+		op.Payload = append(json.RawMessage(nil), tx.Bucket(bPayloads).Get([]byte(id))...)
+		return nil
+	})
+	return op, err
+}
+
+// --- storage helpers (inside a transaction) ---
+
+func getOp(b *bolt.Bucket, id string) (Op, error) {
+	v := b.Get([]byte(id))
+	if v == nil {
+		return Op{}, fmt.Errorf("queue: op %q: %w", id, ErrNotFound)
+	}
+	var op Op
+	if err := json.Unmarshal(v, &op); err != nil {
+		return Op{}, fmt.Errorf("queue: op %q: corrupt record: %w", id, err)
+	}
+	return op, nil
+}
+
+func putOp(b *bolt.Bucket, op Op) error {
+	op.Payload = nil
+	v, err := json.Marshal(op)
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte(op.ID), v)
+}
+
+// objKey orders by object, then seq. Objects contain no control characters,
+// so the 0 separator keeps "a" before "a b".
+func objKey(object string, seq uint64) []byte {
+	k := make([]byte, 0, len(object)+9)
+	k = append(k, object...)
+	k = append(k, 0)
+	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+func finKey(at time.Time, id string) []byte {
+	k := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(id)), uint64(at.UnixMilli()))
+	return append(k, id...)
+}
+
+func be64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+// readSeq returns the last seq handed out for object (0 if none).
+func readSeq(tx *bolt.Tx, object string) uint64 {
+	v := tx.Bucket(bSeqs).Get([]byte(object))
+	if len(v) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(v)
+}
+
+// writeSeq records seq as the object's last seq if it is higher.
+func writeSeq(tx *bolt.Tx, object string, seq uint64) error {
+	if readSeq(tx, object) >= seq {
+		return nil
+	}
+	return tx.Bucket(bSeqs).Put([]byte(object), be64(seq))
+}
