@@ -1,0 +1,233 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// DefaultSocket is the default path of the sidecar's unix socket
+// (sidecar.socket.path).
+const DefaultSocket = "/run/baton/baton.sock"
+
+// MaxBody is the largest request body the sidecar reads; a larger one is a
+// 413 PayloadTooLarge.
+const MaxBody = 1 << 20
+
+// MaxWaitMS is the largest wait_ms an acquire may ask for.
+const MaxWaitMS = 600000
+
+// Lock types, the "type" of an acquire.
+const (
+	Foreground = "foreground" // work a user or a synchronous call waits for; served first
+	Background = "background" // deferred work
+)
+
+// Lease states.
+const (
+	StateHeld     = "held"     // connected to ZooKeeper; valid for valid_for_ms
+	StateSuspect  = "suspect"  // ZooKeeper disconnected; valid_for_ms shrinks and is not extended
+	StateLost     = "lost"     // ended without the holder's release (see reason), or will not be renewed
+	StateReleased = "released" // released by the holder
+)
+
+// Reasons of a lost lease (the "reason" of a 410 LockLost or of a lease body).
+const (
+	ReasonLeaseExpired     = "lease expired"
+	ReasonSidecarRestarted = "sidecar restarted"
+	ReasonShutdown         = "shutdown"
+	ReasonSessionLost      = "zookeeper session lost"
+	ReasonProcessExited    = "holder process exited"
+	ReasonLockDeleted      = "lock node deleted by someone else"
+)
+
+// Time is an instant that encodes as RFC 3339 UTC with milliseconds
+// ("2025-01-02T15:04:05.123Z"); the zero Time encodes as null.
+type Time struct{ time.Time }
+
+// TimeFormat is the layout of [Time].
+const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// NewTime returns t as a [Time], without its monotonic reading.
+func NewTime(t time.Time) Time {
+	if t.IsZero() {
+		return Time{}
+	}
+	return Time{t.Round(0).UTC()}
+}
+
+// MarshalJSON encodes the time in [TimeFormat] (milliseconds truncated), or null.
+func (t Time) MarshalJSON() ([]byte, error) {
+	if t.IsZero() {
+		return []byte("null"), nil
+	}
+	return []byte(`"` + t.UTC().Truncate(time.Millisecond).Format(TimeFormat) + `"`), nil
+}
+
+// UnmarshalJSON accepts RFC 3339 (any fraction) or null.
+func (t *Time) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*t = Time{}
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("api: time: %w", err)
+	}
+	v, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return fmt.Errorf("api: time: %w", err)
+	}
+	t.Time = v.UTC()
+	return nil
+}
+
+// AcquireRequest is the body of POST /v1/locks/{object}/acquire. Every field
+// is optional: type defaults to foreground, WaitMS to the type's timeout
+// (0 = try once: granted only if first in line and free right away),
+// LeaseMS to sidecar.lease.default.
+type AcquireRequest struct {
+	Type    string `json:"type,omitempty"`
+	Info    string `json:"info,omitempty"`
+	WaitMS  *int64 `json:"wait_ms,omitempty"`
+	LeaseMS *int64 `json:"lease_ms,omitempty"`
+}
+
+// RenewRequest is the body of POST /v1/leases/{id}/renew. LeaseMS defaults
+// to the lease's own length.
+type RenewRequest struct {
+	LeaseMS *int64 `json:"lease_ms,omitempty"`
+}
+
+// Lease is what the API hands out for a grant. ValidForMS is what a holder
+// must respect before a critical write: the time left (on the sidecar's
+// monotonic clock) until ValidUntil = min(LeaseExpiresAt, the ZooKeeper
+// session deadline). Token is the fencing token for the storage.
+type Lease struct {
+	LeaseID        string `json:"lease_id"`
+	Object         string `json:"object"`
+	Type           string `json:"type"`
+	Info           string `json:"info"`
+	Token          int64  `json:"token,string"`
+	Node           string `json:"node"`
+	AcquiredAt     Time   `json:"acquired_at"`
+	LeaseExpiresAt Time   `json:"lease_expires_at"`
+	ValidUntil     Time   `json:"valid_until"`
+	ValidForMS     int64  `json:"valid_for_ms"`
+	State          string `json:"state"` // StateHeld, StateSuspect, StateLost, StateReleased
+	WaitedMS       int64  `json:"waited_ms"`
+	// Reason says why a lease is lost (one of the Reason constants); empty otherwise.
+	Reason string `json:"reason,omitempty"`
+}
+
+// ReleaseResponse is the answer of DELETE /v1/leases/{id}.
+type ReleaseResponse struct {
+	Released bool   `json:"released"`
+	Object   string `json:"object"`
+	Token    int64  `json:"token,string"`
+}
+
+// Holder is the holder of an object as found in ZooKeeper. Nodes Baton did
+// not create (the original plugin's) have an empty Type and Sidecar.
+type Holder struct {
+	Node    string `json:"node"`
+	Type    string `json:"type"`
+	Info    string `json:"info"`
+	Sidecar string `json:"sidecar"`
+	Token   int64  `json:"token,string"`
+	Since   Time   `json:"since"`
+}
+
+// Waiter is one waiting request, in grant order.
+type Waiter struct {
+	Node    string `json:"node"`
+	Type    string `json:"type"`
+	Info    string `json:"info"`
+	Sidecar string `json:"sidecar"`
+	Since   Time   `json:"since"`
+}
+
+// LockStatus is the answer of GET /v1/locks/{object}: cluster-wide, in grant
+// order. Holder is nil when the object is free; Waiters is never null.
+type LockStatus struct {
+	Object  string   `json:"object"`
+	Holder  *Holder  `json:"holder"`
+	Waiters []Waiter `json:"waiters"`
+}
+
+// LockSummary is one object of [LockList].
+type LockSummary struct {
+	Object  string  `json:"object"`
+	Holder  *Holder `json:"holder"`
+	Waiters int     `json:"waiters"`
+}
+
+// LockList is the answer of GET /v1/locks?prefix=&after=&limit=. Next is the
+// cursor to pass as after for the next page, "" at the end.
+type LockList struct {
+	Locks []LockSummary `json:"locks"`
+	Next  string        `json:"next"`
+}
+
+// Health is the answer of GET /healthz and GET /readyz. A 503 from /readyz
+// also carries Error and Message, so it has the error shape.
+type Health struct {
+	Status      string `json:"status"` // "serving" or "shutting_down"
+	Ready       bool   `json:"ready"`
+	Reason      string `json:"reason,omitempty"` // why not ready
+	Error       string `json:"error,omitempty"`
+	Message     string `json:"message,omitempty"`
+	Sidecar     string `json:"sidecar"`     // sidecar.node.id
+	Incarnation string `json:"incarnation"` // changes on every start; prefixes lease ids
+	ZooKeeper   ZKInfo `json:"zookeeper"`
+	Leases      int    `json:"leases"` // leases held through this sidecar
+}
+
+// ZKInfo describes the sidecar's ZooKeeper session.
+type ZKInfo struct {
+	Connected         bool   `json:"connected"`
+	Session           string `json:"session"` // "0x…", "" before the first session
+	TimeoutMS         int64  `json:"timeout_ms"`
+	DisconnectedForMS int64  `json:"disconnected_for_ms"`
+	LocksHeld         int    `json:"locks_held"`
+	Waiting           int    `json:"waiting"`
+	CleanupPending    int    `json:"cleanup_pending"`
+}
+
+// OpRequest is the body of POST /v1/ops. ID is optional (a UUIDv7 is
+// generated); it is the idempotency key.
+type OpRequest struct {
+	ID      string          `json:"id,omitempty"`
+	Object  string          `json:"object"`
+	Info    string          `json:"info,omitempty"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// OpAck is the answer of POST /v1/ops (202, or 200 for a known id with the
+// same body) and of POST /v1/ops/{id}/replay.
+type OpAck struct {
+	ID    string `json:"id"`
+	State string `json:"state"`
+}
+
+// Op states.
+const (
+	OpQueued       = "queued"
+	OpRunning      = "running"
+	OpRetrying     = "retrying"
+	OpDone         = "done"
+	OpDLQPending   = "dlq_pending"
+	OpDeadLettered = "dead_lettered"
+)
+
+// Op is the answer of GET /v1/ops/{id}.
+type Op struct {
+	ID            string `json:"id"`
+	Object        string `json:"object"`
+	State         string `json:"state"`
+	Attempts      int    `json:"attempts"`
+	LastError     string `json:"last_error"`
+	NextAttemptAt Time   `json:"next_attempt_at"`
+	AcceptedAt    Time   `json:"accepted_at"`
+	Seq           int64  `json:"seq"`
+}

@@ -1,0 +1,331 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/batonhq/baton/api"
+)
+
+// Lock types for WithType.
+const (
+	Foreground = api.Foreground
+	Background = api.Background
+)
+
+// Client talks to one sidecar over its unix socket. The zero value uses
+// api.DefaultSocket; set Socket before the first call. Methods are safe for
+// concurrent use.
+type Client struct {
+	// Socket is the sidecar's unix socket; default api.DefaultSocket.
+	Socket string
+
+	once sync.Once
+	tr   *http.Transport
+	hc   *http.Client
+
+	mu     sync.Mutex
+	leases map[*Lease]struct{}
+}
+
+// New returns a client of the sidecar listening on socket.
+func New(socket string) *Client { return &Client{Socket: socket} }
+
+func (c *Client) init() {
+	c.once.Do(func() {
+		sock := c.Socket
+		if sock == "" {
+			sock = api.DefaultSocket
+		}
+		c.tr = &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", sock)
+			},
+			MaxIdleConns:        64,
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     time.Minute,
+			DisableCompression:  true,
+		}
+		c.hc = &http.Client{Transport: c.tr}
+	})
+}
+
+// Close stops the background renewal of every lease of c (without
+// releasing them: they end at their lease expiry, or when this process
+// exits) and closes idle connections.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	ls := make([]*Lease, 0, len(c.leases))
+	for l := range c.leases {
+		ls = append(ls, l)
+	}
+	c.mu.Unlock()
+	for _, l := range ls {
+		l.stopBackground()
+	}
+	if c.tr != nil {
+		c.tr.CloseIdleConnections()
+	}
+	return nil
+}
+
+// send is the one place requests go through: it encodes in (if not nil),
+// decodes a 2xx answer into out (if not nil) and maps error answers.
+func (c *Client) send(ctx context.Context, method, path string, in, out any) (int, error) {
+	c.init()
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, fmt.Errorf("client: encoding the request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://baton"+path, body)
+	if err != nil {
+		return 0, fmt.Errorf("client: %w", err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("client: %s %s: %w", method, path, context.Cause(ctx))
+		}
+		return 0, fmt.Errorf("client: %s %s: %w: %w", method, path, ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return resp.StatusCode, fmt.Errorf("client: %s %s: reading the answer: %w: %w", method, path, ErrUnavailable, err)
+	}
+	if resp.StatusCode >= 300 {
+		return resp.StatusCode, decodeError(resp.StatusCode, b)
+	}
+	if out != nil && len(bytes.TrimSpace(b)) > 0 {
+		if err := json.Unmarshal(b, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("client: %s %s: decoding the answer: %w", method, path, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+// Option refines an Acquire.
+type Option func(*acquireOptions)
+
+type acquireOptions struct {
+	typ     string
+	info    string
+	wait    time.Duration
+	waitSet bool
+	lease   time.Duration
+	noRenew bool
+}
+
+// WithType asks for a Foreground (default) or Background lock.
+func WithType(t string) Option { return func(o *acquireOptions) { o.typ = t } }
+
+// WithInfo records info (at most 4 KiB) in the lock's node, for inspection.
+func WithInfo(info string) Option { return func(o *acquireOptions) { o.info = info } }
+
+// WithWait bounds the wait for the lock (at most 10 minutes). WithWait(0)
+// tries once: granted only if first in line and free right away. Without
+// it the sidecar waits its type's timeout.
+func WithWait(d time.Duration) Option {
+	return func(o *acquireOptions) { o.wait, o.waitSet = d, true }
+}
+
+// WithLease sets the lease length: the lock is released if the lease is
+// not renewed within it. Without it the sidecar's sidecar.lease.default
+// applies.
+func WithLease(d time.Duration) Option { return func(o *acquireOptions) { o.lease = d } }
+
+// WithoutRenewal turns the automatic renewal and loss watch off: the caller
+// renews with Lease.Renew and watches ValidFor itself.
+func WithoutRenewal() Option { return func(o *acquireOptions) { o.noRenew = true } }
+
+// ceilMS rounds a duration up to whole milliseconds (so 1ns is not 0 = try once).
+func ceilMS(d time.Duration) int64 {
+	ms := d.Milliseconds()
+	if time.Duration(ms)*time.Millisecond < d {
+		ms++
+	}
+	return ms
+}
+
+// Acquire asks for the lock on object and returns its lease. A lock not
+// granted in time is an *InstanceLockError. Cancelling ctx abandons the
+// wait (the sidecar leaves no node behind).
+func (c *Client) Acquire(ctx context.Context, object string, opts ...Option) (*Lease, error) {
+	var o acquireOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	req := api.AcquireRequest{Type: o.typ, Info: o.info}
+	if o.waitSet {
+		ms := ceilMS(o.wait)
+		req.WaitMS = &ms
+	}
+	if o.lease > 0 {
+		ms := ceilMS(o.lease)
+		req.LeaseMS = &ms
+	}
+	sent := time.Now()
+	var v api.Lease
+	if _, err := c.send(ctx, http.MethodPost, "/v1/locks/"+url.PathEscape(object)+"/acquire", req, &v); err != nil {
+		return nil, err
+	}
+	l := newLease(c, v, sent, o)
+	if !o.noRenew {
+		c.mu.Lock()
+		if c.leases == nil {
+			c.leases = map[*Lease]struct{}{}
+		}
+		c.leases[l] = struct{}{}
+		c.mu.Unlock()
+		l.startBackground()
+	}
+	return l, nil
+}
+
+func (c *Client) forget(l *Lease) {
+	c.mu.Lock()
+	delete(c.leases, l)
+	c.mu.Unlock()
+}
+
+// Lock acquires object, runs fn with a context that is cancelled (cause:
+// the loss, wrapping ErrLockLost) if the lock is lost, and releases the
+// lock when fn returns. It returns fn's error, joined with an error
+// wrapping ErrLockLost if the lock was lost while fn ran, or the release's
+// error.
+func (c *Client) Lock(ctx context.Context, object string, fn func(ctx context.Context) error, opts ...Option) error {
+	l, err := c.Acquire(ctx, object, opts...)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		select {
+		case <-l.Lost():
+			cancel(l.Err())
+		case <-fctx.Done():
+		}
+	})
+	ferr := fn(fctx)
+	cancel(nil)
+	wg.Wait()
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer rcancel()
+	rerr := l.Release(rctx)
+	if lerr := l.Err(); lerr != nil {
+		return errors.Join(ferr, lerr)
+	}
+	return errors.Join(ferr, rerr)
+}
+
+// Inspect returns the object's holder and waiters, cluster-wide, in grant order.
+func (c *Client) Inspect(ctx context.Context, object string) (*api.LockStatus, error) {
+	var v api.LockStatus
+	if _, err := c.send(ctx, http.MethodGet, "/v1/locks/"+url.PathEscape(object), nil, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// ListOptions select objects for List.
+type ListOptions struct {
+	Prefix string // object names starting with it
+	After  string // object names sorting after it (the previous page's Next)
+	Limit  int    // at most this many (1..1000); 0 = the sidecar's default (100)
+}
+
+// List returns objects with their holder and number of waiters.
+func (c *Client) List(ctx context.Context, o ListOptions) (*api.LockList, error) {
+	q := url.Values{}
+	if o.Prefix != "" {
+		q.Set("prefix", o.Prefix)
+	}
+	if o.After != "" {
+		q.Set("after", o.After)
+	}
+	if o.Limit != 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	p := "/v1/locks"
+	if len(q) > 0 {
+		p += "?" + q.Encode()
+	}
+	var v api.LockList
+	if _, err := c.send(ctx, http.MethodGet, p, nil, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// Health returns the sidecar's /healthz report.
+func (c *Client) Health(ctx context.Context) (*api.Health, error) {
+	var v api.Health
+	if _, err := c.send(ctx, http.MethodGet, "/healthz", nil, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// Ready returns nil when the sidecar is ready (/readyz 200), else an
+// *APIError (Is ErrUnavailable) whose Message gives the reason.
+func (c *Client) Ready(ctx context.Context) error {
+	_, err := c.send(ctx, http.MethodGet, "/readyz", nil, nil)
+	return err
+}
+
+// Submit hands a background operation to the sidecar. A known id with the
+// same body answers with its state (Duplicate true) and is not run again.
+func (c *Client) Submit(ctx context.Context, op api.OpRequest) (*OpAck, error) {
+	var v api.OpAck
+	status, err := c.send(ctx, http.MethodPost, "/v1/ops", op, &v)
+	if err != nil {
+		return nil, err
+	}
+	return &OpAck{OpAck: v, Duplicate: status == http.StatusOK}, nil
+}
+
+// OpAck is the answer to Submit and Replay.
+type OpAck struct {
+	api.OpAck
+	Duplicate bool // the id was known with the same body: nothing new was queued
+}
+
+// Op returns a background operation's state.
+func (c *Client) Op(ctx context.Context, id string) (*api.Op, error) {
+	var v api.Op
+	if _, err := c.send(ctx, http.MethodGet, "/v1/ops/"+url.PathEscape(id), nil, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// Replay queues a dead-lettered operation again.
+func (c *Client) Replay(ctx context.Context, id string) (*OpAck, error) {
+	var v api.OpAck
+	if _, err := c.send(ctx, http.MethodPost, "/v1/ops/"+url.PathEscape(id)+"/replay", nil, &v); err != nil {
+		return nil, err
+	}
+	if v.ID == "" {
+		v.ID = id
+	}
+	return &OpAck{OpAck: v}, nil
+}

@@ -1,0 +1,224 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/client"
+)
+
+func TestAcquireRelease(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "a/b", client.WithInfo("job 1"), client.WithType(client.Background))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Object() != "a/b" || l.Token() <= 0 || l.ID() == "" || l.Type() != "background" || !strings.HasPrefix(l.Node(), "B-") {
+		t.Errorf("lease: object %q token %d id %q type %s node %s", l.Object(), l.Token(), l.ID(), l.Type(), l.Node())
+	}
+	if v := l.ValidFor(); v <= 0 || v > 4*time.Second {
+		t.Errorf("ValidFor = %v, want within the 4 s session timeout", v)
+	}
+	st, err := c.Inspect(ctx, "a/b")
+	if err != nil || st.Holder == nil || st.Holder.Token != l.Token() || st.Holder.Info != "job 1" {
+		t.Fatalf("Inspect = %+v, %v", st, err)
+	}
+	ls, err := c.List(ctx, client.ListOptions{Prefix: "a/"})
+	if err != nil || len(ls.Locks) != 1 || ls.Locks[0].Object != "a/b" {
+		t.Errorf("List = %+v, %v", ls, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, client.ErrNoNode) {
+		t.Errorf("second Release = %v, want ErrNoNode", err)
+	}
+	select {
+	case <-l.Lost():
+		t.Errorf("Lost fired after a release")
+	default:
+	}
+	if l.ValidFor() != 0 || l.Err() != nil {
+		t.Errorf("after release: ValidFor %v Err %v", l.ValidFor(), l.Err())
+	}
+}
+
+func TestInstanceLockError(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "ile", client.WithInfo("holder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	for _, wait := range []time.Duration{0, 150 * time.Millisecond} {
+		_, err = c.Acquire(ctx, "ile", client.WithWait(wait))
+		var ile *client.InstanceLockError
+		if !errors.As(err, &ile) {
+			t.Fatalf("WithWait(%v): %v, want *InstanceLockError", wait, err)
+		}
+		if ile.Object != "ile" || ile.Type != "foreground" || ile.Position != 1 || ile.Waited < wait ||
+			ile.Holder == nil || ile.Holder.Node != l.Node() || ile.Holder.Info != "holder" || ile.Holder.Sidecar != "sc-client" {
+			t.Errorf("WithWait(%v): %+v (holder %+v)", wait, ile, ile.Holder)
+		}
+	}
+}
+
+func TestAutoRenewKeepsShortLease(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "renew", client.WithLease(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := l.Last().LeaseExpiresAt
+	timer := time.NewTimer(1500 * time.Millisecond) // five lease lengths
+	select {
+	case <-l.Lost():
+		t.Fatalf("lost while renewing: %v", l.Err())
+	case <-timer.C:
+	}
+	if l.ValidFor() <= 0 || !l.Last().LeaseExpiresAt.After(first.Add(time.Second)) {
+		t.Errorf("ValidFor %v, lease_expires_at %v (first %v)", l.ValidFor(), l.Last().LeaseExpiresAt, first)
+	}
+	st, err := c.Inspect(ctx, "renew")
+	if err != nil || st.Holder == nil || st.Holder.Token != l.Token() {
+		t.Errorf("holder after 1.5 s = %+v, %v", st.Holder, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release = %v", err)
+	}
+}
+
+func TestLostFiresOnLoss(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "lost", client.WithLease(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	deletePrivateLock(t, "lost")
+	select {
+	case <-l.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lost did not fire")
+	}
+	t.Logf("Lost fired %v after the deletion", time.Since(t0).Round(time.Millisecond))
+	var ae *client.APIError
+	if err := l.Err(); !errors.Is(err, client.ErrLockLost) || !errors.As(err, &ae) || ae.Reason != api.ReasonLockDeleted {
+		t.Errorf("Err = %v, want ErrLockLost with reason %q", err, api.ReasonLockDeleted)
+	}
+	if l.ValidFor() != 0 {
+		t.Errorf("ValidFor after the loss = %v", l.ValidFor())
+	}
+	if err := l.Release(ctx); !errors.Is(err, client.ErrLockLost) {
+		t.Errorf("Release after the loss = %v, want ErrLockLost", err)
+	}
+}
+
+func TestRenewRefusedIsLost(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "expire", client.WithLease(100*time.Millisecond), client.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the sidecar to free the lock (another acquire gets it).
+	l2, err := c.Acquire(ctx, "expire", client.WithWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Release(ctx)
+	err = l.Renew(ctx)
+	var ae *client.APIError
+	if !errors.Is(err, client.ErrLockLost) || !errors.As(err, &ae) || ae.Reason != api.ReasonLeaseExpired || ae.Status != 410 {
+		t.Errorf("Renew of an expired lease = %v", err)
+	}
+	select {
+	case <-l.Lost():
+	default:
+		t.Errorf("Lost not closed after a refused renewal")
+	}
+}
+
+func TestLockRunsAndReleases(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	boom := errors.New("boom")
+	err := c.Lock(ctx, "run", func(ctx context.Context) error {
+		st, err := c.Inspect(ctx, "run")
+		if err != nil || st.Holder == nil {
+			t.Errorf("inside fn: %+v, %v", st, err)
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Errorf("Lock = %v, want fn's error", err)
+	}
+	if st, err := c.Inspect(ctx, "run"); err != nil || st.Holder != nil {
+		t.Errorf("after Lock: %+v, %v", st, err)
+	}
+}
+
+func TestLockCancelsOnLoss(t *testing.T) {
+	c := newClient(t)
+	err := c.Lock(context.Background(), "cancel", func(ctx context.Context) error {
+		deletePrivateLock(t, "cancel")
+		<-ctx.Done()
+		if !errors.Is(context.Cause(ctx), client.ErrLockLost) {
+			t.Errorf("cause = %v, want ErrLockLost", context.Cause(ctx))
+		}
+		return ctx.Err()
+	})
+	if !errors.Is(err, client.ErrLockLost) || !errors.Is(err, context.Canceled) {
+		t.Errorf("Lock = %v, want ErrLockLost joined with context.Canceled", err)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	ctx := context.Background()
+	gone := client.New("/nonexistent/baton.sock")
+	defer gone.Close()
+	if _, err := gone.Acquire(ctx, "x"); !errors.Is(err, client.ErrUnavailable) {
+		t.Errorf("no sidecar: %v, want ErrUnavailable", err)
+	}
+	c := newClient(t)
+	_, err := c.Acquire(ctx, "x", client.WithType("urgent"))
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Kind != api.BadRequest || ae.Field != "type" {
+		t.Errorf("bad type: %v", err)
+	}
+	_, err = c.Acquire(ctx, "x", client.WithWait(time.Hour))
+	if !errors.As(err, &ae) || ae.Field != "wait_ms" {
+		t.Errorf("wait of an hour: %v", err)
+	}
+	_, err = c.Submit(ctx, api.OpRequest{Object: "x"})
+	if !errors.Is(err, client.ErrUnavailable) || !errors.As(err, &ae) || ae.Kind != api.OpsDisabled {
+		t.Errorf("Submit with ops disabled: %v", err)
+	}
+	if _, err := c.Op(ctx, "x"); !errors.As(err, &ae) || ae.Kind != api.OpsDisabled {
+		t.Errorf("Op with ops disabled: %v", err)
+	}
+	if _, err := c.Replay(ctx, "x"); !errors.As(err, &ae) || ae.Kind != api.OpsDisabled {
+		t.Errorf("Replay with ops disabled: %v", err)
+	}
+	h, err := c.Health(ctx)
+	if err != nil || !h.Ready || h.Sidecar != "sc-client" {
+		t.Errorf("Health = %+v, %v", h, err)
+	}
+	var zero client.Client // zero value: the default socket
+	defer zero.Close()
+	if _, err := os.Stat(api.DefaultSocket); err == nil {
+		return // a real sidecar may answer there
+	}
+	if err := zero.Ready(ctx); !errors.Is(err, client.ErrUnavailable) {
+		t.Errorf("zero Client without a sidecar at %s: %v", api.DefaultSocket, err)
+	}
+}

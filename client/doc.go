@@ -1,0 +1,28 @@
+// Package client is the Go client of the Baton sidecar's HTTP API over its
+// unix socket (SPEC §3, §6).
+//
+//	c := client.New("/run/baton/baton.sock")
+//	defer c.Close()
+//	err := c.Lock(ctx, "article-42", func(ctx context.Context) error {
+//		// ctx is cancelled if the lock is lost; pass c's lease token to the
+//		// storage as the fencing token.
+//		return write(ctx)
+//	}, client.WithWait(5*time.Second))
+//
+// Acquire returns a [Lease] that renews itself in the background (at a third
+// of the lease, and often enough to keep [Lease.ValidFor] fresh) and
+// long-polls the sidecar, so [Lease.Lost] is closed as soon as the sidecar
+// reports the lock lost, a renewal is refused, or the last validity the
+// sidecar confirmed runs out without a new confirmation. Validity is what a
+// holder must respect: before a critical write, check [Lease.ValidFor] and
+// hand [Lease.Token] to the storage, which must reject writes with a token
+// lower than one it has seen.
+//
+// Errors: [*InstanceLockError] (errors.As) when the lock was not granted in
+// time; [ErrLockLost], [ErrNoNode] and [ErrUnavailable] (errors.Is) for a
+// lost lease, an unknown or released lease, and an unreachable sidecar or
+// ZooKeeper; every other answer is an [*APIError] with the status and kind.
+//
+// The sidecar releases a lease when the process that acquired it exits, so
+// a lease lives no longer than the process that holds this Client.
+package client

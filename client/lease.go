@@ -1,0 +1,269 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/batonhq/baton/api"
+)
+
+// longPoll is how long one loss long-poll waits before it is renewed.
+const longPoll = 30 * time.Second
+
+// Lease is a lock held through the sidecar. Its methods are safe for
+// concurrent use.
+type Lease struct {
+	c      *Client
+	id     string
+	object string
+	typ    string
+	info   string
+	node   string
+	token  int64
+	length time.Duration // lease length, for the renewal interval
+
+	mu         sync.Mutex
+	last       api.Lease
+	lastSent   time.Time // send time of the request whose answer set validUntil
+	validUntil time.Time // local monotonic: send time + valid_for_ms
+	lostErr    error
+
+	lost     chan struct{}
+	lostOnce sync.Once
+	ctx      context.Context // background requests; cancelled by stopBackground and on loss
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	started  bool
+}
+
+func newLease(c *Client, v api.Lease, sent time.Time, o acquireOptions) *Lease {
+	l := &Lease{
+		c: c, id: v.LeaseID, object: v.Object, typ: v.Type, info: v.Info, node: v.Node, token: v.Token,
+		length: o.lease, lost: make(chan struct{}),
+	}
+	if l.length <= 0 {
+		l.length = v.LeaseExpiresAt.Sub(v.AcquiredAt.Time)
+	}
+	if l.length <= 0 {
+		l.length = 30 * time.Second
+	}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.apply(v, sent)
+	return l
+}
+
+// ID returns the lease id (the capability to renew and release it).
+func (l *Lease) ID() string { return l.id }
+
+// Object returns the locked object.
+func (l *Lease) Object() string { return l.object }
+
+// Type returns api.Foreground or api.Background.
+func (l *Lease) Type() string { return l.typ }
+
+// Node returns the name of the lock's node in ZooKeeper.
+func (l *Lease) Node() string { return l.node }
+
+// Token returns the fencing token: hand it to the storage with every write.
+func (l *Lease) Token() int64 { return l.token }
+
+// Last returns the latest lease body the sidecar sent.
+func (l *Lease) Last() api.Lease {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.last
+}
+
+// ValidUntil returns the instant (this process's monotonic clock) until
+// which the sidecar last confirmed the lock valid, counted from when that
+// confirmation was requested. Zero once lost.
+func (l *Lease) ValidUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lostErr != nil {
+		return time.Time{}
+	}
+	return l.validUntil
+}
+
+// ValidFor returns how long the lock is still certainly valid: check it
+// before a critical write. It is 0 once the lock is lost.
+func (l *Lease) ValidFor() time.Duration {
+	return max(0, time.Until(l.ValidUntil()))
+}
+
+// Lost returns a channel closed when the lock is lost: the sidecar reported
+// it lost (long-poll, renewal), or its validity ran out without a new
+// confirmation. Err says why.
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// Err returns nil until the lock is lost, then an error wrapping ErrLockLost
+// (or ErrNoNode if the lease was released by someone else).
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lostErr
+}
+
+// apply records an answer about the lease, requested at sent.
+func (l *Lease) apply(v api.Lease, sent time.Time) {
+	l.mu.Lock()
+	if !sent.Before(l.lastSent) {
+		l.last, l.lastSent = v, sent
+		l.validUntil = sent.Add(time.Duration(v.ValidForMS) * time.Millisecond)
+	}
+	l.mu.Unlock()
+	switch v.State {
+	case api.StateLost:
+		reason := v.Reason
+		if reason == "" {
+			reason = "lost"
+		}
+		l.markLost(&APIError{Status: http.StatusGone, Kind: api.LockLost, Reason: reason,
+			Message: fmt.Sprintf("lease %s on %q is lost: %s", l.id, l.object, reason)})
+	case api.StateReleased:
+		l.markLost(fmt.Errorf("lease %s on %q was released: %w", l.id, l.object, ErrNoNode))
+	}
+}
+
+func (l *Lease) markLost(err error) {
+	l.lostOnce.Do(func() {
+		if !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrNoNode) {
+			err = fmt.Errorf("%w: %w", ErrLockLost, err)
+		}
+		l.mu.Lock()
+		l.lostErr = err
+		l.mu.Unlock()
+		close(l.lost)
+		l.cancel()
+	})
+}
+
+func (l *Lease) startBackground() {
+	l.mu.Lock()
+	l.started = true
+	l.mu.Unlock()
+	l.wg.Go(l.keep)
+	l.wg.Go(l.watch)
+}
+
+// stopBackground stops renewal and the loss watch and waits for them.
+func (l *Lease) stopBackground() {
+	l.cancel()
+	l.wg.Wait()
+	l.c.forget(l)
+}
+
+// Renew extends the lease (to the length it was acquired with) and
+// refreshes its validity. A lost lease is an error wrapping ErrLockLost.
+func (l *Lease) Renew(ctx context.Context) error {
+	sent := time.Now()
+	var v api.Lease
+	_, err := l.c.send(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(l.id)+"/renew", api.RenewRequest{}, &v)
+	if err != nil {
+		if errors.Is(err, ErrLockLost) || errors.Is(err, ErrNoNode) {
+			l.markLost(err)
+		}
+		return err
+	}
+	l.apply(v, sent)
+	return l.Err()
+}
+
+// Release stops the background renewal and releases the lock. It returns an
+// error wrapping ErrLockLost if the lock was lost before, ErrNoNode if the
+// lease was already released.
+func (l *Lease) Release(ctx context.Context) error {
+	l.stopBackground()
+	var v api.ReleaseResponse
+	_, err := l.c.send(ctx, http.MethodDelete, "/v1/leases/"+url.PathEscape(l.id), nil, &v)
+	if err != nil {
+		if errors.Is(err, ErrLockLost) {
+			l.markLost(err)
+		}
+		return err
+	}
+	l.lostOnce.Do(func() { // not lost: released
+		l.mu.Lock()
+		l.validUntil = time.Time{}
+		l.mu.Unlock()
+	})
+	return nil
+}
+
+// keep renews at a third of the lease, and often enough that the validity
+// the sidecar confirms (bounded by the ZooKeeper session deadline) stays
+// fresh: at half of what is left of it.
+func (l *Lease) keep() {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		left := time.Until(l.ValidUntil())
+		if left <= 0 {
+			l.markLost(errors.New("validity ran out without a confirmation from the sidecar"))
+			return
+		}
+		next := max(min(l.length/3, left/2), 20*time.Millisecond)
+		t.Reset(min(next, left))
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if time.Until(l.ValidUntil()) <= 0 {
+			continue // reported as lost above
+		}
+		ctx, cancel := context.WithTimeout(l.ctx, max(time.Until(l.ValidUntil()), 100*time.Millisecond))
+		err := l.Renew(ctx)
+		cancel()
+		if l.ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, ErrLockLost) || errors.Is(err, ErrNoNode) {
+			return // markLost done by Renew
+		}
+		// other errors: retry at half the remaining validity
+	}
+}
+
+// watch long-polls the sidecar for the lease leaving "held".
+func (l *Lease) watch() {
+	path := fmt.Sprintf("/v1/leases/%s?wait=lost&timeout_ms=%d", url.PathEscape(l.id), longPoll.Milliseconds())
+	pause := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-l.ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	for l.ctx.Err() == nil {
+		sent := time.Now()
+		var v api.Lease
+		_, err := l.c.send(l.ctx, http.MethodGet, path, nil, &v)
+		if l.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if errors.Is(err, ErrLockLost) || errors.Is(err, ErrNoNode) {
+				l.markLost(err)
+				return
+			}
+			if !pause(250 * time.Millisecond) {
+				return
+			}
+			continue
+		}
+		l.apply(v, sent)
+		if !pause(20 * time.Millisecond) { // a guard against a hot loop
+			return
+		}
+	}
+}

@@ -1,0 +1,117 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/goleak"
+
+	"github.com/batonhq/baton/client"
+	"github.com/batonhq/baton/props"
+	"github.com/batonhq/baton/sidecar"
+	"github.com/batonhq/baton/testenv"
+)
+
+// socketPath is the test sidecar's socket; lockRoot its lock root.
+var (
+	socketPath string
+	lockRoot   = "/t/client"
+	zkServers  []string
+)
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	z, err := testenv.StartZooKeeper(testenv.ZKOptions{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "client tests:", err)
+		return 1
+	}
+	defer z.Stop()
+	zkServers = z.Servers()
+	dir, err := os.MkdirTemp("", "bt")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	socketPath = filepath.Join(dir, "s.sock")
+	cfg := props.Defaults()
+	cfg.ZKServers, cfg.LockRoot, cfg.SocketPath, cfg.NodeID = zkServers, lockRoot, socketPath, "sc-client"
+	cfg.ZKSessionTimeout = 4 * time.Second
+	srv, err := sidecar.New(cfg, sidecar.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	c := client.New(socketPath)
+	deadline := time.Now().Add(30 * time.Second)
+	for c.Ready(context.Background()) != nil {
+		if time.Now().After(deadline) {
+			fmt.Fprintln(os.Stderr, "client tests: sidecar not ready")
+			cancel()
+			return 1
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.Close()
+	code := m.Run()
+	cancel()
+	if err := <-done; err != nil {
+		fmt.Fprintln(os.Stderr, "client tests: sidecar Run:", err)
+		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
+			fmt.Fprintln(os.Stderr, "client tests: goroutine leak:", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+func newClient(t testing.TB) *client.Client {
+	c := client.New(socketPath)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// rawConn is a plain go-zookeeper client for the test's faults.
+func rawConn(t testing.TB) *zk.Conn {
+	t.Helper()
+	c, ev, err := zk.Connect(zkServers, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
+	if err != nil {
+		t.Fatalf("zk connect: %v", err)
+	}
+	deadline := time.After(20 * time.Second)
+	for c.State() != zk.StateHasSession {
+		select {
+		case <-ev:
+		case <-deadline:
+			t.Fatalf("zk connect: no session")
+		}
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+type nopLogger struct{}
+
+func (nopLogger) Printf(string, ...any) {}
+
+// deletePrivateLock makes the object's holder lose the lock.
+func deletePrivateLock(t testing.TB, obj string) {
+	t.Helper()
+	if err := rawConn(t).Delete(lockRoot+"/"+obj+"/privateLock", -1); err != nil {
+		t.Fatalf("delete privateLock of %s: %v", obj, err)
+	}
+}

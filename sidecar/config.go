@@ -1,0 +1,43 @@
+package sidecar
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/batonhq/baton/lock"
+	"github.com/batonhq/baton/props"
+)
+
+// EngineOptions maps the configuration to the lock engine's options. It is
+// the one place where properties become engine settings. The engine's
+// ForegroundWait and BackgroundWait are fixed when it starts; the server
+// passes the current type timeout with every acquire instead, so that a
+// reload applies to later waits. Logger may be nil (discard).
+func EngineOptions(cfg props.Config, logger *slog.Logger) (lock.Options, error) {
+	var on lock.ObjectNode
+	switch cfg.ObjectNode {
+	case "", "container":
+		on = lock.Container
+	case "persistent":
+		on = lock.Persistent
+	default:
+		return lock.Options{}, fmt.Errorf("sidecar: zookeeper.object.node: %q is not container or persistent", cfg.ObjectNode)
+	}
+	if len(cfg.ZKServers) == 0 {
+		return lock.Options{}, fmt.Errorf("sidecar: zookeeper.servers: empty")
+	}
+	return lock.Options{
+		Servers:          append([]string(nil), cfg.ZKServers...),
+		Chroot:           cfg.ZKChroot,
+		Root:             cfg.LockRoot,
+		ObjectNode:       on,
+		SessionTimeout:   cfg.ZKSessionTimeout,
+		ForegroundPrefix: cfg.ForegroundPrefix,
+		BackgroundPrefix: cfg.BackgroundPrefix,
+		ForegroundWait:   cfg.ForegroundTimeout,
+		BackgroundWait:   cfg.BackgroundTimeout,
+		AuthDigest:       cfg.AuthDigest,
+		NodeID:           cfg.NodeID,
+		Logger:           logger,
+	}, nil
+}

@@ -1,0 +1,45 @@
+// Package sidecar is Baton's daemon: the HTTP API of SPEC §3 over a unix
+// socket, the leases it hands out for lock grants, and the lock engine
+// (package lock) that grants them.
+//
+// # Use
+//
+//	loaded, err := props.Load(props.LoadOptions{File: *config, Env: os.Environ()})
+//	srv, err := sidecar.New(loaded.Config, sidecar.Options{Logger: logger, LogLevel: level})
+//	// optional: srv.SetOps(opsHandler) with srv.Engine() for background locks
+//	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+//	err = srv.Run(ctx) // nil after a clean shutdown
+//	// on SIGHUP: next, changes, err := props.Reload(loaded, opts); srv.Reload(next, changes)
+//
+// # Leases and validity
+//
+// A lease names one grant. Its id is "<incarnation>.<128 random bits>" (hex):
+// unguessable, and an id of an earlier run of the sidecar is recognised and
+// answered 410 "sidecar restarted". A lease records the caller's pid
+// (SO_PEERCRED) and is released as soon as that process exits: the exit is
+// seen through a pidfd (pidfd_open, Linux ≥ 5.3) registered with Go's
+// network poller, or, where pidfd is not available, by polling /proc/<pid>
+// every 200 ms. Callers whose pid is not visible (another pid namespace) and
+// callers inside the sidecar's own process rely on the lease alone.
+//
+// valid_until = min(lease_expires_at, the engine's session deadline), and
+// valid_for_ms is the time left until it on the monotonic clock; while the
+// session is disconnected (state "suspect") it shrinks and no renewal
+// extends it. The server remembers the latest valid_until it told each
+// holder and never frees the lock before it, except on the holder's own
+// release or its process's exit: a renewal never moves lease_expires_at
+// before it, and shutdown waits for it. A lease not renewed by
+// lease_expires_at is released; a lost lease answers 410 for 15 minutes.
+//
+// # Long-polls
+//
+// GET /v1/leases/{id}?wait=lost&timeout_ms=N returns when the lease is lost
+// or released, or its state changes from the one it had when the poll
+// began (held → suspect, suspect → held), or after N ms (default 30 s):
+// a poll started while held returns as soon as the lease is no longer held.
+//
+// # What is not guaranteed
+//
+// A holder can pause past its validity without noticing; storage must check
+// the fencing token. Close (unlike Shutdown) frees locks at once.
+package sidecar

@@ -1,0 +1,404 @@
+package sidecar
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/lock"
+)
+
+// TombstoneTTL is how long a lost lease's id keeps answering 410 LockLost.
+const TombstoneTTL = 15 * time.Minute
+
+// maxTombstones bounds the memory of lost-lease ids; past it the oldest go
+// first (only under an extreme rate of losses).
+const maxTombstones = 1 << 20
+
+// releaseTimeout bounds a release the server does on its own (expiry,
+// process exit, shutdown).
+const releaseTimeout = 10 * time.Second
+
+// A lease id is "<incarnation>.<128 random bits>", both hex.
+var leaseIDRE = regexp.MustCompile(`^([0-9a-f]{16})\.[0-9a-f]{32}$`)
+
+func newIncarnation(now time.Time) string {
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%012x%s", now.UnixMilli()&(1<<48-1), hex.EncodeToString(b[:]))
+}
+
+func (s *Server) newLeaseID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
+	return s.inc + "." + hex.EncodeToString(b[:])
+}
+
+// lease is a grant handed out through the API.
+type lease struct {
+	id     string
+	g      *lock.Grant
+	pid    int32
+	length time.Duration // default length of a renewal
+	pw     *pidWatch     // guarded by Server.mu
+
+	mu      sync.Mutex
+	expires time.Time // lease_expires_at (monotonic); never before told
+	told    time.Time // the latest valid_until told to the holder (monotonic)
+	ended   bool
+	state   string // once ended: api.StateLost or api.StateReleased
+	reason  string
+	endedAt time.Time
+
+	renewed chan struct{} // wakes the watcher to re-arm its timer (cap 1)
+	done    chan struct{} // closed when the lease ends
+}
+
+type tomb struct {
+	reason, object, msg string
+	until               time.Time
+}
+
+func (s *Server) activeLeases() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.leases)
+}
+
+// addLease registers a fresh grant as a lease and starts watching it. It
+// fails (and the caller must release g) when shutdown has begun.
+func (s *Server) addLease(g *lock.Grant, pid int32, length time.Duration) (*lease, error) {
+	now := time.Now()
+	l := &lease{
+		id: s.newLeaseID(), g: g, pid: pid, length: length,
+		expires: now.Add(length), renewed: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	s.mu.Lock()
+	if s.stopping() || s.closed {
+		s.mu.Unlock()
+		return nil, shuttingDown(nil)
+	}
+	s.leases[l.id] = l
+	s.watchPIDLocked(l)
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go s.watchLease(l)
+	s.m.leases.WithLabelValues(leaseGranted).Inc()
+	s.log.Debug("lease granted", "lease_id", l.id, "object", g.Object(), "type", g.Type(), "token", g.Token(),
+		"node", g.Node(), "pid", pid, "lease", length, "waited", g.Waited())
+	return l, nil
+}
+
+// lookup finds a live lease, or returns the error its id answers with.
+func (s *Server) lookup(id string) (*lease, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.leases[id]; l != nil {
+		return l, nil
+	}
+	if t, ok := s.tombs[id]; ok && time.Now().Before(t.until) {
+		return nil, lockLost(t.reason, "lease %s on %q is lost: %s", id, t.object, t.msg)
+	}
+	if m := leaseIDRE.FindStringSubmatch(id); m != nil && m[1] != s.inc {
+		return nil, lockLost(api.ReasonSidecarRestarted,
+			"lease %s was granted by an earlier run of the sidecar (incarnation %s, now %s); its lock was freed when that run ended", id, m[1], s.inc)
+	}
+	return nil, newError(api.NoNode, "no lease %q: never granted, or released", id)
+}
+
+// finishLease ends l once, if cond (evaluated under l.mu) holds. A lost
+// lease leaves a tombstone. It does not release the grant.
+func (s *Server) finishLease(l *lease, state, reason, msg string, cond func() bool) bool {
+	now := time.Now()
+	l.mu.Lock()
+	if l.ended || (cond != nil && !cond()) {
+		l.mu.Unlock()
+		return false
+	}
+	l.ended, l.state, l.reason, l.endedAt = true, state, reason, now
+	l.mu.Unlock()
+	close(l.done)
+
+	s.mu.Lock()
+	delete(s.leases, l.id)
+	if state == api.StateLost {
+		s.addTombLocked(l.id, tomb{reason: reason, object: l.g.Object(), msg: msg, until: now.Add(TombstoneTTL)})
+	}
+	if pw := l.pw; pw != nil {
+		delete(pw.leases, l.id)
+		if len(pw.leases) == 0 && s.pids[pw.pid] == pw {
+			delete(s.pids, pw.pid)
+			pw.stop()
+		}
+	}
+	close(s.leaseEnded)
+	s.leaseEnded = make(chan struct{})
+	s.mu.Unlock()
+
+	result := leaseReleased
+	switch reason {
+	case api.ReasonLeaseExpired:
+		result = leaseExpired
+	case api.ReasonProcessExited:
+		result = leaseProcessExited
+	case api.ReasonShutdown:
+		result = leaseShutdown
+	case "":
+	default:
+		result = leaseLost
+	}
+	s.m.leases.WithLabelValues(result).Inc()
+	attrs := []any{"lease_id", l.id, "object", l.g.Object(), "token", l.g.Token(), "held", now.Sub(l.g.AcquiredAt())}
+	switch result {
+	case leaseReleased:
+		s.log.Debug("lease released", attrs...)
+	case leaseLost:
+		s.log.Warn("lease lost", append(attrs, "reason", reason, "cause", msg)...)
+	default:
+		s.log.Info("lease ended", append(attrs, "reason", reason)...)
+	}
+	return true
+}
+
+func (s *Server) addTombLocked(id string, t tomb) {
+	now := time.Now()
+	for len(s.tombQ) > 0 {
+		old := s.tombQ[0]
+		if now.Before(old.until) && len(s.tombQ) < maxTombstones {
+			break
+		}
+		if cur, ok := s.tombs[old.id]; ok && cur.until.Equal(old.until) {
+			delete(s.tombs, old.id)
+		}
+		s.tombQ = s.tombQ[1:]
+	}
+	s.tombs[id] = t
+	s.tombQ = append(s.tombQ, tombRef{id, t.until})
+}
+
+type tombRef struct {
+	id    string
+	until time.Time
+}
+
+// releaseGrant releases a grant the server ends on its own.
+func (s *Server) releaseGrant(g *lock.Grant) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if err := g.Release(ctx); err != nil && !errors.Is(err, lock.ErrLockLost) && !errors.Is(err, lock.ErrNoNode) {
+		s.log.Error("release failed; the lock is freed when the session ends", "object", g.Object(), "token", g.Token(), "err", err)
+	}
+}
+
+// watchLease ends the lease when its grant is lost or it is not renewed in time.
+func (s *Server) watchLease(l *lease) {
+	defer s.wg.Done()
+	t := time.NewTimer(time.Until(l.expiresAt()))
+	defer t.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-l.g.Done():
+			err := l.g.Err()
+			if err == nil {
+				return // released through us
+			}
+			s.finishLease(l, api.StateLost, lostReason(err), err.Error(), nil)
+			return
+		case <-l.renewed:
+			t.Reset(time.Until(l.expiresAt()))
+		case <-t.C:
+			if s.finishLease(l, api.StateLost, api.ReasonLeaseExpired, "not renewed by lease_expires_at", func() bool {
+				return !time.Now().Before(l.expires)
+			}) {
+				s.releaseGrant(l.g)
+				return
+			}
+			t.Reset(time.Until(l.expiresAt()))
+		}
+	}
+}
+
+func (l *lease) expiresAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expires
+}
+
+func lostReason(err error) string {
+	switch {
+	case errors.Is(err, lock.ErrSessionLost):
+		return api.ReasonSessionLost
+	case errors.Is(err, lock.ErrClosed):
+		return api.ReasonShutdown
+	}
+	return api.ReasonLockDeleted
+}
+
+// view renders the lease. With tell, the valid_until shown counts as told
+// to the holder: the lock is not freed before it (except on the holder's
+// release or its process's exit).
+func (s *Server) view(l *lease, tell bool) api.Lease {
+	g := l.g
+	out := api.Lease{
+		LeaseID: l.id, Object: g.Object(), Type: g.Type().String(), Info: g.Info(), Token: g.Token(), Node: g.Node(),
+		AcquiredAt: api.NewTime(g.AcquiredAt()), WaitedMS: g.Waited().Milliseconds(),
+	}
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out.LeaseExpiresAt = api.NewTime(l.expires)
+	switch {
+	case l.ended:
+		out.State, out.Reason = l.state, l.reason
+		out.ValidUntil = api.NewTime(minTime(l.told, l.endedAt))
+	case s.stopping():
+		// No renewal any more: what was told is all the holder gets.
+		out.State, out.Reason = api.StateLost, api.ReasonShutdown
+		out.ValidUntil, out.ValidForMS = api.NewTime(l.told), msUntil(l.told, now)
+	default:
+		st, gv := g.State(), g.ValidUntil()
+		if gv.IsZero() || st == lock.Lost || st == lock.Released {
+			out.State, out.Reason = api.StateLost, lostReason(g.Err())
+			out.ValidUntil = api.NewTime(minTime(l.told, now))
+			return out
+		}
+		vu := minTime(l.expires, gv)
+		if tell && vu.After(l.told) {
+			l.told = vu
+		}
+		out.State = st.String()
+		out.ValidUntil, out.ValidForMS = api.NewTime(vu), msUntil(vu, now)
+	}
+	return out
+}
+
+// state reports the lease's current API state without telling anything.
+func (s *Server) leaseState(l *lease) string {
+	l.mu.Lock()
+	ended, st := l.ended, l.state
+	l.mu.Unlock()
+	if ended {
+		return st
+	}
+	if s.stopping() {
+		return api.StateLost
+	}
+	switch l.g.State() {
+	case lock.Held:
+		return api.StateHeld
+	case lock.Suspect:
+		return api.StateSuspect
+	}
+	return api.StateLost
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+func msUntil(t, now time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return max(0, t.Sub(now).Milliseconds())
+}
+
+// renew extends the lease to now+length (never before a valid_until
+// already told) and returns it as told now.
+func (s *Server) renew(l *lease, length time.Duration) (api.Lease, error) {
+	if s.stopping() {
+		return api.Lease{}, lockLost(api.ReasonShutdown, "the sidecar is shutting down and renews no lease; finish within valid_for_ms and release")
+	}
+	if err := l.g.Err(); err != nil {
+		s.finishLease(l, api.StateLost, lostReason(err), err.Error(), nil)
+		return api.Lease{}, lockLost(lostReason(err), "lease %s on %q is lost: %v", l.id, l.g.Object(), err)
+	}
+	now := time.Now()
+	l.mu.Lock()
+	switch {
+	case l.ended:
+		l.mu.Unlock()
+		_, err := s.lookup(l.id)
+		return api.Lease{}, err
+	case !now.Before(l.expires):
+		l.mu.Unlock()
+		if s.finishLease(l, api.StateLost, api.ReasonLeaseExpired, "not renewed by lease_expires_at", nil) {
+			s.releaseGrant(l.g)
+		}
+		_, err := s.lookup(l.id)
+		return api.Lease{}, err
+	}
+	l.expires = now.Add(length)
+	if l.expires.Before(l.told) {
+		l.expires = l.told
+	}
+	l.mu.Unlock()
+	select {
+	case l.renewed <- struct{}{}:
+	default:
+	}
+	return s.view(l, true), nil
+}
+
+// release is the holder's DELETE.
+func (s *Server) release(ctx context.Context, l *lease) (api.ReleaseResponse, error) {
+	g := l.g
+	if err := g.Err(); err != nil {
+		s.finishLease(l, api.StateLost, lostReason(err), err.Error(), nil)
+		return api.ReleaseResponse{}, lockLost(lostReason(err), "lease %s on %q was lost before the release: %v", l.id, g.Object(), err)
+	}
+	if !s.finishLease(l, api.StateReleased, "", "", nil) {
+		_, err := s.lookup(l.id)
+		return api.ReleaseResponse{}, err
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	err := g.Release(rctx)
+	switch {
+	case err == nil, errors.Is(err, lock.ErrNoNode):
+	case errors.Is(err, lock.ErrLockLost):
+		reason := lostReason(err)
+		s.mu.Lock()
+		s.addTombLocked(l.id, tomb{reason: reason, object: g.Object(), msg: err.Error(), until: time.Now().Add(TombstoneTTL)})
+		s.mu.Unlock()
+		return api.ReleaseResponse{}, lockLost(reason, "lease %s on %q was lost before the release: %v", l.id, g.Object(), err)
+	default:
+		// The grant is still ours in the engine: keep trying in the background.
+		s.log.Warn("release failed; retrying in the background", "lease_id", l.id, "object", g.Object(), "err", err)
+		s.wg.Add(1)
+		go s.retryRelease(g)
+	}
+	return api.ReleaseResponse{Released: true, Object: g.Object(), Token: g.Token()}, nil
+}
+
+func (s *Server) retryRelease(g *lock.Grant) {
+	defer s.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.Done():
+			return
+		case <-s.closing:
+			return // the engine's Close ends the session and its nodes
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		err := g.Release(ctx)
+		cancel()
+		if err == nil || errors.Is(err, lock.ErrNoNode) || errors.Is(err, lock.ErrLockLost) {
+			return
+		}
+	}
+}

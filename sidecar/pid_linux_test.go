@@ -1,0 +1,74 @@
+//go:build linux
+
+package sidecar
+
+import (
+	"log/slog"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// TestExitWaiters: both ways of watching a caller see its exit (also as an
+// unreaped zombie) within the bound, and stop ends a wait.
+func TestExitWaiters(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	for _, c := range []struct {
+		name  string
+		new   func(pid int) exitWaiter
+		bound time.Duration
+	}{
+		{"pidfd", func(pid int) exitWaiter { return newExitWaiter(pid, log) }, 100 * time.Millisecond},
+		{"poll", func(pid int) exitWaiter { return newPollWaiter(pid) }, pollInterval + 300*time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := exec.Command("sleep", "60")
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			w := c.new(cmd.Process.Pid)
+			if _, ok := w.(*pidfdWaiter); c.name == "pidfd" && !ok {
+				t.Logf("pidfd not available here: %T", w)
+			}
+			got := make(chan bool, 1)
+			go func() { got <- w.wait() }()
+			select {
+			case <-got:
+				t.Fatal("wait returned while the process runs")
+			case <-time.After(50 * time.Millisecond):
+			}
+			t0 := time.Now()
+			_ = cmd.Process.Kill() // not reaped yet: a zombie until cmd.Wait
+			select {
+			case ok := <-got:
+				if !ok || time.Since(t0) > c.bound {
+					t.Errorf("wait = %v after %v, want true within %v", ok, time.Since(t0), c.bound)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("exit not seen")
+			}
+			w.stop()
+			_ = cmd.Wait()
+
+			cmd = exec.Command("sleep", "60")
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+			w = c.new(cmd.Process.Pid)
+			go func() { got <- w.wait() }()
+			w.stop()
+			select {
+			case ok := <-got:
+				if ok {
+					t.Errorf("wait after stop = true, want false")
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("stop did not end the wait")
+			}
+		})
+	}
+	if w := newExitWaiter(1<<22+12345, log); !w.wait() {
+		t.Errorf("a pid that does not exist is not reported exited")
+	}
+}

@@ -1,0 +1,18 @@
+//go:build !linux
+
+package sidecar
+
+import (
+	"log/slog"
+	"net"
+)
+
+// peerPID is not available on this platform: leases rely on expiry alone.
+func peerPID(net.Conn) int32 { return 0 }
+
+func newExitWaiter(int, *slog.Logger) exitWaiter { return neverWaiter{make(chan struct{})} }
+
+type neverWaiter struct{ quit chan struct{} }
+
+func (w neverWaiter) wait() bool { <-w.quit; return false }
+func (w neverWaiter) stop()      { close(w.quit) }

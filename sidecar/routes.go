@@ -1,0 +1,496 @@
+package sidecar
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/lock"
+)
+
+type handlerFunc func(http.ResponseWriter, *http.Request) error
+
+// methods maps an HTTP method to its handler for one path.
+type methods map[string]handlerFunc
+
+// inspectTimeout bounds reads of ZooKeeper for GET /v1/locks[/{object}].
+const inspectTimeout = 5 * time.Second
+
+// defaultLongPoll is the long-poll bound when timeout_ms is not given.
+const defaultLongPoll = 30 * time.Second
+
+type router struct {
+	s                                                                                            *Server
+	healthz, readyz, metrics, list, inspect, acquire, lease, renew, opsSubmit, opsGet, opsReplay methods
+}
+
+func (s *Server) routes() http.Handler {
+	prom := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	return &router{
+		s:         s,
+		healthz:   methods{http.MethodGet: s.healthz},
+		readyz:    methods{http.MethodGet: s.readyz},
+		metrics:   methods{http.MethodGet: func(w http.ResponseWriter, r *http.Request) error { prom.ServeHTTP(w, r); return nil }},
+		list:      methods{http.MethodGet: s.list},
+		inspect:   methods{http.MethodGet: s.inspect},
+		acquire:   methods{http.MethodPost: s.acquire},
+		lease:     methods{http.MethodGet: s.getLease, http.MethodDelete: s.deleteLease},
+		renew:     methods{http.MethodPost: s.renewLease},
+		opsSubmit: methods{http.MethodPost: s.serveOps},
+		opsGet:    methods{http.MethodGet: s.serveOps},
+		opsReplay: methods{http.MethodPost: s.serveOps},
+	}
+}
+
+// ServeHTTP routes on the escaped path, split at "/" and unescaped per
+// segment, so an object may contain "/" (as %2F) or be "..".
+func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s := rt.s
+	h := rt.match(r)
+	if h == nil {
+		s.writeError(w, r, newError(api.NotFound, "no such path %q; the API is under /v1/locks, /v1/leases and /v1/ops, plus /healthz, /readyz and /metrics", r.URL.Path))
+		return
+	}
+	method := r.Method
+	if method == http.MethodHead && h[http.MethodGet] != nil {
+		method = http.MethodGet
+	}
+	f := h[method]
+	if f == nil {
+		allow := make([]string, 0, len(h))
+		for m := range h {
+			allow = append(allow, m)
+		}
+		slices.Sort(allow)
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		s.writeError(w, r, newError(api.MethodNotAllowed, "method %s is not allowed on %s; use %s", r.Method, r.URL.Path, strings.Join(allow, " or ")))
+		return
+	}
+	if err := f(w, r); err != nil {
+		s.writeError(w, r, err)
+	}
+}
+
+func (rt *router) match(r *http.Request) methods {
+	p := r.URL.EscapedPath()
+	if !strings.HasPrefix(p, "/") {
+		return nil
+	}
+	raw := strings.Split(p[1:], "/")
+	segs := make([]string, len(raw))
+	for i, seg := range raw {
+		u, err := url.PathUnescape(seg)
+		if err != nil {
+			return nil
+		}
+		segs[i] = u
+	}
+	n := len(segs)
+	if n == 1 {
+		switch segs[0] {
+		case "healthz":
+			return rt.healthz
+		case "readyz":
+			return rt.readyz
+		case "metrics":
+			return rt.metrics
+		}
+		return nil
+	}
+	if segs[0] != "v1" {
+		return nil
+	}
+	switch segs[1] {
+	case "locks":
+		switch {
+		case n == 2:
+			return rt.list
+		case n == 3:
+			r.SetPathValue("object", segs[2])
+			return rt.inspect
+		case n == 4 && segs[3] == "acquire":
+			r.SetPathValue("object", segs[2])
+			return rt.acquire
+		}
+	case "leases":
+		switch {
+		case n == 3:
+			r.SetPathValue("id", segs[2])
+			return rt.lease
+		case n == 4 && segs[3] == "renew":
+			r.SetPathValue("id", segs[2])
+			return rt.renew
+		}
+	case "ops":
+		switch {
+		case n == 2:
+			return rt.opsSubmit
+		case n == 3:
+			r.SetPathValue("id", segs[2])
+			return rt.opsGet
+		case n == 4 && segs[3] == "replay":
+			r.SetPathValue("id", segs[2])
+			return rt.opsReplay
+		}
+	}
+	return nil
+}
+
+func (s *Server) serveOps(w http.ResponseWriter, r *http.Request) error {
+	h := s.opsH.Load()
+	if h == nil {
+		return newError(api.OpsDisabled, "background operations are disabled: set sidecar.app.url to enable them")
+	}
+	(*h).ServeHTTP(w, r)
+	return nil
+}
+
+// validObject checks the object path value.
+func validObject(obj string) error {
+	if _, err := lock.EscapeObject(obj); err != nil {
+		return badRequest("object", "%v", err)
+	}
+	return nil
+}
+
+func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
+	obj := r.PathValue("object")
+	if err := validObject(obj); err != nil {
+		return err
+	}
+	var req api.AcquireRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	typ := lock.Foreground
+	if req.Type != "" {
+		switch req.Type {
+		case api.Foreground:
+		case api.Background:
+			typ = lock.Background
+		default:
+			return badRequest("type", "%q is not %q or %q", req.Type, api.Foreground, api.Background)
+		}
+	}
+	if len(req.Info) > lock.MaxInfoBytes {
+		return badRequest("info", "%d bytes, at most %d", len(req.Info), lock.MaxInfoBytes)
+	}
+	cfg := s.config()
+	wait := cfg.ForegroundTimeout
+	if typ == lock.Background {
+		wait = cfg.BackgroundTimeout
+	}
+	if req.WaitMS != nil {
+		d, err := msParam("wait_ms", *req.WaitMS, 0, api.MaxWaitMS)
+		if err != nil {
+			return err
+		}
+		wait = d
+	}
+	length := cfg.LeaseDefault
+	if req.LeaseMS != nil {
+		d, err := msParam("lease_ms", *req.LeaseMS, 1, cfg.LeaseMax.Milliseconds())
+		if err != nil {
+			return err
+		}
+		length = d
+	}
+	opts := lock.AcquireOptions{Info: req.Info, Wait: wait}
+	if wait == 0 {
+		// try once; the engine's default wait bounds waiting for a connection
+		opts.TryOnce, opts.Wait = true, 0
+	}
+
+	start := time.Now()
+	result := resError
+	defer func() { s.m.acquire.WithLabelValues(typ.String(), result).Observe(time.Since(start).Seconds()) }()
+	if s.stopping() {
+		result = resShuttingDown
+		return shuttingDown(nil)
+	}
+	if n := s.waiters.Add(1); n > int64(cfg.MaxWaiters) {
+		s.waiters.Add(-1)
+		result = resTooManyWaiters
+		return newError(api.TooManyWaiters, "%d acquires are already in progress on this sidecar (sidecar.max.waiters = %d); retry later", n-1, cfg.MaxWaiters)
+	}
+	defer s.waiters.Add(-1)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.stopCtx, cancel)
+	defer stop()
+
+	g, err := s.eng.Acquire(ctx, obj, typ, opts)
+	if err != nil {
+		he := s.toHTTPError(r, err)
+		switch he.body.Kind {
+		case api.InstanceLockException:
+			result = resNotGranted
+		case api.ZooKeeperUnavailable:
+			result = resUnavailable
+		case api.ShuttingDown:
+			result = resShuttingDown
+		}
+		if r.Context().Err() != nil {
+			result = resCanceled
+		}
+		return he
+	}
+	if r.Context().Err() != nil { // the caller went away: nobody would hold it
+		result = resCanceled
+		s.releaseGrant(g)
+		return clientGone(r.Context().Err())
+	}
+	l, err := s.addLease(g, pidFrom(r.Context()), length)
+	if err != nil {
+		result = resShuttingDown
+		s.releaseGrant(g)
+		return err
+	}
+	result = resGranted
+	writeJSON(w, http.StatusOK, s.view(l, true))
+	return nil
+}
+
+func (s *Server) renewLease(w http.ResponseWriter, r *http.Request) error {
+	var req api.RenewRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	var length time.Duration
+	if req.LeaseMS != nil {
+		d, err := msParam("lease_ms", *req.LeaseMS, 1, s.config().LeaseMax.Milliseconds())
+		if err != nil {
+			return err
+		}
+		length = d
+	}
+	l, err := s.lookup(r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if length == 0 {
+		length = l.length
+	}
+	v, err := s.renew(l, length)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
+func (s *Server) deleteLease(w http.ResponseWriter, r *http.Request) error {
+	l, err := s.lookup(r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	res, err := s.release(r.Context(), l)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+// queryParams rejects parameters other than the allowed ones.
+func queryParams(r *http.Request, allowed ...string) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, badRequest("query", "%v", err)
+	}
+	for k, v := range q {
+		if !slices.Contains(allowed, k) {
+			return nil, badRequest(k, "unknown query parameter; accepted: %s", strings.Join(allowed, ", "))
+		}
+		if len(v) > 1 {
+			return nil, badRequest(k, "given %d times", len(v))
+		}
+	}
+	return q, nil
+}
+
+func (s *Server) getLease(w http.ResponseWriter, r *http.Request) error {
+	q, err := queryParams(r, "wait", "timeout_ms")
+	if err != nil {
+		return err
+	}
+	wait := q.Get("wait")
+	if wait != "" && wait != "lost" {
+		return badRequest("wait", "%q is not \"lost\"", wait)
+	}
+	timeout := defaultLongPoll
+	if q.Has("timeout_ms") {
+		if wait == "" {
+			return badRequest("timeout_ms", "only applies with wait=lost")
+		}
+		v, err := strconv.ParseInt(q.Get("timeout_ms"), 10, 64)
+		if err != nil {
+			return badRequest("timeout_ms", "%q is not a whole number of milliseconds", q.Get("timeout_ms"))
+		}
+		if timeout, err = msParam("timeout_ms", v, 0, api.MaxWaitMS); err != nil {
+			return err
+		}
+	}
+	l, err := s.lookup(r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if wait == "lost" {
+		if err := s.waitChange(r.Context(), l, timeout); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, s.view(l, true))
+	return nil
+}
+
+// waitChange is the long-poll of GET /v1/leases/{id}?wait=lost: it blocks
+// until the lease is lost or released, or its state differs from the one
+// it had when the poll began (held → suspect, suspect → held), or timeout
+// passes. A poll that starts while held thus returns as soon as the lease
+// is no longer held; one that starts while suspect waits for the outcome
+// instead of answering at once.
+func (s *Server) waitChange(ctx context.Context, l *lease, timeout time.Duration) error {
+	s.polls.Add(1)
+	defer s.polls.Add(-1)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	// Session events wake us at once; the tick is a backstop.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	initial := s.leaseState(l)
+	for {
+		sc := s.sessionChanged()
+		if st := s.leaseState(l); st != initial || st == api.StateLost || st == api.StateReleased {
+			return nil
+		}
+		select {
+		case <-l.done:
+		case <-l.g.Done():
+		case <-sc:
+		case <-s.stopCtx.Done():
+		case <-tick.C:
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return clientGone(ctx.Err())
+		}
+	}
+}
+
+func (s *Server) inspect(w http.ResponseWriter, r *http.Request) error {
+	obj := r.PathValue("object")
+	if err := validObject(obj); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), inspectTimeout)
+	defer cancel()
+	st, err := s.eng.Inspect(ctx, obj)
+	if err != nil {
+		return err
+	}
+	out := api.LockStatus{Object: obj, Holder: holderOf(st.Holder), Waiters: make([]api.Waiter, 0, len(st.Waiters))}
+	for _, n := range st.Waiters {
+		out.Waiters = append(out.Waiters, api.Waiter{Node: n.Name, Type: n.Type, Info: n.Info, Sidecar: n.Sidecar, Since: api.NewTime(n.Since)})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func holderOf(n *lock.Node) *api.Holder {
+	if n == nil {
+		return nil
+	}
+	return &api.Holder{Node: n.Name, Type: n.Type, Info: n.Info, Sidecar: n.Sidecar, Token: n.Token, Since: api.NewTime(n.Since)}
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
+	q, err := queryParams(r, "prefix", "after", "limit")
+	if err != nil {
+		return err
+	}
+	limit := 100
+	if q.Has("limit") {
+		v, err := strconv.Atoi(q.Get("limit"))
+		if err != nil || v < 1 || v > 1000 {
+			return badRequest("limit", "%q is not a whole number from 1 to 1000", q.Get("limit"))
+		}
+		limit = v
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), inspectTimeout)
+	defer cancel()
+	sums, next, err := s.eng.List(ctx, q.Get("prefix"), q.Get("after"), limit)
+	if err != nil {
+		return err
+	}
+	out := api.LockList{Locks: make([]api.LockSummary, 0, len(sums)), Next: next}
+	for _, sm := range sums {
+		out.Locks = append(out.Locks, api.LockSummary{Object: sm.Object, Holder: holderOf(sm.Holder), Waiters: sm.Waiters})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// health reports the server's state and whether it is ready, with the kind
+// and reason when it is not.
+func (s *Server) health() (h api.Health, kind string) {
+	eh := s.eng.Health()
+	cfg := s.config()
+	h = api.Health{
+		Status: "serving", Sidecar: cfg.NodeID, Incarnation: s.inc, Leases: s.activeLeases(),
+		ZooKeeper: api.ZKInfo{
+			Connected: eh.Connected, TimeoutMS: eh.Timeout.Milliseconds(),
+			LocksHeld: eh.Held, Waiting: eh.Waiting, CleanupPending: eh.CleanupPending,
+		},
+	}
+	if eh.SessionID != 0 {
+		h.ZooKeeper.Session = "0x" + strconv.FormatInt(eh.SessionID, 16)
+	}
+	if !eh.Connected {
+		h.ZooKeeper.DisconnectedForMS = s.disconnectedFor().Milliseconds()
+	}
+	limit := time.Duration(cfg.ZKConnectionRetry) * cfg.ZKConnectionDelay
+	switch {
+	case s.stopping():
+		h.Status = "shutting_down"
+		kind, h.Reason = api.ShuttingDown, "shutting down"
+	case !eh.Connected:
+		kind = api.ZooKeeperUnavailable
+		d := s.disconnectedFor().Round(time.Millisecond)
+		if d >= limit {
+			h.Reason = "zookeeper unreachable for " + d.String() + " (zookeeper.connection.retry × delay = " + limit.String() + ")"
+		} else {
+			h.Reason = "zookeeper not connected for " + d.String() + "; held locks are suspect"
+		}
+	case s.opts.OpsReady != nil:
+		if err := s.opts.OpsReady(); err != nil {
+			kind, h.Reason = api.QueueUnavailable, "queue: "+err.Error()
+		}
+	}
+	h.Ready = kind == ""
+	return h, kind
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
+	h, _ := s.health()
+	writeJSON(w, http.StatusOK, h)
+	return nil
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
+	h, kind := s.health()
+	if kind == "" {
+		writeJSON(w, http.StatusOK, h)
+		return nil
+	}
+	h.Error, h.Message = kind, "not ready: "+h.Reason
+	writeJSON(w, api.Status(kind), h)
+	return nil
+}
