@@ -43,7 +43,7 @@ bench: deps ## benchmarks with figures (engine, socket, queue, dlq)
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./lock ./sidecar ./queue ./dlq
 
 peers: deps ## Baton vs Curator, kazoo and go-zookeeper's lock in one run (../shared/peers)
-	bash deploy/peers.sh
+	bash cmd/baton-bench/peers.sh
 
 chaos: deps ## the fault-injection tests only (kills, pauses, black holes), verbose
 	$(GO) test -race -count=1 -v -run 'CutOff|Leader|Dropped|Kill|Pause|BlackHole|Outage|Lost|Crash' $(PKGS)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -31,8 +30,7 @@ type Client struct {
 	Socket string
 
 	once sync.Once
-	tr   *http.Transport
-	hc   *http.Client
+	tr   *transport
 
 	mu     sync.Mutex
 	leases map[*Lease]struct{}
@@ -47,17 +45,10 @@ func (c *Client) init() {
 		if sock == "" {
 			sock = api.DefaultSocket
 		}
-		c.tr = &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, "unix", sock)
-			},
-			MaxIdleConns:        64,
-			MaxIdleConnsPerHost: 64,
-			IdleConnTimeout:     time.Minute,
-			DisableCompression:  true,
-		}
-		c.hc = &http.Client{Transport: c.tr}
+		c.tr = &transport{dial: func(ctx context.Context) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}}
 	})
 }
 
@@ -75,7 +66,7 @@ func (c *Client) Close() error {
 		l.stopBackground()
 	}
 	if c.tr != nil {
-		c.tr.CloseIdleConnections()
+		c.tr.closeIdle()
 	}
 	return nil
 }
@@ -84,32 +75,26 @@ func (c *Client) Close() error {
 // decodes a 2xx answer into out (if not nil) and maps error answers.
 func (c *Client) send(ctx context.Context, method, path string, in, out any) (int, error) {
 	c.init()
-	var body io.Reader
+	var body []byte
 	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
 			return 0, fmt.Errorf("client: encoding the request: %w", err)
 		}
-		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://baton"+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, "http://baton"+path, nil)
 	if err != nil {
 		return 0, fmt.Errorf("client: %w", err)
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := c.hc.Do(req)
+	resp, b, err := c.tr.roundTrip(ctx, req, body)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, fmt.Errorf("client: %s %s: %w", method, path, context.Cause(ctx))
 		}
 		return 0, fmt.Errorf("client: %s %s: %w: %w", method, path, ErrUnavailable, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return resp.StatusCode, fmt.Errorf("client: %s %s: reading the answer: %w: %w", method, path, ErrUnavailable, err)
 	}
 	if resp.StatusCode >= 300 {
 		return resp.StatusCode, decodeError(resp.StatusCode, b)

@@ -34,7 +34,9 @@ type Grant struct {
 	state     State // Held while not finished; Lost or Released when done
 	cause     error
 	releasing bool
-	done      chan struct{}
+	ctx       context.Context // cancelled, with the cause, when the grant ends
+	cancel    context.CancelCauseFunc
+	armTimer  *time.Timer // arms the holder watch after HolderWatchDelay
 }
 
 func (r *request) grant(node string, seq int64, st *zk.Stat, next int64) *Grant {
@@ -43,12 +45,36 @@ func (r *request) grant(node string, seq int64, st *zk.Stat, next int64) *Grant 
 		e: r.e, s: r.s, object: r.object, name: r.name, typ: r.typ, info: r.info, reqID: r.reqID,
 		node: node, seq: seq, objPath: r.objPath, plPath: r.plPath,
 		token: st.Czxid, version: st.Version, acquiredAt: now, waited: now.Sub(r.start), next: next,
-		objCzxid: r.objCzxid, done: make(chan struct{}),
+		objCzxid: r.objCzxid,
 	}
+	g.ctx, g.cancel = context.WithCancelCause(context.Background())
 	r.e.held.Add(1)
 	r.e.log.Debug("lock granted", "object", r.object, "type", r.typ, "token", g.token, "node", node, "waited", g.waited)
-	r.e.wg.Go(g.watch)
+	if !r.s.register(g) { // the session ended while we were being granted
+		g.lose(r.s.lostCause())
+		return g
+	}
+	// No goroutine per grant until the holder watch is due: short critical
+	// sections cost a timer only.
+	g.mu.Lock()
+	g.armTimer = time.AfterFunc(r.e.opts.HolderWatchDelay, g.arm)
+	g.mu.Unlock()
 	return g
+}
+
+// arm starts the holder watch, unless the grant ended meanwhile.
+func (g *Grant) arm() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.state != Held || g.releasing {
+		return
+	}
+	select {
+	case <-g.e.closing:
+		return
+	default:
+	}
+	g.e.wg.Go(g.watch)
 }
 
 // Object returns the object name. Token returns the fencing token: the
@@ -78,7 +104,11 @@ func (g *Grant) AcquiredAt() time.Time { return g.acquiredAt }
 func (g *Grant) Waited() time.Duration { return g.waited }
 
 // Done is closed when the grant ends: released, or lost (see Err).
-func (g *Grant) Done() <-chan struct{} { return g.done }
+func (g *Grant) Done() <-chan struct{} { return g.ctx.Done() }
+
+// Context is cancelled when the grant ends; its cause is the grant's Err,
+// or context.Canceled after Release. It suits context.AfterFunc.
+func (g *Grant) Context() context.Context { return g.ctx }
 
 // Err returns nil while the grant lasts, nil after Release, or an error
 // wrapping ErrLockLost and its cause once lost.
@@ -127,8 +157,12 @@ func (g *Grant) finish(st State, cause error) bool {
 		return false
 	}
 	g.state, g.cause = st, cause
+	if g.armTimer != nil {
+		g.armTimer.Stop()
+	}
 	g.mu.Unlock()
-	close(g.done)
+	g.cancel(cause)
+	g.s.unregister(g)
 	g.e.held.Add(-1)
 	next := int64(-1)
 	if st == Released {
@@ -151,21 +185,9 @@ func (g *Grant) lose(cause error) {
 // watch follows privateLock while the grant lasts: deletion by anyone else,
 // or the session's end, loses the grant.
 func (g *Grant) watch() {
-	if d := g.e.opts.HolderWatchDelay; d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-g.done:
-			return
-		case <-g.s.lost:
-			g.lose(g.s.lostCause())
-			return
-		case <-t.C:
-		}
-	}
 	for {
 		select {
-		case <-g.done:
+		case <-g.ctx.Done():
 			return
 		case <-g.s.lost:
 			g.lose(g.s.lostCause())
@@ -191,7 +213,7 @@ func (g *Grant) watch() {
 			ctx, cancel := context.WithCancel(context.Background())
 			go func() {
 				select {
-				case <-g.done:
+				case <-g.ctx.Done():
 				case <-g.e.closing:
 				}
 				cancel()
@@ -201,7 +223,7 @@ func (g *Grant) watch() {
 			continue
 		}
 		select {
-		case <-g.done:
+		case <-g.ctx.Done():
 			return
 		case <-g.s.lost:
 			g.lose(g.s.lostCause())

@@ -32,7 +32,8 @@ type session struct {
 	cleanups  []cleanup
 	cleanWake chan struct{}
 
-	lost      chan struct{} // closed when the session is declared lost
+	grants    map[*Grant]struct{} // held grants, ended when the session is lost
+	lost      chan struct{}       // closed when the session is declared lost
 	closeOnce sync.Once
 	pending   atomic.Int64 // cleanups not yet done (metric)
 }
@@ -51,6 +52,7 @@ func newSession(e *Engine, gen uint64) (*session, error) {
 		lost:      make(chan struct{}),
 		cleanWake: make(chan struct{}, 1),
 		state:     zk.StateDisconnected,
+		grants:    make(map[*Grant]struct{}),
 	}
 	dialer := func(network, addr string, timeout time.Duration) (net.Conn, error) {
 		c, err := e.opts.Dialer(network, addr, timeout)
@@ -222,8 +224,15 @@ func (s *session) fail(cause error) {
 		s.cleanups = nil
 		s.pending.Store(0)
 		s.notifyLocked()
+		grants := make([]*Grant, 0, len(s.grants))
+		for g := range s.grants {
+			grants = append(grants, g)
+		}
 		s.mu.Unlock()
 		close(s.lost)
+		for _, g := range grants { // told now, before anything else happens
+			g.lose(cause)
+		}
 		s.log.Warn("zookeeper session lost", "cause", cause)
 		s.e.replace(s)
 		// Close sends closeSession when connected, so the server drops our
@@ -259,6 +268,23 @@ func (s *session) monitor() {
 		case <-timer.C:
 		}
 	}
+}
+
+// register adds a grant to the session; false if the session is lost.
+func (s *session) register(g *Grant) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lostErr != nil {
+		return false
+	}
+	s.grants[g] = struct{}{}
+	return true
+}
+
+func (s *session) unregister(g *Grant) {
+	s.mu.Lock()
+	delete(s.grants, g)
+	s.mu.Unlock()
 }
 
 // addCleanup queues deletes that must happen while the session lives: they

@@ -56,8 +56,13 @@ type lease struct {
 	reason  string
 	endedAt time.Time
 
-	renewed chan struct{} // wakes the watcher to re-arm its timer (cap 1)
-	done    chan struct{} // closed when the lease ends
+	// No goroutine per lease: expiry is a timer that re-arms itself while
+	// renewals move lease_expires_at, and the grant's loss is a callback on
+	// its context (a goroutine and its wake-ups per lock cycle showed as
+	// scheduling delay on every acquire/release).
+	timer    *time.Timer
+	stopLost func() bool
+	done     chan struct{} // closed when the lease ends
 }
 
 type tomb struct {
@@ -77,7 +82,7 @@ func (s *Server) addLease(g *lock.Grant, pid int32, length time.Duration) (*leas
 	now := time.Now()
 	l := &lease{
 		id: s.newLeaseID(), g: g, pid: pid, length: length,
-		expires: now.Add(length), renewed: make(chan struct{}, 1), done: make(chan struct{}),
+		expires: now.Add(length), done: make(chan struct{}),
 	}
 	s.mu.Lock()
 	if s.stopping() || s.closed {
@@ -86,9 +91,15 @@ func (s *Server) addLease(g *lock.Grant, pid int32, length time.Duration) (*leas
 	}
 	s.leases[l.id] = l
 	s.watchPIDLocked(l)
-	s.wg.Add(1)
+	l.mu.Lock()
+	l.timer = time.AfterFunc(length, func() { s.expire(l) })
+	l.stopLost = context.AfterFunc(g.Context(), func() {
+		if err := g.Err(); err != nil {
+			s.finishLease(l, api.StateLost, lostReason(err), err.Error(), nil)
+		}
+	})
+	l.mu.Unlock()
 	s.mu.Unlock()
-	go s.watchLease(l)
 	s.m.leases.WithLabelValues(leaseGranted).Inc()
 	s.log.Debug("lease granted", "lease_id", l.id, "object", g.Object(), "type", g.Type(), "token", g.Token(),
 		"node", g.Node(), "pid", pid, "lease", length, "waited", g.Waited())
@@ -122,6 +133,10 @@ func (s *Server) finishLease(l *lease, state, reason, msg string, cond func() bo
 		return false
 	}
 	l.ended, l.state, l.reason, l.endedAt = true, state, reason, now
+	if l.timer != nil {
+		l.timer.Stop()
+		l.stopLost()
+	}
 	l.mu.Unlock()
 	close(l.done)
 
@@ -133,8 +148,7 @@ func (s *Server) finishLease(l *lease, state, reason, msg string, cond func() bo
 	if pw := l.pw; pw != nil {
 		delete(pw.leases, l.id)
 		if len(pw.leases) == 0 && s.pids[pw.pid] == pw {
-			delete(s.pids, pw.pid)
-			pw.stop()
+			s.idleLocked(pw)
 		}
 	}
 	close(s.leaseEnded)
@@ -196,40 +210,20 @@ func (s *Server) releaseGrant(g *lock.Grant) {
 	}
 }
 
-// watchLease ends the lease when its grant is lost or it is not renewed in time.
-func (s *Server) watchLease(l *lease) {
-	defer s.wg.Done()
-	t := time.NewTimer(time.Until(l.expiresAt()))
-	defer t.Stop()
-	for {
-		select {
-		case <-l.done:
-			return
-		case <-l.g.Done():
-			err := l.g.Err()
-			if err == nil {
-				return // released through us
-			}
-			s.finishLease(l, api.StateLost, lostReason(err), err.Error(), nil)
-			return
-		case <-l.renewed:
-			t.Reset(time.Until(l.expiresAt()))
-		case <-t.C:
-			if s.finishLease(l, api.StateLost, api.ReasonLeaseExpired, "not renewed by lease_expires_at", func() bool {
-				return !time.Now().Before(l.expires)
-			}) {
-				s.releaseGrant(l.g)
-				return
-			}
-			t.Reset(time.Until(l.expiresAt()))
-		}
+// expire ends a lease not renewed by lease_expires_at (and releases its
+// lock); a renewal moved the expiry meanwhile: wait again.
+func (s *Server) expire(l *lease) {
+	if s.finishLease(l, api.StateLost, api.ReasonLeaseExpired, "not renewed by lease_expires_at", func() bool {
+		return !time.Now().Before(l.expires)
+	}) {
+		s.releaseGrant(l.g)
+		return
 	}
-}
-
-func (l *lease) expiresAt() time.Time {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.expires
+	if !l.ended {
+		l.timer.Reset(time.Until(l.expires))
+	}
+	l.mu.Unlock()
 }
 
 func lostReason(err error) string {
@@ -344,10 +338,6 @@ func (s *Server) renew(l *lease, length time.Duration) (api.Lease, error) {
 		l.expires = l.told
 	}
 	l.mu.Unlock()
-	select {
-	case l.renewed <- struct{}{}:
-	default:
-	}
 	return s.view(l, true), nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/batonhq/baton/api"
 )
@@ -21,8 +22,45 @@ func pidFrom(ctx context.Context) int32 {
 type pidWatch struct {
 	pid      int32
 	leases   map[string]*lease // guarded by Server.mu
+	linger   *time.Timer       // guarded by Server.mu: stops an idle watch later
 	w        exitWaiter
 	stopOnce sync.Once
+}
+
+// pidLinger keeps a process's watch after its last lease ends, so that a
+// process locking in a loop does not open and close a pidfd (and wake a
+// goroutine) per lock.
+const pidLinger = 30 * time.Second
+
+// idleLocked is called when pw's last lease ended. s.mu must be held.
+func (s *Server) idleLocked(pw *pidWatch) {
+	if s.closed {
+		delete(s.pids, pw.pid)
+		pw.stop()
+		return
+	}
+	pw.linger = time.AfterFunc(pidLinger, func() {
+		s.mu.Lock()
+		idle := len(pw.leases) == 0 && s.pids[pw.pid] == pw
+		if idle {
+			delete(s.pids, pw.pid)
+		}
+		s.mu.Unlock()
+		if idle {
+			pw.stop()
+		}
+	})
+}
+
+// stopPIDsLocked stops every watch (teardown). s.mu must be held.
+func (s *Server) stopPIDsLocked() {
+	for pid, pw := range s.pids {
+		if pw.linger != nil {
+			pw.linger.Stop()
+		}
+		delete(s.pids, pid)
+		pw.stop()
+	}
 }
 
 func (pw *pidWatch) stop() { pw.stopOnce.Do(pw.w.stop) }
@@ -48,6 +86,10 @@ func (s *Server) watchPIDLocked(l *lease) {
 		s.pids[l.pid] = pw
 		s.wg.Add(1)
 		go s.runPIDWatch(pw)
+	}
+	if pw.linger != nil {
+		pw.linger.Stop()
+		pw.linger = nil
 	}
 	pw.leases[l.id] = l
 	l.pw = pw

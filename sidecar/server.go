@@ -382,6 +382,9 @@ func (s *Server) teardown() {
 		s.closed = true
 		s.mu.Unlock()
 		s.endAll()
+		s.mu.Lock()
+		s.stopPIDsLocked()
+		s.mu.Unlock()
 		close(s.closing)
 		s.eng.Close()
 		s.wg.Wait()
