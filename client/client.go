@@ -191,9 +191,19 @@ func (c *Client) forget(l *Lease) {
 	c.mu.Unlock()
 }
 
+// leaseKey is the context key of the lease Lock runs fn under.
+type leaseKey struct{}
+
+// LeaseFrom returns the lease of the Lock call whose fn got ctx (for its
+// fencing token: hand LeaseFrom(ctx).Token() to the storage), or nil.
+func LeaseFrom(ctx context.Context) *Lease {
+	l, _ := ctx.Value(leaseKey{}).(*Lease)
+	return l
+}
+
 // Lock acquires object, runs fn with a context that is cancelled (cause:
-// the loss, wrapping ErrLockLost) if the lock is lost, and releases the
-// lock when fn returns. It returns fn's error, joined with an error
+// the loss, wrapping ErrLockLost) if the lock is lost and that carries the
+// lease (LeaseFrom), and releases the lock when fn returns. It returns fn's error, joined with an error
 // wrapping ErrLockLost if the lock was lost while fn ran, or the release's
 // error.
 func (c *Client) Lock(ctx context.Context, object string, fn func(ctx context.Context) error, opts ...Option) error {
@@ -201,7 +211,7 @@ func (c *Client) Lock(ctx context.Context, object string, fn func(ctx context.Co
 	if err != nil {
 		return err
 	}
-	fctx, cancel := context.WithCancelCause(ctx)
+	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, l))
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		select {

@@ -15,12 +15,14 @@ func ExampleClient_Lock() {
 	c := client.New(socketPath)
 	defer c.Close()
 	err := c.Lock(context.Background(), "article-42", func(ctx context.Context) error {
-		fmt.Println("writing article-42")
+		// hand the fencing token to the storage with every write
+		token := client.LeaseFrom(ctx).Token()
+		fmt.Println("writing article-42 with a token:", token > 0)
 		return nil
 	}, client.WithWait(5*time.Second), client.WithInfo("example"))
 	fmt.Println("err:", err)
 	// Output:
-	// writing article-42
+	// writing article-42 with a token: true
 	// err: <nil>
 }
 
