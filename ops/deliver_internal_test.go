@@ -1,0 +1,137 @@
+package ops
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/batonhq/baton/lock"
+	"github.com/batonhq/baton/queue"
+)
+
+// wire is what an app decodes from a delivery body.
+type wire struct {
+	ID         string          `json:"id"`
+	Object     string          `json:"object"`
+	Info       string          `json:"info"`
+	Payload    json.RawMessage `json:"payload"`
+	Attempt    int             `json:"attempt"`
+	Token      string          `json:"token"`
+	Seq        uint64          `json:"seq"`
+	AcceptedAt string          `json:"accepted_at"`
+}
+
+func decodeDelivery(t *testing.T, b []byte) wire {
+	t.Helper()
+	var w wire
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		t.Fatalf("delivery body %s: %v", b, err)
+	}
+	return w
+}
+
+func TestDeliveryBody(t *testing.T) {
+	at := time.Date(2025, 1, 2, 15, 4, 5, 123456789, time.FixedZone("x", 3600))
+	for _, tc := range []struct {
+		name        string
+		payload     string
+		wantPayload string
+	}{
+		{"object with spaces and html", `{"b": [1, 2.50],  "s": "<&>"}`, `{"b": [1, 2.50],  "s": "<&>"}`},
+		{"absent", ``, `null`},
+		{"null", `null`, `null`},
+		{"number as written", `1e400`, `1e400`},
+		{"string", `"é\u00e9"`, `"é\u00e9"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			op := queue.Op{ID: "op-1", Object: "a/b <ü>", Info: "line\n\"q\"", Payload: json.RawMessage(tc.payload), Seq: 42, AcceptedAt: at}
+			b, err := deliveryBody(op, 3, 1<<62)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := decodeDelivery(t, b)
+			if string(w.Payload) != tc.wantPayload {
+				t.Errorf("payload = %s, want %s byte for byte", w.Payload, tc.wantPayload)
+			}
+			want := wire{ID: "op-1", Object: "a/b <ü>", Info: "line\n\"q\"", Attempt: 3, Token: "4611686018427387904", Seq: 42, AcceptedAt: "2025-01-02T14:04:05.123Z"}
+			w.Payload = nil
+			if got := w; got.ID != want.ID || got.Object != want.Object || got.Info != want.Info || got.Attempt != want.Attempt ||
+				got.Token != want.Token || got.Seq != want.Seq || got.AcceptedAt != want.AcceptedAt {
+				t.Errorf("delivery = %+v, want %+v", got, want)
+			}
+		})
+	}
+	if _, err := deliveryBody(queue.Op{ID: "x", Payload: json.RawMessage(`{`)}, 1, 1); err == nil {
+		t.Error("deliveryBody accepted an invalid stored payload")
+	}
+}
+
+// FuzzDeliveryBody: whatever the strings and payload, the body is valid JSON
+// that decodes back to the same fields, with the payload byte for byte.
+func FuzzDeliveryBody(f *testing.F) {
+	f.Add("op-1", "article-42", "info", `{"a": 1}`, uint64(1), int64(7))
+	f.Add("x", "\u2028<script>", "\x7f\ufffd", `"\ud800"`, uint64(0), int64(-1))
+	f.Add("", "", "", ` [ ] `, uint64(1<<63), int64(0))
+	f.Fuzz(func(t *testing.T, id, object, info, payload string, seq uint64, token int64) {
+		// Queue ops are valid UTF-8 with a valid JSON payload.
+		if !json.Valid([]byte(payload)) || !utf8.ValidString(id) || !utf8.ValidString(object) || !utf8.ValidString(info) {
+			return
+		}
+		op := queue.Op{ID: id, Object: object, Info: info, Payload: json.RawMessage(payload), Seq: seq, AcceptedAt: time.UnixMilli(1e12)}
+		b, err := deliveryBody(op, 1, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := decodeDelivery(t, b)
+		if w.ID != id || w.Object != object || w.Info != info || w.Seq != seq || w.Token != strconv.FormatInt(token, 10) {
+			t.Fatalf("round trip of %q %q %q %d %d = %+v", id, object, info, seq, token, w)
+		}
+		if string(w.Payload) != strings.Trim(payload, " \t\r\n") {
+			t.Fatalf("payload %q came back as %q", payload, w.Payload)
+		}
+	})
+}
+
+func TestRoute(t *testing.T) {
+	for _, tc := range []struct {
+		path   string
+		id     string
+		replay bool
+		ok     bool
+	}{
+		{"/v1/ops", "", false, true},
+		{"/v1/ops/", "", false, true},
+		{"/v1/ops/abc", "abc", false, true},
+		{"/v1/ops/replay", "replay", false, true},
+		{"/v1/ops/a%3Ab/replay", "a:b", true, true},
+		{"/v1/ops/a/b", "", false, false},
+		{"/v1/opsx", "", false, false},
+		{"/v1/ops/a/replay/x", "", false, false},
+	} {
+		r := httptest.NewRequest("GET", tc.path, nil)
+		id, replay, err := route(r)
+		if (err == nil) != tc.ok || id != tc.id || replay != tc.replay {
+			t.Errorf("route(%q) = %q, %v, %v; want %q, %v, ok %v", tc.path, id, replay, err, tc.id, tc.replay, tc.ok)
+		}
+	}
+}
+
+func TestLockInfo(t *testing.T) {
+	if got := lockInfo(queue.Op{ID: "a"}); got != "op a" {
+		t.Errorf("lockInfo = %q", got)
+	}
+	long := lockInfo(queue.Op{ID: "a", Info: strings.Repeat("ü", lock.MaxInfoBytes)})
+	if len(long) > lock.MaxInfoBytes || !utf8.ValidString(long) || !strings.HasPrefix(long, "op a: ü") {
+		t.Errorf("lockInfo of a long info: %d bytes, valid %v", len(long), utf8.ValidString(long))
+	}
+	if got := LeaseID("x-1", 2); got != "op:x-1:2" {
+		t.Errorf("LeaseID = %q", got)
+	}
+}

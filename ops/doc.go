@@ -1,0 +1,72 @@
+// Package ops is Baton's background-operations dispatcher (SPEC §4): it
+// accepts ops over the sidecar's /v1/ops endpoints into the durable queue
+// (package queue), delivers each to the app at sidecar.app.url under the
+// object's background lock, retries failures with exponential backoff
+// (package retry) and publishes the ops that fail for good to the
+// dead-letter topic (package dlq).
+//
+// # Wiring (what `baton serve` does)
+//
+// The lock engine lives in the sidecar, so the sidecar is built first and
+// the dispatcher's hooks are closures over a variable set right after:
+//
+//	var d *ops.Dispatcher // Ready and Drain accept a nil receiver
+//	s, err := sidecar.New(cfg, sidecar.Options{Logger: log, Registry: reg,
+//		OpsReady: func() error { return d.Ready() },
+//		OpsDrain: func(ctx context.Context) { d.Drain(ctx) },
+//	})
+//	d, err = ops.New(cfg, ops.Deps{Engine: s.Engine(), Registry: s.Registry(), Logger: log})
+//	s.SetOps(d.Handler())
+//	go d.Run(ctx)       // returns after ctx ends (or Drain), once the workers stopped
+//	err = s.Run(ctx)    // on shutdown calls Drain, then closes the engine
+//	<-run finished; d.Close()
+//	on SIGHUP: d.Reload(next.Config) next to s.Reload(next, changes)
+//
+// # Delivery
+//
+// A worker claims the next runnable op (per object in accept order: a later
+// op waits while an earlier one is queued, running or retrying), takes the
+// object's background lock (waiting zookeeper.background.task.timeout),
+// POSTs {"id","object","info","payload","attempt","token","seq",
+// "accepted_at"} with the Baton-* headers to the app, and releases the lock
+// when the app answers, sidecar.app.timeout passes, or the grant ends (the
+// delivery is then cancelled: a retryable LockLost failure). The payload is
+// sent byte for byte as accepted. Baton-Fencing-Token is the grant's token.
+// Baton-Lease-Id is "op:<id>:<attempt>": a worker's grant has no HTTP lease,
+// so it names the attempt; /v1/leases does not know it.
+//
+// Outcomes: 2xx → done. InstanceLockException, timeouts, connection errors,
+// 408, 409, 423, 429, 5xx (and 1xx/3xx) → retrying at now +
+// Policy.Delay(attempts), until the retries are used up → dlq_pending.
+// Other 4xx → dlq_pending at once. ZooKeeper unavailable (no session, or the
+// acquire failed with lock.ErrUnavailable / lock.ErrSessionLost, or the wait
+// ran out while disconnected) → the op goes back to queued without counting
+// the attempt, and every worker pauses until the engine is connected again
+// (checked every 100ms; each worker gives back at most the one op it
+// claimed). Drain's deadline and Close also give back the ops whose
+// delivery they cut short. An attempt cut short by a crash is not counted
+// either (the queue requeues running ops at open).
+//
+// Submissions are accepted (fsynced) as long as the queue is open, also
+// while the sidecar drains at shutdown: they are delivered after the next
+// start.
+//
+// # Dead letters
+//
+// One loop publishes dlq_pending ops (the op plus attempts, last_error,
+// error_class, first_attempt_at, sidecar = sidecar.node.id; key = object)
+// and then marks them dead_lettered. Each round publishes at most one
+// letter per object, the lowest seq, so an object's letters reach the topic
+// in order. While Kafka is unreachable the ops stay dlq_pending on disk and
+// the loop retries with a backoff from 100ms to 5s. A crash between the
+// broker's acknowledgement and the dead_lettered record publishes the letter
+// again after the restart: delivery to the topic is at least once, and the
+// op id identifies duplicates.
+//
+// # What is not guaranteed
+//
+// Deliveries are at least once: an app answer lost to a crash, a timeout
+// or a lost lock is followed by another attempt. The fencing token orders
+// grants, not ops: an app that must not let an older op overwrite newer
+// data compares seq / accepted_at.
+package ops

@@ -1,0 +1,254 @@
+package ops
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/queue"
+)
+
+// submitTimeout bounds one submit or replay (the fsync included).
+const submitTimeout = 30 * time.Second
+
+// handler serves the /v1/ops endpoints. The sidecar routes to it with the
+// path value "id" set; used on its own it parses the path itself.
+type handler struct{ d *Dispatcher }
+
+// httpError is an error answer: a status and the SPEC §3 error body.
+type httpError struct {
+	status int
+	body   api.Error
+}
+
+func (e *httpError) Error() string {
+	return fmt.Sprintf("%d %s: %s", e.status, e.body.Kind, e.body.Message)
+}
+
+func newError(kind, format string, args ...any) *httpError {
+	return &httpError{status: api.Status(kind), body: api.Error{Kind: kind, Message: fmt.Sprintf(format, args...)}}
+}
+
+func badRequest(field, format string, args ...any) *httpError {
+	e := newError(api.BadRequest, "%s: "+format, append([]any{field}, args...)...)
+	e.body.Field = field
+	return e
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := h.serve(w, r); err != nil {
+		he := h.toHTTPError(err)
+		level := slog.LevelDebug
+		if he.status >= 500 {
+			level = slog.LevelWarn
+		}
+		h.d.log.Log(r.Context(), level, "ops request failed", "method", r.Method, "path", r.URL.Path,
+			"status", he.status, "error", he.body.Kind, "message", he.body.Message)
+		writeJSON(w, he.status, he.body)
+	}
+}
+
+// route returns the op id ("" for /v1/ops) and whether the path is
+// /v1/ops/{id}/replay.
+func route(r *http.Request) (id string, replay bool, err error) {
+	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), "/v1/ops")
+	if !ok || (rest != "" && rest[0] != '/') {
+		return "", false, newError(api.NotFound, "no such path %q", r.URL.Path)
+	}
+	segs := strings.Split(strings.TrimPrefix(rest, "/"), "/")
+	if rest == "" || rest == "/" {
+		segs = nil
+	}
+	switch {
+	case len(segs) == 0:
+	case len(segs) == 1 || len(segs) == 2 && segs[1] == "replay":
+		id, err = url.PathUnescape(segs[0])
+		if err != nil {
+			return "", false, newError(api.NotFound, "no such path %q", r.URL.Path)
+		}
+		replay = len(segs) == 2
+	default:
+		return "", false, newError(api.NotFound, "no such path %q", r.URL.Path)
+	}
+	if v := r.PathValue("id"); v != "" {
+		id = v
+	}
+	return id, replay, nil
+}
+
+func (h *handler) serve(w http.ResponseWriter, r *http.Request) error {
+	if h.d.store == nil {
+		return newError(api.OpsDisabled, "background operations are disabled: set sidecar.app.url to enable them")
+	}
+	id, replay, err := route(r)
+	if err != nil {
+		return err
+	}
+	want := http.MethodPost
+	if id != "" && !replay {
+		want = http.MethodGet
+	}
+	if r.Method != want && !(want == http.MethodGet && r.Method == http.MethodHead) {
+		w.Header().Set("Allow", want)
+		return newError(api.MethodNotAllowed, "method %s is not allowed on %s; use %s", r.Method, r.URL.Path, want)
+	}
+	switch {
+	case id == "":
+		return h.submit(w, r)
+	case replay:
+		return h.replay(w, r, id)
+	default:
+		return h.get(w, id)
+	}
+}
+
+func (h *handler) submit(w http.ResponseWriter, r *http.Request) error {
+	var req api.OpRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), submitTimeout)
+	defer cancel()
+	op, created, err := h.d.store.Submit(ctx, queue.SubmitRequest{ID: req.ID, Object: req.Object, Info: req.Info, Payload: req.Payload})
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/v1/ops/"+url.PathEscape(op.ID))
+	if !created {
+		writeJSON(w, http.StatusOK, api.OpAck{ID: op.ID, State: string(op.State)})
+		return nil
+	}
+	h.d.m.transition(queue.Queued)
+	h.d.log.Debug("op accepted", "op_id", op.ID, "object", op.Object, "seq", op.Seq)
+	writeJSON(w, http.StatusAccepted, api.OpAck{ID: op.ID, State: string(op.State)})
+	return nil
+}
+
+func (h *handler) get(w http.ResponseWriter, id string) error {
+	if !queue.ValidID(id) {
+		return newError(api.NotFound, "no op %q: op ids are 1-128 characters of A-Z a-z 0-9 . _ : -", id)
+	}
+	op, err := h.d.store.Get(id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.Op{
+		ID: op.ID, Object: op.Object, State: string(op.State), Attempts: op.Attempts, LastError: op.LastError,
+		NextAttemptAt: api.NewTime(op.NextAttemptAt), AcceptedAt: api.NewTime(op.AcceptedAt), Seq: int64(op.Seq),
+	})
+	return nil
+}
+
+func (h *handler) replay(w http.ResponseWriter, r *http.Request, id string) error {
+	var none struct{}
+	if err := decodeBody(w, r, &none); err != nil {
+		return err
+	}
+	if !queue.ValidID(id) {
+		return newError(api.NotFound, "no op %q: op ids are 1-128 characters of A-Z a-z 0-9 . _ : -", id)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), submitTimeout)
+	defer cancel()
+	op, err := h.d.store.Replay(ctx, id)
+	if err != nil {
+		return err
+	}
+	h.d.m.transition(queue.Queued)
+	h.d.log.Info("dead-lettered op replayed", "op_id", op.ID, "object", op.Object, "seq", op.Seq)
+	w.Header().Set("Location", "/v1/ops/"+url.PathEscape(op.ID))
+	writeJSON(w, http.StatusAccepted, api.OpAck{ID: op.ID, State: string(op.State)})
+	return nil
+}
+
+// toHTTPError maps the queue's errors to answers (SPEC §3).
+func (h *handler) toHTTPError(err error) *httpError {
+	if he, ok := errors.AsType[*httpError](err); ok {
+		return he
+	}
+	if fe, ok := errors.AsType[*queue.FieldError](err); ok {
+		return badRequest(fe.Field, "%s", fe.Reason)
+	}
+	if se, ok := errors.AsType[*queue.StateError](err); ok && errors.Is(err, queue.ErrNotDeadLettered) {
+		return newError(api.Conflict, "op %q is %s: only a dead_lettered op can be replayed", se.ID, se.State)
+	}
+	switch {
+	case errors.Is(err, queue.ErrConflict):
+		return newError(api.Conflict, "%v: use another id, or resubmit the same body", err)
+	case errors.Is(err, queue.ErrNotFound):
+		return newError(api.NotFound, "no such op (finished ops are kept for queue.retention)")
+	case errors.Is(err, queue.ErrQueueFull):
+		return newError(api.QueueFull, "%v; retry later", err)
+	case errors.Is(err, queue.ErrClosed):
+		return newError(api.QueueUnavailable, "the queue is closed (shutting down); retry against the restarted sidecar")
+	}
+	return newError(api.QueueUnavailable, "the queue failed: %v; retry later", err)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(api.Error{Kind: api.InternalError, Message: "encoding the answer: " + err.Error()})
+	}
+	b = append(b, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// decodeBody reads a JSON object into v like the sidecar does: at most
+// api.MaxBody bytes (else 413), unknown fields refused, an empty body
+// meaning {}, whatever the Content-Type.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxBody))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			e := newError(api.PayloadTooLarge, "body: over %d bytes (1 MiB)", api.MaxBody)
+			e.body.Field = "body"
+			return e
+		}
+		return badRequest("body", "reading the body: %v", err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return badRequest("body", "trailing data after the JSON object")
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	if se, ok := errors.AsType[*json.SyntaxError](err); ok {
+		return badRequest("body", "malformed JSON at byte %d: %v", se.Offset, se)
+	}
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		if te.Field == "" {
+			return badRequest("body", "want a JSON object, got %s", te.Value)
+		}
+		return badRequest(te.Field, "want %s, got JSON %s", te.Type.String(), te.Value)
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return badRequest(strings.Trim(name, `"`), "unknown field (see the API reference for the accepted fields)")
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return badRequest("body", "malformed JSON: unexpected end of input")
+	}
+	return badRequest("body", "malformed JSON: %v", err)
+}

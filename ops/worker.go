@@ -1,0 +1,249 @@
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+	"unicode/utf8"
+
+	"github.com/batonhq/baton/lock"
+	"github.com/batonhq/baton/queue"
+	"github.com/batonhq/baton/retry"
+)
+
+// NameLockLost is the error class of an attempt whose background lock was
+// lost while the app was handling it (the delivery is cancelled; retryable).
+const NameLockLost = "LockLost"
+
+// work is one worker: claim, lock, deliver, record; until the soft stop.
+func (d *Dispatcher) work(n int) {
+	log := d.log.With("worker", n)
+	for {
+		if d.soft.Err() != nil || !d.waitConnected() {
+			return
+		}
+		op, err := d.store.Next(d.soft) // claims a runnable op even if soft has ended: checked above
+		if err != nil {
+			if d.soft.Err() != nil || errors.Is(err, queue.ErrClosed) {
+				return
+			}
+			log.Error("claiming an op failed; retrying in 1s", "error", err)
+			if !sleepCtx(d.soft, time.Second) {
+				return
+			}
+			continue
+		}
+		d.m.transition(queue.Running)
+		d.attempt(log, op)
+	}
+}
+
+// waitConnected blocks while the engine has no ZooKeeper session, so that
+// workers do not claim ops they cannot lock (no attempt is counted while
+// ZooKeeper is unavailable). It returns false on the soft stop.
+func (d *Dispatcher) waitConnected() bool {
+	if d.eng.Health().Connected {
+		d.resumed()
+		return true
+	}
+	if d.paused.CompareAndSwap(false, true) {
+		if d.everConnected.Load() {
+			d.log.Warn("zookeeper unavailable: workers pause; no attempt is counted until it is back")
+		} else {
+			d.log.Info("workers wait for the first zookeeper session")
+		}
+	}
+	t := time.NewTicker(pausePoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.soft.Done():
+			return false
+		case <-t.C:
+			if d.eng.Health().Connected {
+				d.resumed()
+				return true
+			}
+		}
+	}
+}
+
+func (d *Dispatcher) resumed() {
+	d.everConnected.Store(true)
+	if d.paused.CompareAndSwap(true, false) {
+		d.log.Info("zookeeper connected: workers resume")
+	}
+}
+
+// unavailable reports whether an acquire error means ZooKeeper (not the
+// object) was the problem: such an attempt is not counted.
+func (d *Dispatcher) unavailable(err error) bool {
+	if errors.Is(err, lock.ErrUnavailable) || errors.Is(err, lock.ErrSessionLost) || errors.Is(err, lock.ErrClosed) {
+		return true
+	}
+	// A wait that ran out while disconnected says nothing about the object.
+	if _, ok := errors.AsType[*lock.InstanceLockError](err); ok && !d.eng.Health().Connected {
+		return true
+	}
+	return false
+}
+
+// attempt makes one delivery attempt of a claimed (running) op and records
+// its outcome.
+func (d *Dispatcher) attempt(log *slog.Logger, op queue.Op) {
+	set := d.set.Load()
+	ev := event{ID: op.ID, Object: op.Object, Attempt: op.Attempts + 1, Start: time.Now()}
+	log = log.With("op_id", op.ID, "object", op.Object, "attempt", ev.Attempt)
+
+	if !d.eng.Health().Connected {
+		d.giveBack(log, op, ev, "zookeeper not connected")
+		return
+	}
+	ao := lock.AcquireOptions{Info: lockInfo(op), Wait: set.lockWait}
+	if set.lockWait == 0 {
+		ao.TryOnce = true
+	}
+	g, err := d.eng.Acquire(d.soft, op.Object, lock.Background, ao)
+	if err != nil {
+		switch {
+		case d.soft.Err() != nil:
+			d.giveBack(log, op, ev, "shutting down")
+		case d.unavailable(err):
+			d.giveBack(log, op, ev, "zookeeper unavailable: "+err.Error())
+		case errors.Is(err, lock.ErrInvalidObject): // cannot succeed by repetition
+			d.fail(log, op, ev, set, &retry.Error{Class: retry.Permanent, Name: "InvalidObject", Err: err})
+		default:
+			d.fail(log, op, ev, set, err)
+		}
+		return
+	}
+	ev.Token = g.Token()
+	out := d.deliver(op, g, set)
+	rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	switch rerr := g.Release(rctx); {
+	case rerr == nil, errors.Is(rerr, lock.ErrClosed):
+	case errors.Is(rerr, lock.ErrLockLost): // the engine reported it; a delivery in progress was cancelled
+		log.Debug("background lock already lost at release", "token", g.Token(), "error", rerr)
+	default:
+		log.Warn("releasing the background lock failed", "token", g.Token(), "error", rerr)
+	}
+	cancel()
+	switch {
+	case out.cutShort:
+		d.giveBack(log, op, ev, "delivery cut short by shutdown")
+	case out.err == nil:
+		d.succeed(log, op, ev, out.status)
+	default:
+		d.fail(log, op, ev, set, out.err)
+	}
+}
+
+func (d *Dispatcher) storeCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), storeTimeout)
+}
+
+// giveBack returns a running op to the queue without counting the attempt.
+func (d *Dispatcher) giveBack(log *slog.Logger, op queue.Op, ev event, why string) {
+	ctx, cancel := d.storeCtx()
+	defer cancel()
+	if err := d.store.Requeue(ctx, op.ID); err != nil {
+		log.Error("giving the op back to the queue failed; it is retried after a restart", "reason", why, "error", err)
+		return
+	}
+	log.Debug("op given back to the queue, attempt not counted", "reason", why)
+	d.m.transition(queue.Queued)
+	ev.End, ev.Outcome, ev.ErrorMsg = time.Now(), "requeued", why
+	d.emit(ev)
+}
+
+func (d *Dispatcher) succeed(log *slog.Logger, op queue.Op, ev event, status int) {
+	ctx, cancel := d.storeCtx()
+	defer cancel()
+	if err := d.store.Done(ctx, op.ID); err != nil {
+		log.Error("recording a delivered op failed; it will be delivered again after a restart", "error", err)
+		return
+	}
+	log.Debug("op delivered", "status", status, "token", ev.Token, "took", time.Since(ev.Start))
+	d.m.transition(queue.Done)
+	d.m.attempts.Observe(float64(ev.Attempt))
+	ev.End, ev.Outcome = time.Now(), "done"
+	d.emit(ev)
+}
+
+// fail records a failed attempt: retrying with backoff, or dlq_pending when
+// the failure is permanent or the retries are used up.
+func (d *Dispatcher) fail(log *slog.Logger, op queue.Op, ev event, set *settings, err error) {
+	now := time.Now()
+	dec := set.policy.Decide(ev.Attempt, err, now)
+	ctx, cancel := d.storeCtx()
+	defer cancel()
+	ev.Class, ev.ErrorMsg, ev.Failed = dec.Err.Name, dec.Err.Error(), now
+	if dec.Retry {
+		if serr := d.store.Retry(ctx, op.ID, dec.Err.Name, dec.Err.Error(), dec.At); serr != nil {
+			log.Error("recording a failed attempt failed", "error", serr, "attempt_error", err)
+			return
+		}
+		log.Info("attempt failed; retrying", "error_class", dec.Err.Name, "error", dec.Err.Error(),
+			"next_attempt_at", dec.At.UTC().Format(time.RFC3339Nano), "in", dec.At.Sub(now).Round(time.Millisecond))
+		d.m.transition(queue.Retrying)
+		ev.End, ev.Outcome, ev.NextAt = time.Now(), "retrying", dec.At
+		d.emit(ev)
+		return
+	}
+	if serr := d.store.DeadLetterPending(ctx, op.ID, dec.Err.Name, dec.Err.Error()); serr != nil {
+		log.Error("recording a failed attempt failed", "error", serr, "attempt_error", err)
+		return
+	}
+	why := "permanent failure"
+	if dec.Exhausted {
+		why = "retries used up"
+	}
+	log.Warn("op failed for good; dead-lettering it", "reason", why, "error_class", dec.Err.Name, "error", dec.Err.Error())
+	d.m.transition(queue.DLQPending)
+	d.m.attempts.Observe(float64(ev.Attempt))
+	d.wakeDLQ()
+	ev.End, ev.Outcome = time.Now(), "dlq_pending"
+	d.emit(ev)
+}
+
+func (d *Dispatcher) emit(ev event) {
+	if d.hook != nil {
+		d.hook(ev)
+	}
+}
+
+// lockInfo is what the background lock's node records: the op id and its
+// info, within the engine's bound.
+func lockInfo(op queue.Op) string {
+	s := "op " + op.ID
+	if op.Info != "" {
+		s += ": " + op.Info
+	}
+	if len(s) <= lock.MaxInfoBytes {
+		return s
+	}
+	n := lock.MaxInfoBytes
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// LeaseID is the Baton-Lease-Id header of a delivery. A worker's grant has
+// no HTTP lease (the app must not renew or release it), so the header names
+// the op and attempt instead: "op:<id>:<attempt>". It is unique per attempt
+// and never accepted by /v1/leases.
+func LeaseID(id string, attempt int) string { return fmt.Sprintf("op:%s:%d", id, attempt) }
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
