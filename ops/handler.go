@@ -1,12 +1,8 @@
 package ops
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -14,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/internal/httpapi"
 	"github.com/batonhq/baton/queue"
 )
 
@@ -24,36 +21,26 @@ const submitTimeout = 30 * time.Second
 // path value "id" set; used on its own it parses the path itself.
 type handler struct{ d *Dispatcher }
 
-// httpError is an error answer: a status and the SPEC §3 error body.
-type httpError struct {
-	status int
-	body   api.Error
-}
+// httpError is an answer other than 2xx, as the sidecar's.
+type httpError = httpapi.Error
 
-func (e *httpError) Error() string {
-	return fmt.Sprintf("%d %s: %s", e.status, e.body.Kind, e.body.Message)
-}
-
-func newError(kind, format string, args ...any) *httpError {
-	return &httpError{status: api.Status(kind), body: api.Error{Kind: kind, Message: fmt.Sprintf(format, args...)}}
-}
-
-func badRequest(field, format string, args ...any) *httpError {
-	e := newError(api.BadRequest, "%s: "+format, append([]any{field}, args...)...)
-	e.body.Field = field
-	return e
-}
+var (
+	newError   = httpapi.New
+	badRequest = httpapi.BadRequest
+	writeJSON  = httpapi.WriteJSON
+	decodeBody = httpapi.DecodeBody
+)
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := h.serve(w, r); err != nil {
 		he := h.toHTTPError(err)
 		level := slog.LevelDebug
-		if he.status >= 500 {
+		if he.Status >= 500 {
 			level = slog.LevelWarn
 		}
 		h.d.log.Log(r.Context(), level, "ops request failed", "method", r.Method, "path", r.URL.Path,
-			"status", he.status, "error", he.body.Kind, "message", he.body.Message)
-		writeJSON(w, he.status, he.body)
+			"status", he.Status, "error", he.Body.Kind, "message", he.Body.Message)
+		writeJSON(w, he.Status, he.Body)
 	}
 }
 
@@ -191,64 +178,4 @@ func (h *handler) toHTTPError(err error) *httpError {
 		return newError(api.QueueUnavailable, "the queue is closed (shutting down); retry against the restarted sidecar")
 	}
 	return newError(api.QueueUnavailable, "the queue failed: %v; retry later", err)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status = http.StatusInternalServerError
-		b, _ = json.Marshal(api.Error{Kind: api.InternalError, Message: "encoding the answer: " + err.Error()})
-	}
-	b = append(b, '\n')
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
-}
-
-// decodeBody reads a JSON object into v like the sidecar does: at most
-// api.MaxBody bytes (else 413), unknown fields refused, an empty body
-// meaning {}, whatever the Content-Type.
-func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxBody))
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			e := newError(api.PayloadTooLarge, "body: over %d bytes (1 MiB)", api.MaxBody)
-			e.body.Field = "body"
-			return e
-		}
-		return badRequest("body", "reading the body: %v", err)
-	}
-	if len(bytes.TrimSpace(body)) == 0 {
-		return nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return badRequest("body", "trailing data after the JSON object")
-	}
-	return nil
-}
-
-func jsonError(err error) error {
-	if se, ok := errors.AsType[*json.SyntaxError](err); ok {
-		return badRequest("body", "malformed JSON at byte %d: %v", se.Offset, se)
-	}
-	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
-		if te.Field == "" {
-			return badRequest("body", "want a JSON object, got %s", te.Value)
-		}
-		return badRequest(te.Field, "want %s, got JSON %s", te.Type.String(), te.Value)
-	}
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return badRequest(strings.Trim(name, `"`), "unknown field (see the API reference for the accepted fields)")
-	}
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return badRequest("body", "malformed JSON: unexpected end of input")
-	}
-	return badRequest("body", "malformed JSON: %v", err)
 }

@@ -229,7 +229,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 	g, err := s.eng.Acquire(ctx, obj, typ, opts)
 	if err != nil {
 		he := s.toHTTPError(r, err)
-		switch he.body.Kind {
+		switch he.Body.Kind {
 		case api.InstanceLockException:
 			result = resNotGranted
 		case api.ZooKeeperUnavailable:

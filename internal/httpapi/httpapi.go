@@ -1,0 +1,121 @@
+// Package httpapi holds what the sidecar's handlers and the ops handler
+// share: the error answer (status + api.Error body), JSON writing, and
+// request-body decoding whose errors name the field at fault.
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/batonhq/baton/api"
+)
+
+// Error is an answer other than 2xx: a status and the JSON body.
+type Error struct {
+	Status int
+	Body   api.Error
+	Cause  error // for the log; may be nil
+}
+
+func (e *Error) Error() string {
+	if e.Cause != nil {
+		return fmt.Sprintf("%d %s: %s: %v", e.Status, e.Body.Kind, e.Body.Message, e.Cause)
+	}
+	return fmt.Sprintf("%d %s: %s", e.Status, e.Body.Kind, e.Body.Message)
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Cause }
+
+// New is an error answer of the kind's status.
+func New(kind, format string, args ...any) *Error {
+	return &Error{Status: api.Status(kind), Body: api.Error{Kind: kind, Message: fmt.Sprintf(format, args...)}}
+}
+
+// BadRequest is a 400 naming the field or parameter at fault.
+func BadRequest(field, format string, args ...any) *Error {
+	e := New(api.BadRequest, "%s: "+format, append([]any{field}, args...)...)
+	e.Body.Field = field
+	return e
+}
+
+// WriteJSON writes v as the answer with status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil { // our own types: cannot happen
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(api.Error{Kind: api.InternalError, Message: "encoding the answer: " + err.Error()})
+	}
+	b = append(b, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// DecodeBody reads a JSON object into v: at most api.MaxBody bytes (else
+// 413), unknown fields refused, an empty body meaning {}, whatever the
+// Content-Type.
+func DecodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxBody))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			e := New(api.PayloadTooLarge, "body: over %d bytes (1 MiB)", api.MaxBody)
+			e.Body.Field = "body"
+			return e
+		}
+		return BadRequest("body", "reading the body: %v", err)
+	}
+	return DecodeJSON(body, v)
+}
+
+// DecodeJSON is DecodeBody's decoding of an already read body.
+func DecodeJSON(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return BadRequest("body", "trailing data after the JSON object")
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	if se, ok := errors.AsType[*json.SyntaxError](err); ok {
+		return BadRequest("body", "malformed JSON at byte %d: %v", se.Offset, se)
+	}
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		if te.Field == "" {
+			return BadRequest("body", "want a JSON object, got %s", te.Value)
+		}
+		return BadRequest(te.Field, "want %s, got JSON %s", jsonKind(te.Type.String()), te.Value)
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return BadRequest(strings.Trim(name, `"`), "unknown field (see the API reference for the accepted fields)")
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return BadRequest("body", "malformed JSON: unexpected end of input")
+	}
+	return BadRequest("body", "malformed JSON: %v", err)
+}
+
+func jsonKind(goType string) string {
+	switch strings.TrimPrefix(goType, "*") {
+	case "int64", "int":
+		return "a whole number"
+	case "string":
+		return "a string"
+	}
+	return goType
+}
