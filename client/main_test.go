@@ -86,27 +86,7 @@ func newClient(t testing.TB) *client.Client {
 }
 
 // rawConn is a plain go-zookeeper client for the test's faults.
-func rawConn(t testing.TB) *zk.Conn {
-	t.Helper()
-	c, ev, err := zk.Connect(zkServers, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
-	if err != nil {
-		t.Fatalf("zk connect: %v", err)
-	}
-	deadline := time.After(20 * time.Second)
-	for c.State() != zk.StateHasSession {
-		select {
-		case <-ev:
-		case <-deadline:
-			t.Fatalf("zk connect: no session")
-		}
-	}
-	t.Cleanup(c.Close)
-	return c
-}
-
-type nopLogger struct{}
-
-func (nopLogger) Printf(string, ...any) {}
+func rawConn(t testing.TB) *zk.Conn { return testenv.Client(t, zkServers) }
 
 // deletePrivateLock makes the object's holder lose the lock.
 func deletePrivateLock(t testing.TB, obj string) {

@@ -24,23 +24,7 @@ import (
 var zkServer *testenv.ZooKeeper
 
 func TestMain(m *testing.M) {
-	z, err := testenv.StartZooKeeper(testenv.ZKOptions{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "lock tests:", err)
-		os.Exit(1)
-	}
-	zkServer = z
-	code := m.Run()
-	if err := z.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "lock tests: stop zookeeper:", err)
-	}
-	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
-			fmt.Fprintln(os.Stderr, "lock tests: goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(testenv.Main("lock", &zkServer, m.Run, func() error { return goleak.Find(goleak.IgnoreCurrent()) }))
 }
 
 var nonWord = regexp.MustCompile(`[^A-Za-z0-9]+`)
@@ -85,27 +69,8 @@ func assertNoLeftovers(t testing.TB, conn *zk.Conn, root string) {
 }
 
 // rawConn is a plain go-zookeeper client for the test's own reads and faults.
-func rawConn(t testing.TB, servers []string) *zk.Conn {
-	t.Helper()
-	c, ev, err := zk.Connect(servers, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
-	if err != nil {
-		t.Fatalf("zk connect: %v", err)
-	}
-	deadline := time.After(20 * time.Second)
-	for c.State() != zk.StateHasSession {
-		select {
-		case <-ev:
-		case <-deadline:
-			t.Fatalf("zk connect: no session")
-		}
-	}
-	t.Cleanup(c.Close)
-	return c
-}
-
-type nopLogger struct{}
-
-func (nopLogger) Printf(string, ...any) {}
+// rawConn is a plain go-zookeeper client for the test's own reads and faults.
+func rawConn(t testing.TB, servers []string) *zk.Conn { return testenv.Client(t, servers) }
 
 func testLogger(t testing.TB) *slog.Logger {
 	if testing.Verbose() {

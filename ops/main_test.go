@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -33,23 +32,7 @@ import (
 var zkServer *testenv.ZooKeeper
 
 func TestMain(m *testing.M) {
-	z, err := testenv.StartZooKeeper(testenv.ZKOptions{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "ops tests:", err)
-		os.Exit(1)
-	}
-	zkServer = z
-	code := m.Run()
-	if err := z.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "ops tests: stop zookeeper:", err)
-	}
-	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
-			fmt.Fprintln(os.Stderr, "ops tests: goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(testenv.Main("ops", &zkServer, m.Run, func() error { return goleak.Find(goleak.IgnoreCurrent()) }))
 }
 
 func testLogger(t testing.TB) *slog.Logger {

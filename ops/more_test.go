@@ -8,12 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zookeeper/zk"
-
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/ops"
 	"github.com/batonhq/baton/ops/opstest"
 	"github.com/batonhq/baton/props"
+	"github.com/batonhq/baton/testenv"
 )
 
 // TestLockLostDuringDelivery: when the worker's grant ends mid-delivery
@@ -42,11 +41,7 @@ func TestLockLostDuringDelivery(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("no delivery")
 	}
-	conn, _, err := zk.Connect(zkServer.Servers(), 4*time.Second, zk.WithLogInfo(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := testenv.Client(t, zkServer.Servers())
 	if err := conn.Delete(e.cfg.LockRoot+"/lost-obj/privateLock", -1); err != nil {
 		t.Fatalf("deleting privateLock: %v", err)
 	}

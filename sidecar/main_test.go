@@ -32,23 +32,7 @@ import (
 var zkServer *testenv.ZooKeeper
 
 func TestMain(m *testing.M) {
-	z, err := testenv.StartZooKeeper(testenv.ZKOptions{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "sidecar tests:", err)
-		os.Exit(1)
-	}
-	zkServer = z
-	code := m.Run()
-	if err := z.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "sidecar tests: stop zookeeper:", err)
-	}
-	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
-			fmt.Fprintln(os.Stderr, "sidecar tests: goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(testenv.Main("sidecar", &zkServer, m.Run, func() error { return goleak.Find(goleak.IgnoreCurrent()) }))
 }
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -237,27 +221,7 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 }
 
 // rawConn is a plain go-zookeeper client for the test's own reads and faults.
-func rawConn(t testing.TB) *zk.Conn {
-	t.Helper()
-	c, ev, err := zk.Connect(zkServer.Servers(), 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
-	if err != nil {
-		t.Fatalf("zk connect: %v", err)
-	}
-	deadline := time.After(20 * time.Second)
-	for c.State() != zk.StateHasSession {
-		select {
-		case <-ev:
-		case <-deadline:
-			t.Fatalf("zk connect: no session")
-		}
-	}
-	t.Cleanup(c.Close)
-	return c
-}
-
-type nopLogger struct{}
-
-func (nopLogger) Printf(string, ...any) {}
+func rawConn(t testing.TB) *zk.Conn { return testenv.Client(t, zkServer.Servers()) }
 
 // nodesUnder lists every object's children under root ("obj: [kids]").
 func nodesUnder(t testing.TB, conn *zk.Conn, root string) []string {

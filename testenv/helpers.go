@@ -1,0 +1,58 @@
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// Client returns a plain go-zookeeper client with an established session,
+// closed when the test ends: for a test's own reads and faults.
+func Client(t TB, servers []string) *zk.Conn {
+	t.Helper()
+	c, ev, err := zk.Connect(servers, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
+	if err != nil {
+		t.Fatalf("testenv: zk connect: %v", err)
+	}
+	deadline := time.After(20 * time.Second)
+	for c.State() != zk.StateHasSession {
+		select {
+		case <-ev:
+		case <-deadline:
+			c.Close()
+			t.Fatalf("testenv: zk connect to %v: no session after 20s", servers)
+		}
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+type nopLogger struct{}
+
+func (nopLogger) Printf(string, ...any) {}
+
+// Main is the body of a package's TestMain that shares one standalone
+// ZooKeeper between its tests: it starts the server into *z, runs the tests
+// (run is m.Run), stops the server, then runs after (e.g. a goroutine leak
+// check) if the tests passed, and returns the exit code.
+func Main(pkg string, z **ZooKeeper, run func() int, after func() error) int {
+	s, err := StartZooKeeper(ZKOptions{})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s tests: %v\n", pkg, err)
+		return 1
+	}
+	*z = s
+	code := run()
+	if err := s.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "%s tests: stop zookeeper: %v\n", pkg, err)
+	}
+	if code == 0 && after != nil {
+		if err := after(); err != nil {
+			fmt.Fprintf(os.Stderr, "%s tests: %v\n", pkg, err)
+			code = 1
+		}
+	}
+	return code
+}
