@@ -39,7 +39,17 @@
 // set its data) when the engine can prove nobody else created a child since
 // it last saw the object empty but for its own nodes: ZooKeeper's sequence
 // suffix grows by one per create under the parent, so a suffix equal to the
-// one predicted from the engine's own creates proves there was none. A
-// mismatch gives privateLock back without reporting a grant and turns the
-// fast path off for the object until the slow path sees it alone again.
+// one predicted from the engine's own creates proves there was none. The
+// proof holds for one incarnation of the object node: a container can be
+// reaped and created again by someone else, so a prediction carries the
+// node's czxid and a data watch on it, and ZooKeeper delivers that watch's
+// event before the answer to any later request. A mismatch (or a fired
+// watch) gives privateLock back without reporting a grant and turns the fast
+// path off for the object until the slow path sees it alone again.
+//
+// # Holder watch
+//
+// A holder watches its privateLock (deleted by anyone else: lost), armed
+// Options.HolderWatchDelay after the grant so that short critical sections
+// do not pay a request for it; session loss reaches every grant directly.
 package lock
