@@ -1,0 +1,510 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/client"
+)
+
+// Exit statuses of `baton lock` besides SPEC §5's, as shells use them.
+const (
+	exitCannotExec = 126 // CMD exists but cannot be run
+	exitNotFound   = 127 // CMD not found
+)
+
+// Environment variables `baton lock` sets for CMD.
+const (
+	envObject       = "BATON_OBJECT"
+	envLeaseID      = "BATON_LEASE_ID"
+	envFencingToken = "BATON_FENCING_TOKEN"
+)
+
+func init() { commands = append(commands, newLockCmd) }
+
+// lockFlags are the flags of `baton lock`.
+type lockFlags struct {
+	typ          string
+	wait         time.Duration
+	waitSet      bool
+	lease        time.Duration
+	info         string
+	killGrace    time.Duration
+	conflictCode int
+}
+
+func newLockCmd(g *globals) *cobra.Command {
+	var f lockFlags
+	cmd := &cobra.Command{
+		Use:   "lock [flags] OBJECT -- CMD [ARGS]",
+		Short: "Run a command while holding an object's lock",
+		Long: `lock takes the lock on OBJECT through the sidecar, runs CMD while holding it
+and releases it when CMD exits (like flock(1), etcdctl lock, consul lock).
+The lease is renewed in the background and the sidecar is long-polled for a
+loss. CMD gets BATON_OBJECT, BATON_LEASE_ID and BATON_FENCING_TOKEN (hand the
+token to the storage with every write; inherited values are replaced).
+
+CMD runs in its own process group; signals go to that whole group:
+  - the lock is lost (the sidecar says so), or the sidecar is unreachable
+    and the last confirmed validity minus --kill-grace is reached: SIGTERM,
+    then SIGKILL after --kill-grace, or 100ms before the end of the last
+    confirmed validity if that comes first (at once if it ran out
+    unconfirmed);
+  - SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to baton lock are forwarded
+    (one that baton lock started with ignored, as under nohup, stays
+    ignored for both).
+When CMD exits, whatever it left running in its group is killed (SIGKILL)
+before the lock is released: a process meant to outlive the lock must leave
+the group (setsid). Being in its own group, CMD cannot read from the
+terminal.
+
+Exit status:
+  CMD's own       CMD exited (128+n if it died of signal n)
+  75              lock not taken within --wait (see --conflict-exit-code)
+  76              lock lost while CMD ran
+  69              sidecar or ZooKeeper unavailable
+  64              usage error (bad flags or arguments, invalid configuration)
+  126, 127        CMD cannot be run, CMD not found (no lock is taken)
+  128+n           baton lock got signal n while waiting for the lock`,
+		Example: `  baton lock --wait 10s article-42 -- ./reindex.sh 42
+  baton lock --type background --info "nightly" report-7 -- sh -c 'run-report --token "$BATON_FENCING_TOKEN"'`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f.waitSet = cmd.Flags().Changed("wait")
+			obj, argv, err := lockArgs(cmd.ArgsLenAtDash(), args)
+			if err != nil {
+				return err
+			}
+			if err := f.check(cmd.Flags().Changed("lease")); err != nil {
+				return err
+			}
+			return runLock(cmd.Context(), g, obj, argv, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.typ, "type", api.Foreground, "lock `type`: foreground or background")
+	fl.DurationVar(&f.wait, "wait", 0, "how long to wait for the lock (0 = try once); default: the type's zookeeper.*.task.timeout")
+	fl.DurationVar(&f.lease, "lease", 0, "lease length, renewed in the background; default: sidecar.lease.default")
+	fl.StringVar(&f.info, "info", "", "`text` recorded in the lock's node, shown by baton locks")
+	fl.DurationVar(&f.killGrace, "kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
+	fl.IntVar(&f.conflictCode, "conflict-exit-code", exitNotTaken, "exit status when the lock is not taken in time")
+	return cmd
+}
+
+// lockArgs splits "OBJECT -- CMD [ARGS]"; dash is cobra's ArgsLenAtDash.
+func lockArgs(dash int, args []string) (obj string, argv []string, err error) {
+	switch {
+	case dash < 0:
+		return "", nil, usageErrorf("missing -- before the command: baton lock OBJECT -- CMD [ARGS]")
+	case dash == 0:
+		return "", nil, usageErrorf("missing OBJECT: baton lock OBJECT -- CMD [ARGS]")
+	case dash > 1:
+		return "", nil, usageErrorf("one OBJECT before --, got %d (%s)", dash, strings.Join(args[:dash], " "))
+	case len(args) == dash:
+		return "", nil, usageErrorf("missing CMD after --: baton lock OBJECT -- CMD [ARGS]")
+	}
+	return args[0], args[1:], nil
+}
+
+// check validates the flags (the sidecar validates again).
+func (f *lockFlags) check(leaseSet bool) error {
+	switch {
+	case f.typ != api.Foreground && f.typ != api.Background:
+		return usageErrorf("--type: %q is not %s or %s", f.typ, api.Foreground, api.Background)
+	case f.waitSet && (f.wait < 0 || f.wait > api.MaxWaitMS*time.Millisecond):
+		return usageErrorf("--wait: %v is not between 0 and %v", f.wait, api.MaxWaitMS*time.Millisecond)
+	case leaseSet && f.lease <= 0:
+		return usageErrorf("--lease: %v is not a positive duration", f.lease)
+	case f.killGrace < 0:
+		return usageErrorf("--kill-grace: %v is negative", f.killGrace)
+	case f.conflictCode < 0 || f.conflictCode > 255:
+		return usageErrorf("--conflict-exit-code: %d is not between 0 and 255", f.conflictCode)
+	}
+	return nil
+}
+
+// killMargin is how long before the end of the lock's validity a CMD that
+// must be stopped by then gets SIGKILL: the time for the kernel to end it
+// and for us to be scheduled.
+const killMargin = 100 * time.Millisecond
+
+// forwarded are the signals baton lock passes on to CMD's process group.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+func runLock(ctx context.Context, g *globals, obj string, argv []string, f lockFlags) error {
+	l, err := g.loadProps()
+	if err != nil {
+		fmt.Fprintln(g.stderr, err)
+		return exitWith(exitUsage, errors.New("invalid configuration"))
+	}
+	for _, w := range l.Warnings {
+		fmt.Fprintf(g.stderr, "baton: warning: %s\n", w)
+	}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		if errors.Is(err, exec.ErrNotFound) {
+			return exitWith(exitNotFound, err)
+		}
+		return exitWith(exitCannotExec, err)
+	}
+
+	// Signals are caught from here on: while waiting they abandon the wait,
+	// while CMD runs they are forwarded. One ignored at start (nohup, a
+	// background job of a non-interactive shell) stays ignored, for CMD too.
+	sigc := make(chan os.Signal, 8)
+	for _, s := range forwarded {
+		if !signal.Ignored(s) {
+			signal.Notify(sigc, s)
+		}
+	}
+	defer signal.Stop(sigc)
+
+	c := client.New(l.Config.SocketPath)
+	defer c.Close()
+	lease, err := acquireForLock(ctx, c, obj, f, sigc)
+	if err != nil {
+		return err
+	}
+	h := &holder{g: g, c: c, lease: lease, obj: obj, grace: f.killGrace}
+	return h.run(ctx, path, argv, sigc)
+}
+
+// acquireForLock takes the lock, abandoning the wait on a signal.
+func acquireForLock(ctx context.Context, c *client.Client, obj string, f lockFlags, sigc <-chan os.Signal) (*client.Lease, error) {
+	opts := []client.Option{client.WithType(f.typ)}
+	if f.info != "" {
+		opts = append(opts, client.WithInfo(f.info))
+	}
+	if f.waitSet {
+		opts = append(opts, client.WithWait(f.wait))
+	}
+	if f.lease > 0 {
+		opts = append(opts, client.WithLease(f.lease))
+	}
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	type result struct {
+		l   *client.Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := c.Acquire(actx, obj, opts...)
+		done <- result{l, err}
+	}()
+	var got os.Signal
+	for {
+		select {
+		case s := <-sigc:
+			if got == nil {
+				got = s
+				cancel(fmt.Errorf("interrupted by %v", s))
+			}
+			continue
+		case r := <-done:
+			if got != nil {
+				if r.l != nil { // granted as the wait was abandoned
+					rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+					_ = r.l.Release(rctx)
+					rcancel()
+				}
+				return nil, exitWith(128+sigNum(got), fmt.Errorf("lock %q: interrupted by %v while waiting", obj, got))
+			}
+			if r.err != nil {
+				return nil, acquireExit(r.err, f.conflictCode)
+			}
+			return r.l, nil
+		}
+	}
+}
+
+// acquireExit maps an acquire error to the exit status of SPEC §5.
+func acquireExit(err error, conflict int) error {
+	err = unprefixed(err)
+	if _, ok := errors.AsType[*client.InstanceLockError](err); ok {
+		return exitWith(conflict, err)
+	}
+	if ae, ok := errors.AsType[*client.APIError](err); ok && ae.Status >= 400 && ae.Status < 500 {
+		return exitWith(exitUsage, err) // the sidecar rejected the request: bad object name, lease too long, ...
+	}
+	return exitWith(exitUnavailable, err)
+}
+
+// sigNum returns a signal's number (0 if it is not a syscall.Signal).
+func sigNum(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return int(n)
+	}
+	return 0
+}
+
+// lockEnv returns base without inherited BATON_OBJECT, BATON_LEASE_ID and
+// BATON_FENCING_TOKEN, plus this lock's values.
+func lockEnv(base []string, obj, leaseID string, token int64) []string {
+	out := make([]string, 0, len(base)+3)
+	for _, kv := range base {
+		switch name, _, _ := strings.Cut(kv, "="); name {
+		case envObject, envLeaseID, envFencingToken:
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, envObject+"="+obj, envLeaseID+"="+leaseID, envFencingToken+"="+strconv.FormatInt(token, 10))
+}
+
+// holder runs CMD while the lease is held.
+type holder struct {
+	g     *globals
+	c     *client.Client
+	lease *client.Lease
+	obj   string
+	grace time.Duration
+
+	pgid     int
+	doomed   error     // why CMD is being stopped (nil: it is not)
+	killAt   time.Time // when SIGKILL goes to the group
+	killT    *time.Timer
+	released bool // the lease was released by someone else (CMD itself, with BATON_LEASE_ID)
+}
+
+// exitResult is how CMD ended.
+type exitResult struct {
+	state *os.ProcessState
+	err   error
+}
+
+// run starts CMD, watches the lease and the sidecar until CMD exits, then
+// releases the lease and returns the exit status.
+func (h *holder) run(ctx context.Context, path string, argv []string, sigc <-chan os.Signal) error {
+	cmd := exec.Command(path, argv[1:]...)
+	cmd.Args[0] = argv[0]
+	cmd.Env = lockEnv(os.Environ(), h.obj, h.lease.ID(), h.lease.Token())
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = h.g.stdin, h.g.stdout, h.g.stderr
+	cmd.SysProcAttr = childAttr()
+	cmd.WaitDelay = time.Second // for stdio that is not a file (in-process runs): stop copying after CMD exits
+
+	started := make(chan error, 1)
+	exited := make(chan exitResult, 1)
+	go func() {
+		// The parent-death signal is tied to the thread that started the
+		// child: keep it until the child is reaped.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		err := cmd.Wait()
+		exited <- exitResult{cmd.ProcessState, err}
+	}()
+	if err := <-started; err != nil {
+		h.release(ctx, releaseTimeout)
+		return exitWith(exitCannotExec, err)
+	}
+	h.pgid = cmd.Process.Pid
+
+	wctx, stopWatch := context.WithCancel(ctx)
+	unreachable := make(chan time.Time, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() { watchSidecar(wctx, h.c, h.lease, h.grace, unreachable) })
+	defer func() {
+		stopWatch()
+		wg.Wait()
+	}()
+
+	h.killT = time.NewTimer(time.Hour)
+	h.killT.Stop()
+	defer h.killT.Stop()
+	lost := h.lease.Lost()
+	// lastVU follows the lease's confirmed validity (zero once lost), so a
+	// loss can bound the kill grace by it.
+	lastVU := h.lease.ValidUntil()
+	vuTick := time.NewTicker(100 * time.Millisecond)
+	defer vuTick.Stop()
+	var res exitResult
+wait:
+	for {
+		select {
+		case res = <-exited:
+			break wait
+		case <-vuTick.C:
+			if vu := h.lease.ValidUntil(); vu.After(lastVU) {
+				lastVU = vu
+			}
+		case s := <-sigc:
+			h.signal(s.(syscall.Signal))
+		case <-lost:
+			lost = nil
+			err := h.lease.Err()
+			if errors.Is(err, client.ErrNoNode) {
+				// Released with the lease id (by CMD, most likely): CMD chose to
+				// go on without the lock; do not stop it.
+				h.released = true
+				fmt.Fprintf(h.g.stderr, "baton: lock %q released by someone else while the command runs; not stopping it\n", h.obj)
+				continue
+			}
+			// SIGKILL after the grace, but not after the last confirmed
+			// validity: past it the lock can be granted elsewhere (e.g. the
+			// sidecar is shutting down and frees it then).
+			killAt := time.Now().Add(h.grace)
+			if _, ok := errors.AsType[*client.APIError](err); !ok {
+				// Not reported by the sidecar: the validity ran out without a
+				// confirmation. The lock may be granted elsewhere now.
+				killAt = time.Now()
+			} else if end := lastVU.Add(-killMargin); end.Before(killAt) {
+				killAt = end
+			}
+			h.doom(fmt.Errorf("lock %q lost: %w", h.obj, err), killAt)
+		case vu := <-unreachable:
+			killAt := vu.Add(-killMargin)
+			if now := time.Now(); killAt.Before(now) {
+				killAt = now
+			}
+			h.doom(fmt.Errorf("lock %q: the sidecar is unreachable and the lock's validity ends in %v", h.obj,
+				time.Until(vu).Round(time.Millisecond)), killAt)
+		case <-h.killT.C:
+			fmt.Fprintf(h.g.stderr, "baton: the command did not exit within the kill grace; sending SIGKILL to process group %d\n", h.pgid)
+			h.signal(syscall.SIGKILL)
+		}
+	}
+	if h.doomed == nil && !h.released {
+		if err := h.lease.Err(); err != nil && !errors.Is(err, client.ErrNoNode) {
+			h.doomed = fmt.Errorf("lock %q lost: %w", h.obj, err) // lost as CMD exited
+		}
+	}
+	// Nothing CMD started in its process group may run on without the lock.
+	if err := syscall.Kill(-h.pgid, syscall.SIGKILL); err == nil {
+		fmt.Fprintf(h.g.stderr, "baton: killed what the command left running in its process group %d\n", h.pgid)
+	}
+	if h.doomed != nil {
+		h.release(ctx, 2*time.Second) // best effort: the lock is gone or the sidecar unreachable
+		return exitWith(exitLost, fmt.Errorf("%w; the command was stopped (%s)", h.doomed, describeExit(res)))
+	}
+	if !h.released {
+		if err := h.releaseErr(ctx, releaseTimeout); err != nil {
+			switch {
+			case errors.Is(err, client.ErrLockLost):
+				return exitWith(exitLost, fmt.Errorf("lock %q lost before the command exited: %w", h.obj, err))
+			case errors.Is(err, client.ErrNoNode): // released by CMD
+			default:
+				fmt.Fprintf(h.g.stderr, "baton: releasing lock %q: %v (the sidecar frees it when this process exits)\n", h.obj, err)
+			}
+		}
+	}
+	if code := exitCode(res); code != 0 {
+		return exitWith(code, nil)
+	}
+	return nil
+}
+
+// doom stops CMD because the lock is lost or cannot be confirmed: SIGTERM
+// to its group now (once), SIGKILL at killAt (the earliest asked for).
+func (h *holder) doom(why error, killAt time.Time) {
+	if h.doomed == nil {
+		h.doomed = why
+		fmt.Fprintf(h.g.stderr, "baton: %v; sending SIGTERM to the command (process group %d), SIGKILL in %v\n",
+			why, h.pgid, time.Until(killAt).Round(time.Millisecond))
+		h.signal(syscall.SIGTERM)
+	} else if !killAt.Before(h.killAt) {
+		return
+	}
+	h.killAt = killAt
+	h.killT.Reset(time.Until(killAt))
+}
+
+// signal sends s to CMD's process group.
+func (h *holder) signal(s syscall.Signal) {
+	if err := syscall.Kill(-h.pgid, s); err != nil && !errors.Is(err, syscall.ESRCH) {
+		fmt.Fprintf(h.g.stderr, "baton: sending %v to process group %d: %v\n", s, h.pgid, err)
+	}
+}
+
+// releaseTimeout bounds the release after CMD exited.
+const releaseTimeout = 10 * time.Second
+
+func (h *holder) releaseErr(ctx context.Context, timeout time.Duration) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	return h.lease.Release(rctx)
+}
+
+// release releases the lease, ignoring errors (a lost lease, or one the
+// sidecar frees when this process exits).
+func (h *holder) release(ctx context.Context, timeout time.Duration) { _ = h.releaseErr(ctx, timeout) }
+
+// watchSidecar probes the sidecar while CMD runs. When it does not answer
+// and the lease's last confirmed validity minus grace is reached, it sends
+// that validity on out and returns. The lease's own renewal and long-poll
+// report losses the sidecar sees; this covers a sidecar that is gone.
+func watchSidecar(ctx context.Context, c *client.Client, l *client.Lease, grace time.Duration, out chan<- time.Time) {
+	every := min(max(grace/5, 100*time.Millisecond), time.Second)
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		next := every
+		if !probe(ctx, c, every) {
+			vu := l.ValidUntil()
+			if ctx.Err() != nil {
+				return
+			}
+			if !vu.IsZero() { // zero: lost, reported by Lost()
+				left := time.Until(vu) - max(grace, killMargin)
+				if left <= 0 {
+					out <- vu
+					return
+				}
+				next = min(next, left)
+			}
+		}
+		t.Reset(next)
+	}
+}
+
+// probe reports whether the sidecar answers /healthz within timeout.
+func probe(ctx context.Context, c *client.Client, timeout time.Duration) bool {
+	pctx, cancel := context.WithTimeout(ctx, max(timeout, 500*time.Millisecond))
+	defer cancel()
+	_, err := c.Health(pctx)
+	if ae, ok := errors.AsType[*client.APIError](err); ok && ae.Status != http.StatusServiceUnavailable {
+		return true // it answered
+	}
+	return err == nil
+}
+
+// exitCode is CMD's exit status: its own, or 128+n if signal n killed it.
+func exitCode(r exitResult) int {
+	if r.state == nil {
+		return exitFailure
+	}
+	if ws, ok := r.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return r.state.ExitCode()
+}
+
+func describeExit(r exitResult) string {
+	if r.state == nil {
+		return fmt.Sprintf("%v", r.err)
+	}
+	return r.state.String()
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/client"
+)
+
+func init() { commands = append(commands, newLocksCmd) }
+
+func newLocksCmd(g *globals) *cobra.Command {
+	var (
+		asJSON bool
+		prefix string
+	)
+	cmd := &cobra.Command{
+		Use:   "locks [OBJECT]",
+		Short: "List locked objects, or show one object's holder and waiters",
+		Long: `locks lists the objects of the lock root, cluster-wide, with their holder and
+number of waiters (GET /v1/locks, every page). With OBJECT it shows that
+object's holder and its waiters in grant order (GET /v1/locks/OBJECT).
+Nodes Baton did not create (the original plugin's) show an empty type and
+sidecar.
+
+Exit status 0; 69 when the sidecar or ZooKeeper is unavailable; 64 for a bad
+object name.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient(g)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), clientTimeout)
+			defer cancel()
+			if len(args) == 1 {
+				if cmd.Flags().Changed("prefix") {
+					return usageErrorf("--prefix lists objects; it cannot be used with OBJECT")
+				}
+				st, err := c.Inspect(ctx, args[0])
+				if err != nil {
+					return clientExit(c, err)
+				}
+				if asJSON {
+					return writeJSON(g.stdout, st)
+				}
+				return printLock(g.stdout, st)
+			}
+			all := api.LockList{Locks: []api.LockSummary{}}
+			after := ""
+			for {
+				page, err := c.List(ctx, client.ListOptions{Prefix: prefix, After: after, Limit: 1000})
+				if err != nil {
+					return clientExit(c, err)
+				}
+				all.Locks = append(all.Locks, page.Locks...)
+				if page.Next == "" || page.Next == after {
+					break
+				}
+				after = page.Next
+			}
+			if asJSON {
+				return writeJSON(g.stdout, all)
+			}
+			return printLocks(g.stdout, all.Locks)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON (all pages in one list)")
+	cmd.Flags().StringVar(&prefix, "prefix", "", "only objects whose name starts with `P`")
+	return cmd
+}
+
+// orDash returns s, or "-" when it is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func since(t api.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(api.TimeFormat)
+}
+
+func printLocks(w io.Writer, locks []api.LockSummary) error {
+	if len(locks) == 0 {
+		_, err := fmt.Fprintln(w, "no locks")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "OBJECT\tHOLDER\tTYPE\tSIDECAR\tTOKEN\tSINCE\tWAITERS\tINFO")
+	for _, l := range locks {
+		if h := l.Holder; h != nil {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", l.Object, h.Node, orDash(h.Type), orDash(h.Sidecar), h.Token, since(h.Since), l.Waiters, strconv.Quote(h.Info))
+		} else {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%d\t\n", l.Object, l.Waiters)
+		}
+	}
+	return tw.Flush()
+}
+
+func printLock(w io.Writer, st *api.LockStatus) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "object\t%s\n", st.Object)
+	if h := st.Holder; h != nil {
+		fmt.Fprintf(tw, "holder\t%s  type %s  sidecar %s  token %d  since %s  info %s\n",
+			h.Node, orDash(h.Type), orDash(h.Sidecar), h.Token, since(h.Since), strconv.Quote(h.Info))
+	} else {
+		fmt.Fprintln(tw, "holder\tnone")
+	}
+	fmt.Fprintf(tw, "waiters\t%d\n", len(st.Waiters))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(st.Waiters) == 0 {
+		return nil
+	}
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  #\tNODE\tTYPE\tSIDECAR\tSINCE\tINFO")
+	for i, wt := range st.Waiters {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", i+1, wt.Node, orDash(wt.Type), orDash(wt.Sidecar), since(wt.Since), strconv.Quote(wt.Info))
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/batonhq/baton/api"
+)
+
+func init() { commands = append(commands, newOpsCmd) }
+
+func newOpsCmd(g *globals) *cobra.Command {
+	c := groupCommand("ops", "Submit and inspect background operations")
+	c.Long = `ops talks to the sidecar's background-operations API (/v1/ops) over its unix
+socket: submit an op, show its state, or queue a dead-lettered op again.
+
+Exit status 0; 1 when the sidecar refuses (unknown op, 409 conflict); 64 for
+bad input; 69 when the sidecar cannot be reached or answers 503 (queue full,
+ops disabled, shutting down).`
+	c.AddCommand(newOpsSubmitCmd(g), newOpsGetCmd(g), newOpsReplayCmd(g))
+	return c
+}
+
+func newOpsSubmitCmd(g *globals) *cobra.Command {
+	var (
+		id, info string
+		asJSON   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "submit [--id ID] [--info TEXT] OBJECT [PAYLOAD-JSON | -]",
+		Short: "Submit a background operation",
+		Long: `submit hands an op to the sidecar (POST /v1/ops), which stores it durably
+before answering and delivers it to sidecar.app.url under the object's
+background lock. PAYLOAD-JSON is any JSON value; "-" reads it from stdin;
+without it the payload is null.
+
+--id makes the submission idempotent: the same id and body again answers with
+the op's current state and does not run it again; the same id with another
+body is refused (exit 1). Without --id the sidecar generates one (UUIDv7).
+Prints "ID STATE" (or the JSON answer with --json).`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := api.OpRequest{ID: id, Object: args[0], Info: info}
+			if len(args) == 2 {
+				raw := []byte(args[1])
+				if args[1] == "-" {
+					b, err := io.ReadAll(io.LimitReader(g.stdin, api.MaxBody+1))
+					if err != nil {
+						return fmt.Errorf("reading the payload from stdin: %w", err)
+					}
+					raw = b
+				}
+				if !json.Valid(raw) {
+					return usageErrorf("PAYLOAD-JSON is not valid JSON: %.80q", raw)
+				}
+				req.Payload = raw
+			}
+			c, err := newClient(g)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), clientTimeout)
+			defer cancel()
+			ack, err := c.Submit(ctx, req)
+			if err != nil {
+				return clientExit(c, err)
+			}
+			if asJSON {
+				return writeJSON(g.stdout, ack.OpAck)
+			}
+			note := ""
+			if ack.Duplicate {
+				note = " (already submitted with this body: not queued again)"
+			}
+			_, err = fmt.Fprintf(g.stdout, "%s %s%s\n", ack.ID, ack.State, note)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&id, "id", "", "op `ID` (1-128 of A-Z a-z 0-9 . _ : -), the idempotency key; default generated")
+	cmd.Flags().StringVar(&info, "info", "", "free `TEXT` recorded with the op and in its lock node")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON answer")
+	return cmd
+}
+
+func newOpsGetCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "get ID",
+		Short: "Show a background operation's state",
+		Long: `get shows an op (GET /v1/ops/ID): object, state (queued, running, retrying,
+done, dlq_pending, dead_lettered), failed attempts, last error, next attempt,
+accept time and per-object sequence. Finished ops are kept for
+queue.retention. Exit status 1 for an unknown op.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient(g)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), clientTimeout)
+			defer cancel()
+			op, err := c.Op(ctx, args[0])
+			if err != nil {
+				return clientExit(c, err)
+			}
+			if asJSON {
+				return writeJSON(g.stdout, op)
+			}
+			return printOp(g.stdout, op)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON answer")
+	return cmd
+}
+
+func newOpsReplayCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "replay ID",
+		Short: "Queue a dead-lettered operation again",
+		Long: `replay queues a dead_lettered op again (POST /v1/ops/ID/replay): its attempts
+restart and it goes behind the object's newer ops. Exit status 1 for an
+unknown op or one that is not dead_lettered (409). To replay from the
+dead-letter topic (e.g. on another node), use 'baton dlq replay'.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient(g)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), clientTimeout)
+			defer cancel()
+			ack, err := c.Replay(ctx, args[0])
+			if err != nil {
+				return clientExit(c, err)
+			}
+			if asJSON {
+				return writeJSON(g.stdout, ack.OpAck)
+			}
+			_, err = fmt.Fprintf(g.stdout, "%s %s\n", ack.ID, ack.State)
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON answer")
+	return cmd
+}
+
+func printOp(w io.Writer, op *api.Op) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "id\t%s\n", op.ID)
+	fmt.Fprintf(tw, "object\t%s\n", op.Object)
+	fmt.Fprintf(tw, "state\t%s\n", op.State)
+	fmt.Fprintf(tw, "attempts\t%d failed\n", op.Attempts)
+	fmt.Fprintf(tw, "last_error\t%s\n", orDash(op.LastError))
+	fmt.Fprintf(tw, "next_attempt_at\t%s\n", since(op.NextAttemptAt))
+	fmt.Fprintf(tw, "accepted_at\t%s\n", since(op.AcceptedAt))
+	fmt.Fprintf(tw, "seq\t%d\n", op.Seq)
+	return tw.Flush()
+}

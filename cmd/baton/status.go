@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/client"
+)
+
+// clientTimeout bounds one request of the client commands (status, locks, reload).
+const clientTimeout = 10 * time.Second
+
+func init() { commands = append(commands, newStatusCmd) }
+
+func newStatusCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the sidecar's health and readiness",
+		Long: `status asks the sidecar (GET /healthz) for its state: ready or not and why,
+the ZooKeeper session (connected, id, negotiated timeout), the locks held,
+the waiting acquires, the node deletions pending after a disconnection, and
+the leases held through it.
+
+Exit status 0 when the sidecar is ready, 69 when it is not ready or cannot
+be reached.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := newClient(g)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), clientTimeout)
+			defer cancel()
+			h, err := c.Health(ctx)
+			if err != nil {
+				return clientExit(c, err)
+			}
+			if asJSON {
+				if err := writeJSON(g.stdout, h); err != nil {
+					return err
+				}
+			} else if err := printHealth(g.stdout, c.Socket, h); err != nil {
+				return err
+			}
+			if !h.Ready {
+				return exitWith(exitUnavailable, fmt.Errorf("sidecar not ready: %s", h.Reason))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the /healthz answer as JSON")
+	return cmd
+}
+
+// newClient returns a client of the socket the configuration names.
+func newClient(g *globals) (*client.Client, error) {
+	l, err := g.loadProps()
+	if err != nil {
+		return nil, configError(g, err)
+	}
+	for _, w := range l.Warnings {
+		fmt.Fprintf(g.stderr, "baton: warning: %s\n", w)
+	}
+	return client.New(l.Config.SocketPath), nil
+}
+
+// clientExit maps a request error of the client commands to an exit status:
+// 69 unreachable or 503, 64 a request the sidecar rejected as bad, 1 else.
+func clientExit(c *client.Client, err error) error {
+	switch {
+	case errors.Is(err, client.ErrUnavailable):
+		if _, ok := errors.AsType[*client.APIError](err); ok {
+			return exitWith(exitUnavailable, unprefixed(err))
+		}
+		return exitWith(exitUnavailable, fmt.Errorf("sidecar at %s unreachable: %w", c.Socket, err))
+	case errors.Is(err, context.DeadlineExceeded):
+		return exitWith(exitUnavailable, fmt.Errorf("sidecar at %s did not answer within %v: %w", c.Socket, clientTimeout, err))
+	}
+	if ae, ok := errors.AsType[*client.APIError](err); ok && ae.Status == 400 {
+		return exitWith(exitUsage, unprefixed(err))
+	}
+	return exitWith(exitFailure, unprefixed(err))
+}
+
+// unprefixed drops the "baton: " the client's API errors start with, since
+// run prints "baton: " itself; errors.Is and errors.As still see err.
+func unprefixed(err error) error {
+	if msg, ok := strings.CutPrefix(err.Error(), "baton: "); ok {
+		return &trimmedError{msg: msg, err: err}
+	}
+	return err
+}
+
+type trimmedError struct {
+	msg string
+	err error
+}
+
+func (e *trimmedError) Error() string { return e.msg }
+func (e *trimmedError) Unwrap() error { return e.err }
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func printHealth(w io.Writer, socket string, h *api.Health) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	ready := "yes"
+	if !h.Ready {
+		ready = "no: " + h.Reason
+	}
+	zk := h.ZooKeeper
+	conn := "connected"
+	if !zk.Connected {
+		conn = fmt.Sprintf("disconnected for %v", (time.Duration(zk.DisconnectedForMS) * time.Millisecond).String())
+	}
+	session := zk.Session
+	if session == "" {
+		session = "none yet"
+	}
+	fmt.Fprintf(tw, "socket\t%s\n", socket)
+	fmt.Fprintf(tw, "sidecar\t%s (incarnation %s)\n", h.Sidecar, h.Incarnation)
+	fmt.Fprintf(tw, "status\t%s\n", h.Status)
+	fmt.Fprintf(tw, "ready\t%s\n", ready)
+	fmt.Fprintf(tw, "zookeeper\t%s, session %s, timeout %v\n", conn, session, time.Duration(zk.TimeoutMS)*time.Millisecond)
+	fmt.Fprintf(tw, "locks held\t%d\n", zk.LocksHeld)
+	fmt.Fprintf(tw, "waiters\t%d\n", zk.Waiting)
+	fmt.Fprintf(tw, "cleanup pending\t%d\n", zk.CleanupPending)
+	fmt.Fprintf(tw, "leases\t%d\n", h.Leases)
+	return tw.Flush()
+}
