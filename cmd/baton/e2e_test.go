@@ -397,6 +397,7 @@ func TestE2E(t *testing.T) {
 		t.Run("serve/sigterm", func(t *testing.T) { t.Parallel(); testServeSIGTERM(t, e, shared) })
 		t.Run("serve/refuses-to-start", func(t *testing.T) { t.Parallel(); testServeRefuses(t, e) })
 		t.Run("serve/sighup-reload", func(t *testing.T) { t.Parallel(); testServeReload(t, e) })
+		t.Run("serve/kill9-1000-ops", func(t *testing.T) { t.Parallel(); testKill9Ops(t, e) })
 	})
 	shared.stop(t)
 }
