@@ -37,7 +37,8 @@ test-short: ## the quick tests (skips ensembles and long fault tests)
 	$(GO) test -race -short -count=1 $(PKGS)
 
 run: deps ## baton dev: ZooKeeper + in-process Kafka broker + sidecar, printing what it overrides
-	$(GO) run -tags dev ./cmd/baton dev
+	$(GO) build -tags dev -o bin/baton-dev ./cmd/baton
+	exec bin/baton-dev dev $(ARGS)
 
 bench: deps ## benchmarks with figures (engine, socket, queue, dlq)
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./lock ./sidecar ./queue ./dlq
