@@ -233,7 +233,11 @@ func (s *session) fail(cause error) {
 		for _, g := range grants { // told now, before anything else happens
 			g.lose(cause)
 		}
-		s.log.Warn("zookeeper session lost", "cause", cause)
+		if errors.Is(cause, ErrClosed) {
+			s.log.Info("zookeeper session closed")
+		} else {
+			s.log.Warn("zookeeper session lost", "cause", cause)
+		}
 		s.e.replace(s)
 		// Close sends closeSession when connected, so the server drops our
 		// ephemeral nodes now; it may block for a while when it cannot.
