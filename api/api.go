@@ -181,6 +181,18 @@ type Health struct {
 	Incarnation string `json:"incarnation"` // changes on every start; prefixes lease ids
 	ZooKeeper   ZKInfo `json:"zookeeper"`
 	Leases      int    `json:"leases"` // leases held through this sidecar
+	PID         int    `json:"pid"`    // of the sidecar process (for SIGHUP)
+	// Reload is the outcome of the last configuration reload; nil before the first.
+	Reload *ReloadInfo `json:"reload,omitempty"`
+}
+
+// ReloadInfo is the outcome of a configuration reload (SIGHUP).
+type ReloadInfo struct {
+	Generation       int64    `json:"generation"` // 1 for the first reload, +1 for each
+	At               Time     `json:"at"`
+	Applied          []string `json:"applied"`            // keys changed and in effect
+	KeptUntilRestart []string `json:"kept_until_restart"` // restart keys changed in the file, not applied
+	Error            string   `json:"error,omitempty"`    // the reload was rejected; nothing changed
 }
 
 // ZKInfo describes the sidecar's ZooKeeper session.

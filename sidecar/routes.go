@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -445,6 +446,7 @@ func (s *Server) health() (h api.Health, kind string) {
 	cfg := s.config()
 	h = api.Health{
 		Status: "serving", Sidecar: cfg.NodeID, Incarnation: s.inc, Leases: s.activeLeases(),
+		PID: os.Getpid(), Reload: s.lastReload.Load(),
 		ZooKeeper: api.ZKInfo{
 			Connected: eh.Connected, TimeoutMS: eh.Timeout.Milliseconds(),
 			LocksHeld: eh.Held, Waiting: eh.Waiting, CleanupPending: eh.CleanupPending,

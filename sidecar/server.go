@@ -57,6 +57,8 @@ type Server struct {
 	handler http.Handler
 	opsH    atomic.Pointer[http.Handler]
 
+	lastReload atomic.Pointer[api.ReloadInfo]
+
 	mu         sync.Mutex
 	leases     map[string]*lease
 	tombs      map[string]tomb
@@ -177,6 +179,27 @@ func (s *Server) SetOps(h http.Handler) {
 func (s *Server) config() *props.Config { return s.cfg.Load() }
 
 func (s *Server) stopping() bool { return s.stopCtx.Err() != nil }
+
+// RecordReload stores the outcome of a reload for /healthz (and so for
+// `baton reload`), numbering it.
+func (s *Server) RecordReload(applied, kept []string, rejected error) {
+	info := &api.ReloadInfo{At: api.NewTime(time.Now()), Applied: applied, KeptUntilRestart: kept}
+	if info.Applied == nil {
+		info.Applied = []string{}
+	}
+	if info.KeptUntilRestart == nil {
+		info.KeptUntilRestart = []string{}
+	}
+	if rejected != nil {
+		info.Error = rejected.Error()
+	}
+	if prev := s.lastReload.Load(); prev != nil {
+		info.Generation = prev.Generation + 1
+	} else {
+		info.Generation = 1
+	}
+	s.lastReload.Store(info)
+}
 
 // Reload applies a configuration reloaded with props.Reload: live keys
 // (sidecar.max.waiters, sidecar.shutdown.grace, zookeeper.connection.*,

@@ -8,12 +8,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/client"
 )
 
 func init() { commands = append(commands, newReloadCmd) }
@@ -29,10 +32,12 @@ that connection that a Baton sidecar answers (GET /healthz) before signalling.
 The sidecar then re-reads its configuration as at start (same file, BATON_
 variables and --set values): live keys apply at once, next keys to later
 waits and ops, restart keys are kept until restart; an invalid file changes
-nothing. It logs each change, or why the reload was rejected: see its log.
+nothing. reload waits for the outcome (GET /healthz) and prints it: the keys
+applied, the keys kept until a restart, or why the reload was rejected.
 
-Exit status 0 when the signal was sent, 69 when no sidecar answers, 1 when
-its pid cannot be found (another pid namespace) or it cannot be signalled.`,
+Exit status 0 when the reload was applied, 1 when it was rejected (or the
+sidecar's pid cannot be found or signalled, or no outcome came within 10 s),
+69 when no sidecar answers.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			l, err := g.loadProps()
@@ -49,11 +54,24 @@ its pid cannot be found (another pid namespace) or it cannot be signalled.`,
 			if err != nil {
 				return err
 			}
+			var before int64
+			if h.Reload != nil {
+				before = h.Reload.Generation
+			}
 			if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
 				return fmt.Errorf("sending SIGHUP to the sidecar (pid %d): %w", pid, err)
 			}
-			_, err = fmt.Fprintf(g.stdout, "reload signal (SIGHUP) sent to the sidecar at %s: pid %d, node %s, incarnation %s; its log shows what changed\n",
+			fmt.Fprintf(g.stdout, "reload signal (SIGHUP) sent to the sidecar at %s: pid %d, node %s, incarnation %s\n",
 				sock, pid, h.Sidecar, h.Incarnation)
+			info, err := awaitReload(cmd.Context(), sock, before)
+			if err != nil {
+				return err
+			}
+			if info.Error != "" {
+				return fmt.Errorf("reload rejected, nothing changed: %s", info.Error)
+			}
+			_, err = fmt.Fprintf(g.stdout, "reload %d applied: changed %s; kept until restart %s\n",
+				info.Generation, orNone(info.Applied), orNone(info.KeptUntilRestart))
 			return err
 		},
 	}
@@ -109,4 +127,31 @@ func findSidecar(ctx context.Context, sock string) (int, *api.Health, error) {
 			sock, pid, resp.StatusCode, b)
 	}
 	return pid, &h, nil
+}
+
+// awaitReload polls /healthz until a reload newer than generation before
+// is reported, for at most 10 s.
+func awaitReload(ctx context.Context, sock string, before int64) (*api.ReloadInfo, error) {
+	c := client.New(sock)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		h, err := c.Health(ctx)
+		if err == nil && h.Reload != nil && h.Reload.Generation > before {
+			return h.Reload, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no reload outcome from the sidecar within 10 s (see its log)")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func orNone(keys []string) string {
+	if len(keys) == 0 {
+		return "(none)"
+	}
+	return strings.Join(keys, ", ")
 }

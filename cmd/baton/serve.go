@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -213,6 +214,7 @@ func (r *reloader) reload(log *slog.Logger) {
 	next, changes, err := props.Reload(r.cur, r.opts)
 	if err != nil {
 		log.Error("reload rejected: nothing changed", "error", oneLine(err))
+		r.srv.RecordReload(nil, nil, errors.New(oneLine(err)))
 		return
 	}
 	for _, w := range next.Warnings {
@@ -220,6 +222,7 @@ func (r *reloader) reload(log *slog.Logger) {
 	}
 	if err := r.ops.Reload(next.Config); err != nil {
 		log.Error("reload rejected by background operations: nothing changed", "error", err)
+		r.srv.RecordReload(nil, nil, err)
 		return
 	}
 	r.logs.setFormat(next.Config.LogFormat)
@@ -235,6 +238,7 @@ func (r *reloader) reload(log *slog.Logger) {
 		restart = append(restart, c.Key)
 	}
 	log.Info("configuration reloaded", "applied", strings.Join(applied, ","), "kept_until_restart", strings.Join(restart, ","))
+	r.srv.RecordReload(applied, restart, nil)
 }
 
 // oneLine joins the lines of a (joined) error with "; ".

@@ -214,8 +214,24 @@ func testReloadCommand(t *testing.T, e *env, s *sidecarProc) {
 	if want := fmt.Sprintf("pid %d, node shared", s.cmd.Process.Pid); code != 0 || !strings.Contains(stdout, want) {
 		t.Errorf("reload: exit %d, stdout %q, stderr %q; want 0 and %q", code, stdout, stderr, want)
 	}
+	if !regexp.MustCompile(`reload \d+ applied: changed \(none\); kept until restart \(none\)`).MatchString(stdout) {
+		t.Errorf("reload printed %q, want the applied outcome", stdout)
+	}
 	s.out.waitFor(t, mark, "SIGHUP: reloading the configuration", 30*time.Second)
 	s.out.waitFor(t, mark, "configuration reloaded", 30*time.Second)
+
+	// an invalid file: exit 1 with the reason, the sidecar keeps serving
+	bad := maps.Clone(s.props)
+	bad["zookeeper.session.timeout"] = "5s"
+	writeProps(t, s.config, bad)
+	code, _, stderr = runBaton(t, "--config", os.DevNull, "--socket", s.socket, "reload")
+	writeProps(t, s.config, s.props)
+	if code != exitFailure || !strings.Contains(stderr, "reload rejected") || !strings.Contains(stderr, "zookeeper.session.timeout") {
+		t.Errorf("reload of an invalid file: exit %d, stderr %q; want 1 naming the key", code, stderr)
+	}
+	if code, stdout, _ = runBaton(t, "--config", os.DevNull, "--socket", s.socket, "reload"); code != 0 || !strings.Contains(stdout, "applied") {
+		t.Errorf("reload after fixing the file: exit %d, stdout %q", code, stdout)
+	}
 	code, _, stderr = runBaton(t, "--config", os.DevNull, "--socket", filepath.Join(e.dir, "none.sock"), "reload")
 	if code != exitUnavailable || !strings.Contains(stderr, "unreachable") {
 		t.Errorf("reload without a sidecar: exit %d, stderr %q; want 69", code, stderr)
