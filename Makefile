@@ -40,8 +40,8 @@ run: deps ## baton dev: ZooKeeper + in-process Kafka broker + sidecar, printing 
 	$(GO) build -tags dev -o bin/baton-dev ./cmd/baton
 	exec bin/baton-dev dev $(ARGS)
 
-bench: deps ## benchmarks with figures (engine, socket, queue, dlq)
-	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./lock ./sidecar ./queue ./dlq
+bench: deps ## benchmarks with figures (engine, socket, queue, dlq, dispatcher)
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./lock ./sidecar ./queue ./dlq ./ops
 
 peers: deps ## Baton vs Curator, kazoo and go-zookeeper's lock in one run (../shared/peers)
 	bash cmd/baton-bench/peers.sh
