@@ -33,43 +33,38 @@ Exit status 0; 69 when the sidecar or ZooKeeper is unavailable; 64 for a bad
 object name.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient(g)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), clientTimeout)
-			defer cancel()
-			if len(args) == 1 {
-				if cmd.Flags().Changed("prefix") {
-					return usageErrorf("--prefix lists objects; it cannot be used with OBJECT")
+			return withClient(g, cmd, func(ctx context.Context, c *client.Client) error {
+				if len(args) == 1 {
+					if cmd.Flags().Changed("prefix") {
+						return usageErrorf("--prefix lists objects; it cannot be used with OBJECT")
+					}
+					st, err := c.Inspect(ctx, args[0])
+					if err != nil {
+						return clientExit(c, err)
+					}
+					if asJSON {
+						return writeJSON(g.stdout, st)
+					}
+					return printLock(g.stdout, st)
 				}
-				st, err := c.Inspect(ctx, args[0])
-				if err != nil {
-					return clientExit(c, err)
+				all := api.LockList{Locks: []api.LockSummary{}}
+				after := ""
+				for {
+					page, err := c.List(ctx, client.ListOptions{Prefix: prefix, After: after, Limit: 1000})
+					if err != nil {
+						return clientExit(c, err)
+					}
+					all.Locks = append(all.Locks, page.Locks...)
+					if page.Next == "" || page.Next == after {
+						break
+					}
+					after = page.Next
 				}
 				if asJSON {
-					return writeJSON(g.stdout, st)
+					return writeJSON(g.stdout, all)
 				}
-				return printLock(g.stdout, st)
-			}
-			all := api.LockList{Locks: []api.LockSummary{}}
-			after := ""
-			for {
-				page, err := c.List(ctx, client.ListOptions{Prefix: prefix, After: after, Limit: 1000})
-				if err != nil {
-					return clientExit(c, err)
-				}
-				all.Locks = append(all.Locks, page.Locks...)
-				if page.Next == "" || page.Next == after {
-					break
-				}
-				after = page.Next
-			}
-			if asJSON {
-				return writeJSON(g.stdout, all)
-			}
-			return printLocks(g.stdout, all.Locks)
+				return printLocks(g.stdout, all.Locks)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON (all pages in one list)")

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/client"
 )
 
 func init() { commands = append(commands, newOpsCmd) }
@@ -60,26 +61,21 @@ Prints "ID STATE" (or the JSON answer with --json).`,
 				}
 				req.Payload = raw
 			}
-			c, err := newClient(g)
-			if err != nil {
+			return withClient(g, cmd, func(ctx context.Context, c *client.Client) error {
+				ack, err := c.Submit(ctx, req)
+				if err != nil {
+					return clientExit(c, err)
+				}
+				if asJSON {
+					return writeJSON(g.stdout, ack.OpAck)
+				}
+				note := ""
+				if ack.Duplicate {
+					note = " (already submitted with this body: not queued again)"
+				}
+				_, err = fmt.Fprintf(g.stdout, "%s %s%s\n", ack.ID, ack.State, note)
 				return err
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), clientTimeout)
-			defer cancel()
-			ack, err := c.Submit(ctx, req)
-			if err != nil {
-				return clientExit(c, err)
-			}
-			if asJSON {
-				return writeJSON(g.stdout, ack.OpAck)
-			}
-			note := ""
-			if ack.Duplicate {
-				note = " (already submitted with this body: not queued again)"
-			}
-			_, err = fmt.Fprintf(g.stdout, "%s %s%s\n", ack.ID, ack.State, note)
-			return err
+			})
 		},
 	}
 	cmd.Flags().StringVar(&id, "id", "", "op `ID` (1-128 of A-Z a-z 0-9 . _ : -), the idempotency key; default generated")
@@ -99,21 +95,16 @@ accept time and per-object sequence. Finished ops are kept for
 queue.retention. Exit status 1 for an unknown op.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient(g)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), clientTimeout)
-			defer cancel()
-			op, err := c.Op(ctx, args[0])
-			if err != nil {
-				return clientExit(c, err)
-			}
-			if asJSON {
-				return writeJSON(g.stdout, op)
-			}
-			return printOp(g.stdout, op)
+			return withClient(g, cmd, func(ctx context.Context, c *client.Client) error {
+				op, err := c.Op(ctx, args[0])
+				if err != nil {
+					return clientExit(c, err)
+				}
+				if asJSON {
+					return writeJSON(g.stdout, op)
+				}
+				return printOp(g.stdout, op)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON answer")
@@ -131,22 +122,17 @@ unknown op or one that is not dead_lettered (409). To replay from the
 dead-letter topic (e.g. on another node), use 'baton dlq replay'.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient(g)
-			if err != nil {
+			return withClient(g, cmd, func(ctx context.Context, c *client.Client) error {
+				ack, err := c.Replay(ctx, args[0])
+				if err != nil {
+					return clientExit(c, err)
+				}
+				if asJSON {
+					return writeJSON(g.stdout, ack.OpAck)
+				}
+				_, err = fmt.Fprintf(g.stdout, "%s %s\n", ack.ID, ack.State)
 				return err
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), clientTimeout)
-			defer cancel()
-			ack, err := c.Replay(ctx, args[0])
-			if err != nil {
-				return clientExit(c, err)
-			}
-			if asJSON {
-				return writeJSON(g.stdout, ack.OpAck)
-			}
-			_, err = fmt.Fprintf(g.stdout, "%s %s\n", ack.ID, ack.State)
-			return err
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON answer")

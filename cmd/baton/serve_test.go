@@ -252,19 +252,7 @@ func testKill9Takeover(t *testing.T, e *env, shared *sidecarProc) {
 	r.out.waitFor(t, 0, "started", 30*time.Second)
 	mark := r.out.Len()
 
-	c := client.New(shared.socket)
-	defer c.Close()
-	type result struct {
-		l   *client.Lease
-		err error
-		at  time.Time
-	}
-	granted := make(chan result, 1)
-	go func() {
-		l, err := c.Acquire(context.Background(), obj, client.WithWait(60*time.Second))
-		granted <- result{l, err, time.Now()}
-	}()
-	waitCond(t, 30*time.Second, "shared waiting for "+obj, func() bool { return waitersOf(t, shared.socket, obj) == 1 })
+	granted := acquireQueued(t, shared.socket, obj)
 
 	t0 := time.Now()
 	k9.kill9(t)
@@ -489,19 +477,7 @@ func testLockSidecarFrozen(t *testing.T, e *env, shared *sidecarProc) {
 	if _, err := fmt.Sscanf(r.out.waitFor(t, 0, "\n", 30*time.Second), "pid %d", &pid); err != nil {
 		t.Fatal(err)
 	}
-	c := client.New(shared.socket)
-	defer c.Close()
-	type result struct {
-		l   *client.Lease
-		err error
-		at  time.Time
-	}
-	granted := make(chan result, 1)
-	go func() {
-		l, err := c.Acquire(context.Background(), obj, client.WithWait(60*time.Second))
-		granted <- result{l, err, time.Now()}
-	}()
-	waitCond(t, 30*time.Second, "shared waiting for "+obj, func() bool { return waitersOf(t, shared.socket, obj) == 1 })
+	granted := acquireQueued(t, shared.socket, obj)
 
 	t0 := time.Now()
 	fz.signal(t, syscall.SIGSTOP)
@@ -538,19 +514,7 @@ func testLockSidecarSIGTERM(t *testing.T, e *env, shared *sidecarProc) {
 	if _, err := fmt.Sscanf(r.out.waitFor(t, 0, "\n", 30*time.Second), "pid %d", &pid); err != nil {
 		t.Fatal(err)
 	}
-	c := client.New(shared.socket)
-	defer c.Close()
-	type result struct {
-		l   *client.Lease
-		err error
-		at  time.Time
-	}
-	granted := make(chan result, 1)
-	go func() {
-		l, err := c.Acquire(context.Background(), obj, client.WithWait(60*time.Second))
-		granted <- result{l, err, time.Now()}
-	}()
-	waitCond(t, 30*time.Second, "shared waiting for "+obj, func() bool { return waitersOf(t, shared.socket, obj) == 1 })
+	granted := acquireQueued(t, shared.socket, obj)
 
 	t0 := time.Now()
 	st.signal(t, syscall.SIGTERM)
@@ -581,4 +545,26 @@ func testLockSidecarSIGTERM(t *testing.T, e *env, shared *sidecarProc) {
 	if regexp.MustCompile(`msg="lease ended".*object=` + obj + `.*reason=shutdown`).MatchString(st.out.String()) {
 		t.Errorf("the sidecar freed the lock at the end of its validity: CMD was not stopped before:\n%s", st.out.String())
 	}
+}
+
+// grantResult is the outcome of a background acquire, with when it returned.
+type grantResult struct {
+	l   *client.Lease
+	err error
+	at  time.Time
+}
+
+// acquireQueued starts an acquire of obj (60 s wait) through the sidecar at
+// socket and returns once it is queued behind the current holder.
+func acquireQueued(t *testing.T, socket, obj string) <-chan grantResult {
+	t.Helper()
+	c := client.New(socket)
+	t.Cleanup(func() { c.Close() })
+	granted := make(chan grantResult, 1)
+	go func() {
+		l, err := c.Acquire(context.Background(), obj, client.WithWait(60*time.Second))
+		granted <- grantResult{l, err, time.Now()}
+	}()
+	waitCond(t, 30*time.Second, "waiting for "+obj, func() bool { return waitersOf(t, socket, obj) == 1 })
+	return granted
 }

@@ -35,28 +35,23 @@ Exit status 0 when the sidecar is ready, 69 when it is not ready or cannot
 be reached.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := newClient(g)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), clientTimeout)
-			defer cancel()
-			h, err := c.Health(ctx)
-			if err != nil {
-				return clientExit(c, err)
-			}
-			if asJSON {
-				if err := writeJSON(g.stdout, h); err != nil {
+			return withClient(g, cmd, func(ctx context.Context, c *client.Client) error {
+				h, err := c.Health(ctx)
+				if err != nil {
+					return clientExit(c, err)
+				}
+				if asJSON {
+					if err := writeJSON(g.stdout, h); err != nil {
+						return err
+					}
+				} else if err := printHealth(g.stdout, c.Socket, h); err != nil {
 					return err
 				}
-			} else if err := printHealth(g.stdout, c.Socket, h); err != nil {
-				return err
-			}
-			if !h.Ready {
-				return exitWith(exitUnavailable, fmt.Errorf("sidecar not ready: %s", h.Reason))
-			}
-			return nil
+				if !h.Ready {
+					return exitWith(exitUnavailable, fmt.Errorf("sidecar not ready: %s", h.Reason))
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the /healthz answer as JSON")
@@ -73,6 +68,19 @@ func newClient(g *globals) (*client.Client, error) {
 		fmt.Fprintf(g.stderr, "baton: warning: %s\n", w)
 	}
 	return client.New(l.Config.SocketPath), nil
+}
+
+// withClient runs f with a client of the configured sidecar and a
+// request deadline of clientTimeout.
+func withClient(g *globals, cmd *cobra.Command, f func(ctx context.Context, c *client.Client) error) error {
+	c, err := newClient(g)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), clientTimeout)
+	defer cancel()
+	return f(ctx, c)
 }
 
 // clientExit maps a request error of the client commands to an exit status:
