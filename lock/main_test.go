@@ -97,15 +97,9 @@ func newEngine(t testing.TB, servers []string, root string, tweak ...func(*lock.
 }
 
 // waitFor polls cond until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.WaitFor(t, within, what, cond)
 }
 
 func acquire(t testing.TB, e *lock.Engine, obj string, typ lock.Type, o lock.AcquireOptions) *lock.Grant {

@@ -311,13 +311,7 @@ func decodeStrict(t testing.TB, b []byte, v any) {
 // waitFor polls cond until it holds or within passes.
 func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.WaitFor(t, within, what, cond)
 }
 
 // metric returns the value of the metric name with the given labels from

@@ -209,15 +209,9 @@ func decodeError(t testing.TB, b []byte) api.Error {
 }
 
 // waitFor polls cond until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, within, what, cond)
 }
 
 // rawConn is a plain go-zookeeper client for the test's own reads and faults.

@@ -56,3 +56,16 @@ func Main(pkg string, z **ZooKeeper, run func() int, after func() error) int {
 	}
 	return code
 }
+
+// WaitFor polls cond every 10 ms until it holds, or fails the test after
+// within, naming what it waited for.
+func WaitFor(t TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

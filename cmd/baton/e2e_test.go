@@ -358,15 +358,9 @@ func runIn(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 // waitCond polls cond every 10ms until it is true or timeout passes.
-func waitCond(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitCond(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, within, what, cond)
 }
 
 // TestE2E runs every test that needs ZooKeeper and the baton binary, which
