@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -31,6 +30,25 @@ type request struct {
 	node     string // our child, once created
 	seq      int64
 	objCzxid int64 // creation zxid of the object node in the last listing
+	// uncertain: a create of this request may have been applied without
+	// our seeing the reply (connection lost, or the wait ended with it in
+	// flight); cleared once recoverOrphans has looked. fail() sweeps.
+	uncertain bool
+}
+
+// grantOps creates privateLock with its data (the setData's Stat carries the
+// creation zxid: the token) and bumps the object node's data version, which
+// identifies this grant to every later delete of privateLock (see cleanup).
+func (r *request) grantOps() []any {
+	return []any{
+		&zk.CreateRequest{Path: r.plPath, Data: r.data, Acl: r.e.acl, Flags: zk.FlagEphemeral},
+		&zk.SetDataRequest{Path: r.plPath, Data: r.data, Version: 0},
+		&zk.SetDataRequest{Path: r.objPath, Data: nil, Version: -1},
+	}
+}
+
+func (r *request) sweepLater() {
+	r.s.addCleanup(cleanup{kind: cleanSweep, objPath: r.objPath, reqID: r.reqID})
 }
 
 func (r *request) run(ctx context.Context, p prediction) (*Grant, error) {
@@ -46,34 +64,30 @@ func (r *request) run(ctx context.Context, p prediction) (*Grant, error) {
 // fast tries the one-multi acquire. done=false means: continue on the slow
 // path (r.node may already hold our child).
 func (r *request) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
-	ops := []any{
+	ops := append([]any{
 		&zk.CreateRequest{Path: r.objPath + "/" + r.prefix + "-", Data: r.data, Acl: r.e.acl, Flags: zk.FlagEphemeralSequential},
-		&zk.CreateRequest{Path: r.plPath, Data: r.data, Acl: r.e.acl, Flags: zk.FlagEphemeral},
-		&zk.SetDataRequest{Path: r.plPath, Data: r.data, Version: 0},
-	}
+	}, r.grantOps()...)
 	res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return r.s.conn.Multi(ops...) },
 		func(res []zk.MultiResponse, err error) {
-			if err == nil { // granted after we gave up: undo
-				r.s.addCleanup(cleanup{r.plPath, res[2].Stat.Version}, cleanup{res[0].String, -1})
-			} else if isConnErr(err) {
-				r.e.wg.Go(func() { r.recoverOrphans(context.Background(), true) })
+			switch {
+			case err == nil: // granted after we gave up: undo
+				r.s.addCleanup(
+					cleanup{kind: cleanPL, objPath: r.objPath, objVersion: res[3].Stat.Version},
+					cleanup{kind: cleanChild, objPath: r.objPath, node: path.Base(res[0].String), reqID: r.reqID})
+			case isConnErr(err):
+				r.sweepLater()
 			}
 		})
 	switch {
 	case err == nil:
 		child := path.Base(res[0].String)
 		seq, _ := seqOf(child)
-		st := res[2].Stat
-		// The watch is checked after the multi: an event for a renewal
-		// the multi saw has been delivered before its response.
-		renewed := fired(p.alive)
-		if renewed {
-			r.e.dropWatch(r.name, p.alive)
-		}
-		if seq == p.seq && !renewed {
+		st, obj := res[2].Stat, res[3].Stat
+		if seq == p.seq && obj.Czxid == p.czxid {
 			r.e.observe(func(o Observer) { o.FastPath(true) })
 			r.objCzxid = p.czxid
-			return r.grant(child, seq, st, seq+2), nil, true
+			g, err := r.grant(ctx, child, seq, st, obj.Version, seq+2)
+			return g, err, true
 		}
 		// Someone created a child since we last saw the object empty (or
 		// the object node was renewed): they may be ahead of us. Give
@@ -81,10 +95,11 @@ func (r *request) fast(ctx context.Context, p prediction) (*Grant, error, bool) 
 		r.e.observe(func(o Observer) { o.FastPath(false) })
 		r.e.log.Debug("fast path off: sequence mismatch or object renewed", "object", r.object, "want", p.seq, "got", seq)
 		r.node, r.seq = child, seq
+		giveBack := cleanup{kind: cleanPL, objPath: r.objPath, objVersion: obj.Version}
 		if _, err := zcall(context.WithoutCancel(ctx), func() (struct{}, error) {
-			return struct{}{}, r.s.conn.Delete(r.plPath, st.Version)
-		}, nil); err != nil && !errors.Is(err, zk.ErrNoNode) {
-			r.s.addCleanup(cleanup{r.plPath, st.Version})
+			return struct{}{}, giveBack.run(r.s)
+		}, nil); err != nil {
+			r.s.addCleanup(giveBack)
 		}
 		return nil, nil, false
 	case errors.Is(err, zk.ErrNodeExists): // privateLock held: nothing was created
@@ -94,10 +109,13 @@ func (r *request) fast(ctx context.Context, p prediction) (*Grant, error, bool) 
 		r.e.observe(func(o Observer) { o.FastPath(false) })
 		return nil, nil, false
 	case isConnErr(err):
+		r.uncertain = true
 		if err := r.recoverOrphans(ctx, true); err != nil {
 			return nil, r.fail(ctx, err), true
 		}
 		return nil, nil, false
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return nil, r.fail(ctx, err), true // the orphan handler undoes a late success
 	default:
 		return nil, r.fail(ctx, err), true
 	}
@@ -108,6 +126,8 @@ func (r *request) fast(ctx context.Context, p prediction) (*Grant, error, bool) 
 func (r *request) slow(ctx context.Context) (*Grant, error) {
 	r.e.waiting.Add(1)
 	defer r.e.waiting.Add(-1)
+	r.s.addWaiter(1)
+	defer r.s.addWaiter(-1)
 	for {
 		if r.s.isLost() {
 			return nil, r.fail(ctx, r.s.lostCause())
@@ -205,9 +225,9 @@ func (r *request) createChild(ctx context.Context) error {
 			return r.s.conn.Create(r.objPath+"/"+r.prefix+"-", r.data, zk.FlagEphemeralSequential, r.e.acl)
 		}, func(p string, err error) {
 			if err == nil {
-				r.s.addCleanup(cleanup{p, -1})
+				r.s.addCleanup(cleanup{kind: cleanChild, objPath: r.objPath, node: path.Base(p), reqID: r.reqID})
 			} else if isConnErr(err) {
-				r.e.wg.Go(func() { r.recoverOrphans(context.Background(), false) })
+				r.sweepLater()
 			}
 		})
 		switch {
@@ -227,9 +247,7 @@ func (r *request) createChild(ctx context.Context) error {
 			}
 		case isConnErr(err):
 			// The create may have been applied: find it once reconnected.
-			if err := r.s.waitConnected(ctx); err != nil {
-				return err
-			}
+			r.uncertain = true
 			if err := r.recoverOrphans(ctx, false); err != nil {
 				return err
 			}
@@ -248,7 +266,7 @@ func (r *request) createChild(ctx context.Context) error {
 func (r *request) drainWait(ctx context.Context) error {
 	r.e.log.Warn("object sequence near 2^31: waiting for the object node to drain and be renewed", "object", r.object, "seq", r.seq)
 	if err := r.s.conn.Delete(r.objPath+"/"+r.node, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
-		r.s.addCleanup(cleanup{r.objPath + "/" + r.node, -1})
+		r.s.addCleanup(cleanup{kind: cleanChild, objPath: r.objPath, node: r.node, reqID: r.reqID})
 	}
 	r.node = ""
 	for {
@@ -276,16 +294,13 @@ var errRecreate = errors.New("lock: object node renewed")
 // anchors the fast-path prediction. A nil grant and nil error mean someone
 // else holds privateLock.
 func (r *request) takePrivateLock(ctx context.Context, alone bool) (*Grant, error) {
-	ops := []any{
-		&zk.CreateRequest{Path: r.plPath, Data: r.data, Acl: r.e.acl, Flags: zk.FlagEphemeral},
-		&zk.SetDataRequest{Path: r.plPath, Data: r.data, Version: 0},
-	}
-	res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return r.s.conn.Multi(ops...) },
+	res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return r.s.conn.Multi(r.grantOps()...) },
 		func(res []zk.MultiResponse, err error) {
-			if err == nil { // granted after we gave up: undo
-				r.s.addCleanup(cleanup{r.plPath, res[1].Stat.Version})
-			} else if isConnErr(err) {
-				r.e.wg.Go(func() { r.recoverOrphans(context.Background(), true) })
+			switch {
+			case err == nil: // granted after we gave up: undo
+				r.s.addCleanup(cleanup{kind: cleanPL, objPath: r.objPath, objVersion: res[2].Stat.Version})
+			case isConnErr(err):
+				r.sweepLater()
 			}
 		})
 	switch {
@@ -294,17 +309,35 @@ func (r *request) takePrivateLock(ctx context.Context, alone bool) (*Grant, erro
 		if alone && r.e.objAlone(r.name) {
 			next = r.seq + 2 // our child's create, then privateLock's
 		}
-		return r.grant(r.node, r.seq, res[1].Stat, next), nil
+		return r.grant(ctx, r.node, r.seq, res[1].Stat, res[2].Stat.Version, next)
 	case errors.Is(err, zk.ErrNodeExists):
 		return nil, nil
 	case isConnErr(err):
+		// Applied or not: find out once reconnected. Ours (by request id
+		// and session) is granted: it was created in order, as above.
+		r.uncertain = true
 		if err := r.s.waitConnected(ctx); err != nil {
 			return nil, err
 		}
-		data, st, err := r.s.conn.Get(r.plPath)
-		if err == nil && r.ours(data, st) {
-			return r.grant(r.node, r.seq, st, -1), nil
+		if _, err := r.s.conn.Sync(r.objPath); err != nil {
+			return nil, err
 		}
+		_, ost, err := r.s.conn.Get(r.objPath)
+		if err != nil {
+			return nil, err
+		}
+		data, st, err := r.s.conn.Get(r.plPath)
+		if err == nil && r.s.owns(data, st, r.reqID) {
+			if ost.Mzxid != st.Czxid { // the object was written after our grant: not provably ours
+				return nil, fmt.Errorf("lock: privateLock of %q found but the object node changed since", r.object)
+			}
+			r.uncertain = false
+			return r.grant(ctx, r.node, r.seq, st, ost.Version, -1)
+		}
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return nil, err
+		}
+		r.uncertain = false // not applied, and never will be after the sync
 		return nil, nil
 	case notSent(err):
 		return nil, r.s.waitConnected(ctx)
@@ -312,52 +345,52 @@ func (r *request) takePrivateLock(ctx context.Context, alone bool) (*Grant, erro
 	return nil, err
 }
 
-// ours reports whether a node's data and owner show it was created by this
-// request in this session.
-func (r *request) ours(data []byte, st *zk.Stat) bool {
-	var d nodeData
-	return json.Unmarshal(data, &d) == nil && d.Req == r.reqID && st != nil && st.EphemeralOwner == r.s.sessionID()
-}
-
-// recoverOrphans finds nodes created for this request whose replies were
-// lost. With the request still live (ctx not done) our child is adopted;
-// privateLock found ours is always given back (its order is unproven). With
-// ctx done every node found is deleted.
+// recoverOrphans finds nodes created for this live request whose replies
+// were lost: our child is adopted; privateLock found ours is given back (its
+// order is unproven). On success r.uncertain is cleared; on failure (the wait
+// ended first) it stays set and fail() leaves a sweep to the session.
 func (r *request) recoverOrphans(ctx context.Context, withPL bool) error {
 	if err := r.s.waitConnected(ctx); err != nil {
 		return err
 	}
+	if _, err := zcall(ctx, func() (string, error) { return r.s.conn.Sync(r.objPath) }, nil); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return err
+	}
 	if withPL {
-		if data, st, err := r.s.conn.Get(r.plPath); err == nil && r.ours(data, st) {
-			if err := r.s.conn.Delete(r.plPath, st.Version); err != nil && !errors.Is(err, zk.ErrNoNode) {
-				r.s.addCleanup(cleanup{r.plPath, st.Version})
+		_, ost, err := r.s.conn.Get(r.objPath)
+		if err == nil {
+			if data, st, err := r.s.conn.Get(r.plPath); err == nil && r.s.owns(data, st, r.reqID) {
+				giveBack := cleanup{kind: cleanPL, objPath: r.objPath, objVersion: ost.Version}
+				if err := giveBack.run(r.s); err != nil {
+					r.s.addCleanup(giveBack)
+				}
 			}
 		}
 	}
 	children, _, err := r.s.conn.Children(r.objPath)
 	if errors.Is(err, zk.ErrNoNode) {
+		r.uncertain = false
 		return nil
 	}
 	if err != nil {
 		return err
 	}
 	for _, c := range children {
-		if c == privateLock || len(c) < len(r.prefix)+1 || c[:len(r.prefix)+1] != r.prefix+"-" {
+		if c == privateLock || len(c) < len(r.prefix)+1 || c[:len(r.prefix)+1] != r.prefix+"-" || c == r.node {
 			continue
 		}
 		data, st, err := r.s.conn.Get(r.objPath + "/" + c)
-		if err != nil || !r.ours(data, st) {
+		if err != nil || !r.s.owns(data, st, r.reqID) {
 			continue
 		}
-		if ctx.Err() == nil && r.node == "" {
+		if r.node == "" {
 			r.node = c
 			r.seq, _ = seqOf(c)
 			continue
 		}
-		if c != r.node || ctx.Err() != nil {
-			r.s.addCleanup(cleanup{r.objPath + "/" + c, -1})
-		}
+		r.s.addCleanup(cleanup{kind: cleanChild, objPath: r.objPath, node: c, reqID: r.reqID})
 	}
+	r.uncertain = false
 	return nil
 }
 
@@ -388,9 +421,14 @@ func (r *request) fail(ctx context.Context, cause error) error {
 		p := r.objPath + "/" + r.node
 		_, err := zcall(bg, func() (struct{}, error) { return struct{}{}, r.s.conn.Delete(p, -1) }, nil)
 		if err != nil && !errors.Is(err, zk.ErrNoNode) {
-			r.s.addCleanup(cleanup{p, -1})
+			r.s.addCleanup(cleanup{kind: cleanChild, objPath: r.objPath, node: r.node, reqID: r.reqID})
 		}
 		r.node = ""
+	}
+	if r.uncertain {
+		// A create may have landed unseen and the wait ended before we
+		// could look: the session finds and deletes it after reconnecting.
+		r.sweepLater()
 	}
 	if ile != nil {
 		return ile

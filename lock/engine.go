@@ -42,6 +42,8 @@ type Engine struct {
 	gen     uint64
 	closed  bool
 	closing chan struct{}
+	ctx     context.Context // done when closing
+	stop    context.CancelFunc
 	wg      sync.WaitGroup
 
 	rootReady atomic.Bool
@@ -57,36 +59,23 @@ type Engine struct {
 // A prediction is only as good as the object node it was made on: a
 // container can be reaped and created again by someone else, whose creates
 // could bring the new node's counter to the predicted value. So a prediction
-// carries the node's czxid (from the listing that anchored it) and a data
-// watch on that node: ZooKeeper delivers the watch's event before the
-// response to any later request of the session, so when the fast multi
-// returns, a renewed node has already fired the watch.
+// carries the node's czxid, and the fast multi's setData on the object node
+// answers with the czxid of the node it applied to: a renewed node is seen in
+// the multi's own answer, before anything is reported.
 type objState struct {
-	active  int             // this engine's acquires in flight or held
-	predict int64           // sequence number the next create gets if nobody else creates; -1 unknown
-	gen     uint64          // session generation the prediction was made in
-	czxid   int64           // creation zxid of the object node the prediction belongs to
-	alive   <-chan zk.Event // data watch on that node, nil until armed; any event voids the prediction
+	active  int    // this engine's acquires in flight or held
+	predict int64  // sequence number the next create gets if nobody else creates; -1 unknown
+	gen     uint64 // session generation the prediction was made in
+	czxid   int64  // creation zxid of the object node the prediction belongs to
 }
 
 // prediction is what objEnter hands to one request.
 type prediction struct {
 	seq   int64 // -1: none
 	czxid int64
-	alive <-chan zk.Event
 }
 
-// fired reports (and consumes) an event on a watch channel.
-func fired(ch <-chan zk.Event) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
-func (st *objState) invalidate() { st.predict, st.alive = -1, nil }
+func (st *objState) invalidate() { st.predict = -1 }
 
 // New starts an engine; it connects in the background (Acquire waits for the
 // connection within its own timeout). A bad option is an error naming it.
@@ -103,6 +92,7 @@ func New(opts Options) (*Engine, error) {
 		objs:    make(map[string]*objState),
 		acl:     zk.WorldACL(zk.PermAll),
 	}
+	e.ctx, e.stop = context.WithCancel(context.Background())
 	if opts.AuthDigest != "" {
 		user, pass, _ := strings.Cut(opts.AuthDigest, ":")
 		e.acl = zk.DigestACL(zk.PermAll, user, pass)
@@ -129,6 +119,7 @@ func (e *Engine) Close() error {
 	e.mu.Unlock()
 	s.fail(ErrClosed)
 	close(e.closing)
+	e.stop()
 	s.conn.Close()
 	e.wg.Wait()
 	return nil
@@ -311,14 +302,10 @@ func (e *Engine) objEnter(name string, gen uint64) prediction {
 	if st.active > 1 || st.gen != gen || e.opts.DisableFastPath {
 		st.invalidate() // our own concurrent creates are not accounted for
 	}
-	if st.predict < 0 || st.alive == nil {
+	if st.predict < 0 {
 		return prediction{seq: -1}
 	}
-	if fired(st.alive) {
-		st.invalidate()
-		return prediction{seq: -1}
-	}
-	return prediction{seq: st.predict, czxid: st.czxid, alive: st.alive}
+	return prediction{seq: st.predict, czxid: st.czxid}
 }
 
 // objLeave ends a local acquire. next, if ≥ 0, is the sequence number the
@@ -332,19 +319,10 @@ func (e *Engine) objLeave(name string, next int64, gen uint64, czxid int64) {
 		return
 	}
 	st.active--
-	arm := false
-	switch {
-	case st.active != 0 || next < 0 || e.opts.DisableFastPath:
+	if st.active != 0 || next < 0 || e.opts.DisableFastPath {
 		st.invalidate()
-	case st.alive != nil && st.czxid == czxid && st.gen == gen:
-		if fired(st.alive) {
-			st.invalidate()
-		} else {
-			st.predict = next
-		}
-	default:
-		st.predict, st.gen, st.czxid, st.alive = next, gen, czxid, nil
-		arm = true
+	} else {
+		st.predict, st.gen, st.czxid = next, gen, czxid
 	}
 	if st.active == 0 && st.predict < 0 {
 		delete(e.objs, name)
@@ -359,39 +337,6 @@ func (e *Engine) objLeave(name string, next int64, gen uint64, czxid int64) {
 			}
 		}
 	}
-	if arm {
-		e.wg.Go(func() { e.armObject(name, czxid, gen) })
-	}
-}
-
-// dropWatch forgets a watch whose event a request consumed.
-func (e *Engine) dropWatch(name string, ch <-chan zk.Event) {
-	e.objMu.Lock()
-	defer e.objMu.Unlock()
-	if st := e.objs[name]; st != nil && st.alive == ch {
-		st.invalidate()
-	}
-}
-
-// armObject sets the data watch that keeps a prediction honest; the
-// prediction is dropped if the node is not the incarnation it was made on.
-func (e *Engine) armObject(name string, czxid int64, gen uint64) {
-	s, err := e.current()
-	if err != nil || s.gen != gen {
-		return
-	}
-	_, stat, ch, err := s.conn.GetW(e.root + "/" + name)
-	e.objMu.Lock()
-	defer e.objMu.Unlock()
-	st := e.objs[name]
-	if st == nil || st.czxid != czxid || st.gen != gen || st.predict < 0 {
-		return // the watch stays registered until it fires: harmless
-	}
-	if err != nil || stat.Czxid != czxid {
-		st.invalidate()
-		return
-	}
-	st.alive = ch
 }
 
 // objShared reports whether another local acquire is active on the object,

@@ -24,7 +24,7 @@ type Grant struct {
 	objPath    string
 	plPath     string
 	token      int64
-	version    int32
+	objVersion int32 // the object node's data version our grant set: identifies our privateLock
 	acquiredAt time.Time
 	waited     time.Duration
 	next       int64 // fast-path prediction to store after release; -1 none
@@ -39,27 +39,39 @@ type Grant struct {
 	armTimer  *time.Timer // arms the holder watch after HolderWatchDelay
 }
 
-func (r *request) grant(node string, seq int64, st *zk.Stat, next int64) *Grant {
+// grant reports the request granted. The session may have ended while the
+// grant multi was answered: then nothing is reported held (the session's
+// nodes die with it) and the acquire fails.
+func (r *request) grant(ctx context.Context, node string, seq int64, st *zk.Stat, objVersion int32, next int64) (*Grant, error) {
 	now := time.Now()
 	g := &Grant{
 		e: r.e, s: r.s, object: r.object, name: r.name, typ: r.typ, info: r.info, reqID: r.reqID,
 		node: node, seq: seq, objPath: r.objPath, plPath: r.plPath,
-		token: st.Czxid, version: st.Version, acquiredAt: now, waited: now.Sub(r.start), next: next,
+		token: st.Czxid, objVersion: objVersion, acquiredAt: now, waited: now.Sub(r.start), next: next,
 		objCzxid: r.objCzxid,
 	}
 	g.ctx, g.cancel = context.WithCancelCause(context.Background())
+	if !r.s.register(g) { // the session ended while we were being granted
+		g.cancel(r.s.lostCause())
+		r.node = "" // goes with the session
+		return nil, r.fail(ctx, r.s.lostCause())
+	}
+	if !time.Now().Before(r.s.deadline()) {
+		// Valid for no time at all: never report it held.
+		r.s.unregister(g)
+		g.cancel(ErrSessionLost)
+		r.s.addCleanup(cleanup{kind: cleanRelease, objPath: r.objPath, node: node, objVersion: objVersion, reqID: r.reqID})
+		r.node = ""
+		return nil, r.fail(ctx, fmt.Errorf("%w: granted with no validity left", ErrSessionLost))
+	}
 	r.e.held.Add(1)
 	r.e.log.Debug("lock granted", "object", r.object, "type", r.typ, "token", g.token, "node", node, "waited", g.waited)
-	if !r.s.register(g) { // the session ended while we were being granted
-		g.lose(r.s.lostCause())
-		return g
-	}
 	// No goroutine per grant until the holder watch is due: short critical
 	// sections cost a timer only.
 	g.mu.Lock()
 	g.armTimer = time.AfterFunc(r.e.opts.HolderWatchDelay, g.arm)
 	g.mu.Unlock()
-	return g
+	return g, nil
 }
 
 // arm starts the holder watch, unless the grant ended meanwhile.
@@ -177,9 +189,14 @@ func (g *Grant) finish(st State, cause error) bool {
 
 func (g *Grant) lose(cause error) {
 	if g.finish(Lost, fmt.Errorf("%w: %w", ErrLockLost, cause)) {
-		// our child still blocks the queue while the session lives
-		g.s.addCleanup(cleanup{g.objPath + "/" + g.node, -1})
+		// our child still blocks the queue while the session lives;
+		// privateLock, if still ours, too
+		g.s.addCleanup(g.releaseCleanup())
 	}
+}
+
+func (g *Grant) releaseCleanup() cleanup {
+	return cleanup{kind: cleanRelease, objPath: g.objPath, node: g.node, objVersion: g.objVersion, reqID: g.reqID}
 }
 
 // watch follows privateLock while the grant lasts: deletion by anyone else,
@@ -197,7 +214,9 @@ func (g *Grant) watch() {
 		_, st, ev, err := g.s.conn.GetW(g.plPath)
 		switch {
 		case err == nil && st.Czxid != g.token:
-			g.lose(errors.New("privateLock was replaced by another holder's"))
+			if !g.isReleasing() { // after our own release the next holder's is expected
+				g.lose(errors.New("privateLock was replaced by another holder's"))
+			}
 			return
 		case errors.Is(err, zk.ErrNoNode):
 			if !g.isReleasing() {
@@ -210,15 +229,10 @@ func (g *Grant) watch() {
 				return
 			}
 			// disconnected: wait for the session to come back or end
-			ctx, cancel := context.WithCancel(context.Background())
-			go func() {
-				select {
-				case <-g.ctx.Done():
-				case <-g.e.closing:
-				}
-				cancel()
-			}()
+			ctx, cancel := context.WithCancel(g.ctx)
+			stop := context.AfterFunc(g.e.ctx, cancel)
 			_ = g.s.waitConnected(ctx)
+			stop()
 			cancel()
 			continue
 		}
@@ -243,11 +257,12 @@ func (g *Grant) isReleasing() bool {
 	return g.releasing || g.state != Held
 }
 
-// Release deletes the grant's node and privateLock in one multi that fails
-// unless privateLock is this grant's version. While disconnected it returns
-// nil and the deletion completes after the reconnect (or with the session).
-// It returns ErrNoNode for a grant already released and an error wrapping
-// ErrLockLost for a grant lost before Release.
+// Release deletes the grant's node and privateLock in one multi that applies
+// only if privateLock is still this grant's (see cleanup). While
+// disconnected, or with ctx already done, it returns nil and the deletion
+// completes after the reconnect (or with the session). It returns ErrNoNode
+// for a grant already released and an error wrapping ErrLockLost for a grant
+// lost before Release.
 func (g *Grant) Release(ctx context.Context) error {
 	g.mu.Lock()
 	switch g.state {
@@ -269,17 +284,19 @@ func (g *Grant) Release(ctx context.Context) error {
 		g.lose(g.s.lostCause())
 		return g.Err()
 	}
-	child := g.objPath + "/" + g.node
-	ops := []any{
-		&zk.DeleteRequest{Path: g.plPath, Version: g.version},
-		&zk.DeleteRequest{Path: child, Version: -1},
+	if ctx.Err() != nil { // nothing sent: the session completes it
+		g.s.addCleanup(g.releaseCleanup())
+		g.finish(Released, nil)
+		return nil
 	}
-	_, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return g.s.conn.Multi(ops...) },
-		func(_ []zk.MultiResponse, err error) {
-			if err != nil && (isConnErr(err) || notSent(err)) {
-				g.s.addCleanup(cleanup{g.plPath, g.version}, cleanup{child, -1})
-			}
-		})
+	child := g.objPath + "/" + g.node
+	_, err := zcall(ctx, func() ([]zk.MultiResponse, error) {
+		return g.s.conn.Multi(releaseOps(g.objPath, g.node, g.objVersion)...)
+	}, func(_ []zk.MultiResponse, err error) {
+		if err != nil && (isConnErr(err) || notSent(err)) {
+			g.s.addCleanup(g.releaseCleanup())
+		}
+	})
 	switch {
 	case err == nil:
 		g.finish(Released, nil)
@@ -287,14 +304,14 @@ func (g *Grant) Release(ctx context.Context) error {
 			_ = g.s.conn.Delete(g.objPath, -1)
 		}
 		return nil
-	case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNoNode):
+	case gone(err):
 		// privateLock is not ours any more, or our node is gone: find out
 		// which, delete only what is ours.
 		_, st, gerr := g.s.conn.Get(g.plPath)
 		if gerr == nil && st.Czxid == g.token && st.EphemeralOwner == g.s.sessionID() {
 			// privateLock is ours; our node was deleted by someone else
-			if err := g.s.conn.Delete(g.plPath, st.Version); err == nil {
-				g.s.addCleanup(cleanup{child, -1})
+			if err := g.s.deleteOwnPL(g.objPath, g.objVersion); err == nil {
+				g.s.addCleanup(cleanup{kind: cleanChild, objPath: g.objPath, node: g.node, reqID: g.reqID})
 				g.finish(Released, nil)
 				return nil
 			}
@@ -305,11 +322,12 @@ func (g *Grant) Release(ctx context.Context) error {
 		// completes in the background (cleanup queued by the orphan
 		// handler, or here when the call returned)
 		if isConnErr(err) || notSent(err) {
-			g.s.addCleanup(cleanup{g.plPath, g.version}, cleanup{child, -1})
+			g.s.addCleanup(g.releaseCleanup())
 		}
 		g.finish(Released, nil)
 		return nil
 	}
+	_ = child
 	g.mu.Lock()
 	g.releasing = false
 	g.mu.Unlock()

@@ -83,7 +83,7 @@ func testLogger(t testing.TB) *slog.Logger {
 // waits until it is connected.
 func newEngine(t testing.TB, servers []string, root string, tweak ...func(*lock.Options)) *lock.Engine {
 	t.Helper()
-	o := lock.Options{Servers: servers, Root: root, SessionTimeout: 4 * time.Second, Logger: testLogger(t), NodeID: "test-" + t.Name()}
+	o := lock.Options{Servers: servers, Root: root, SessionTimeout: 4 * time.Second, TickTime: testenv.DefaultTickTime, Logger: testLogger(t), NodeID: "test-" + t.Name()}
 	for _, f := range tweak {
 		f(&o)
 	}

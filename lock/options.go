@@ -25,6 +25,12 @@ type Options struct {
 	// SessionTimeout is the requested session timeout; default 5s. The
 	// negotiated one is used for validity.
 	SessionTimeout time.Duration
+	// TickTime is the ZooKeeper servers' tickTime (zoo.cfg); default 2s, as
+	// in ZooKeeper's sample configuration. Validity is counted from requests
+	// acknowledged at least TickTime before one answered through the leader
+	// (see the package doc): a TickTime lower than the servers' is unsafe
+	// on an ensemble, a higher one only shortens validity.
+	TickTime time.Duration
 	// SafetyMargin is subtracted from the session timeout for validity; it is
 	// never less than 2% of the negotiated timeout + 50 ms (the default).
 	SafetyMargin time.Duration
@@ -81,6 +87,12 @@ func (o *Options) setDefaults() error {
 	}
 	if o.SessionTimeout < 0 {
 		return fmt.Errorf("lock: Options.SessionTimeout: %v is negative", o.SessionTimeout)
+	}
+	if o.TickTime == 0 {
+		o.TickTime = 2 * time.Second
+	}
+	if o.TickTime < 0 {
+		return fmt.Errorf("lock: Options.TickTime: %v is negative", o.TickTime)
 	}
 	if o.SafetyMargin < 0 {
 		return fmt.Errorf("lock: Options.SafetyMargin: %v is negative", o.SafetyMargin)

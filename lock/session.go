@@ -22,10 +22,14 @@ type session struct {
 	conn *zk.Conn
 	log  *slog.Logger
 
-	mu        sync.Mutex
-	id        int64         // established session id, 0 before the first handshake
-	timeout   time.Duration // negotiated
-	lastAck   time.Time     // send time of the last acknowledged request
+	mu      sync.Mutex
+	id      int64         // established session id, 0 before the first handshake
+	timeout time.Duration // negotiated
+	// base is the latest instant from which the leader is known to count the
+	// session's expiry: grants are valid until base + timeout - margin. See
+	// leaderAcked for how it moves.
+	base      time.Time
+	touches   []touch // acknowledged requests of any kind, oldest first, for leaderAcked
 	state     zk.State
 	changed   chan struct{} // closed and replaced on every state or ack change
 	lostErr   error
@@ -33,15 +37,16 @@ type session struct {
 	cleanWake chan struct{}
 
 	grants    map[*Grant]struct{} // held grants, ended when the session is lost
+	waiters   int                 // slow-path acquires in progress
+	syncs     atomic.Int64        // keeper syncs sent (cost metric)
 	lost      chan struct{}       // closed when the session is declared lost
 	closeOnce sync.Once
 	pending   atomic.Int64 // cleanups not yet done (metric)
 }
 
-type cleanup struct {
-	path    string
-	version int32 // -1: any
-}
+// touch is one acknowledged request: the server it went to had touched the
+// session between sent and acked.
+type touch struct{ sent, acked time.Time }
 
 func newSession(e *Engine, gen uint64) (*session, error) {
 	s := &session{
@@ -81,6 +86,7 @@ func newSession(e *Engine, gen uint64) (*session, error) {
 	}
 	e.wg.Go(s.monitor)
 	e.wg.Go(s.cleaner)
+	e.wg.Go(s.keeper)
 	return s, nil
 }
 
@@ -107,19 +113,75 @@ func (s *session) handshake(id int64, timeout time.Duration, sent time.Time) {
 		s.log.Info("zookeeper session established", "session", fmt.Sprintf("0x%x", id),
 			"timeout_requested", s.e.opts.SessionTimeout, "timeout_negotiated", timeout)
 	}
+	// A handshake is answered only after the leader saw the session: a new
+	// session is created by the leader, and a follower revalidates an
+	// existing one with the leader, which touches it, before it answers.
+	// So the leader counts the expiry from a moment after sent.
+	old := s.deadlineLocked()
 	s.id, s.timeout = id, timeout
-	if sent.After(s.lastAck) {
-		s.lastAck = sent
+	if sent.After(s.base) {
+		s.base = sent
+	}
+	s.touches = s.touches[:0]
+	if !old.IsZero() && s.deadlineLocked().Before(old) {
+		// The server shortened the session timeout on a reconnect: a
+		// valid_until already told could outlast the server's expiry.
+		s.notifyLocked()
+		go s.fail(fmt.Errorf("%w: negotiated session timeout shrank to %v on reconnect", ErrSessionLost, timeout))
+		return
 	}
 	s.notifyLocked()
 }
 
-func (s *session) acked(sent time.Time) {
+// acked records an acknowledged request and, for one answered through the
+// leader, moves the validity base.
+//
+// How the leader learns that a session lives (ZooKeeper 3.8: Leader.lead,
+// LearnerHandler, Learner.ping): a follower touches the session locally
+// on every request and ping; the leader pings each follower every
+// tickTime/2 and the follower's reply carries the sessions touched since
+// the last one; only then does the leader push the session's expiry to
+// (now + timeout). Requests a follower forwards (writes, sync) are checked
+// by the leader but do not touch the session there. So a follower cut off
+// from its leader keeps answering pings while the leader expires the
+// session, and even a write answered through the leader proves only that
+// the session was alive, not that its expiry moved.
+//
+// What a leader-path answer does prove: the follower forwarded the request
+// after every ping reply the leader processed before it, over one ordered
+// channel. The leader pings every tickTime/2; allowing tickTime (twice
+// that) for a ping to reach the follower, a touch that the server had made
+// tickTime before our leader-path request was sent has been carried to the
+// leader in a ping reply the leader processed before answering. A request
+// acknowledged at acked was touched no later than acked; so the base moves
+// to the send time of the newest request acknowledged at least tickTime
+// before the leader-path request's send.
+func (s *session) acked(sent, at time.Time, leader bool) {
 	s.mu.Lock()
-	if sent.After(s.lastAck) {
-		s.lastAck = sent
+	defer s.mu.Unlock()
+	s.touches = append(s.touches, touch{sent, at})
+	if !leader {
+		if len(s.touches) > 4096 { // only while nothing goes through the leader
+			s.touches = append(s.touches[:0], s.touches[len(s.touches)-1024:]...)
+		}
+		return
 	}
-	s.mu.Unlock()
+	cut := sent.Add(-s.e.opts.TickTime)
+	k := -1
+	for i, t := range s.touches {
+		if t.acked.After(cut) {
+			break
+		}
+		k = i
+	}
+	if k < 0 {
+		return
+	}
+	if b := s.touches[k].sent; b.After(s.base) {
+		s.base = b
+		s.notifyLocked()
+	}
+	s.touches = append(s.touches[:0], s.touches[k:]...)
 }
 
 func (s *session) onEvent(ev zk.Event) {
@@ -158,10 +220,10 @@ func (s *session) deadline() time.Time {
 }
 
 func (s *session) deadlineLocked() time.Time {
-	if s.id == 0 || s.lastAck.IsZero() {
+	if s.id == 0 || s.base.IsZero() {
 		return time.Time{}
 	}
-	return s.lastAck.Add(s.timeout - s.margin(s.timeout))
+	return s.base.Add(s.timeout - s.margin(s.timeout))
 }
 
 // connected reports whether the session is established and connected.
@@ -239,9 +301,7 @@ func (s *session) fail(cause error) {
 			s.log.Warn("zookeeper session lost", "cause", cause)
 		}
 		s.e.replace(s)
-		// Close sends closeSession when connected, so the server drops our
-		// ephemeral nodes now; it may block for a while when it cannot.
-		go s.conn.Close()
+		go s.closeConn()
 	})
 }
 
@@ -253,6 +313,13 @@ func (s *session) monitor() {
 	for {
 		s.mu.Lock()
 		d := s.deadlineLocked()
+		if len(s.grants) == 0 {
+			// Nothing to protect: an idle session's base moves only when
+			// a request goes through the leader, so its deadline passing
+			// says nothing about the session. The next grant is a
+			// leader-path request and moves it first.
+			d = time.Time{}
+		}
 		ch := s.changed
 		s.mu.Unlock()
 		if !d.IsZero() {
@@ -282,6 +349,7 @@ func (s *session) register(g *Grant) bool {
 		return false
 	}
 	s.grants[g] = struct{}{}
+	s.notifyLocked() // the keeper and the monitor watch the grant count
 	return true
 }
 
@@ -325,15 +393,15 @@ func (s *session) cleaner() {
 			}
 			c := s.cleanups[0]
 			s.mu.Unlock()
-			err := s.conn.Delete(c.path, c.version)
+			err := c.run(s)
 			switch {
-			case err == nil, errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion):
+			case err == nil:
 			case errors.Is(err, zk.ErrClosing):
 				return
 			case isConnErr(err), notSent(err):
-				s.log.Debug("cleanup delete failed; retrying after reconnect", "path", c.path, "err", err)
+				s.log.Debug("cleanup failed; retrying after reconnect", "cleanup", c.String(), "err", err)
 			default: // e.g. ErrNoAuth: retrying cannot help; the node goes with the session
-				s.log.Error("cleanup delete failed; the node stays until the session ends", "path", c.path, "err", err)
+				s.log.Error("cleanup failed; the node stays until the session ends", "cleanup", c.String(), "err", err)
 			}
 			if isConnErr(err) || notSent(err) {
 				if s.connected() { // it failed but we are connected again: retry soon
@@ -350,6 +418,89 @@ func (s *session) cleaner() {
 			s.mu.Unlock()
 		}
 	}
+}
+
+// keepInterval is how often the keeper sends a sync while the session has
+// grants or waiters: often enough that the validity base trails the present
+// by about tickTime plus this interval.
+func (s *session) keepInterval(timeout time.Duration) time.Duration {
+	return max(20*time.Millisecond, min(timeout/8, s.e.opts.TickTime/2))
+}
+
+// keeper sends a sync (answered through the leader) every keepInterval while
+// this session has grants or waiting acquires, so that their validity keeps
+// moving; pings, which a follower answers alone, no longer move it. An idle
+// session costs nothing.
+func (s *session) keeper() {
+	for {
+		s.mu.Lock()
+		ok := s.id != 0 && s.state == zk.StateHasSession && s.lostErr == nil
+		busy := len(s.grants) > 0 || s.waiters > 0
+		ch := s.changed
+		wait := s.keepInterval(s.timeout)
+		s.mu.Unlock()
+		if ok && busy {
+			if _, err := s.conn.Sync("/"); errors.Is(err, zk.ErrClosing) {
+				return
+			}
+			s.syncs.Add(1)
+			ch = nil // sleep the interval, not until the next change
+		} else {
+			wait = time.Minute // idle: woken by the next change
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-s.lost:
+			t.Stop()
+			return
+		case <-s.e.closing:
+			t.Stop()
+			return
+		case <-ch:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// addWaiter counts a slow-path acquire of this session (for the keeper).
+func (s *session) addWaiter(d int) {
+	s.mu.Lock()
+	s.waiters += d
+	if d > 0 {
+		s.notifyLocked()
+	}
+	s.mu.Unlock()
+}
+
+// closeConn closes an abandoned session's connection so that the server
+// drops its nodes now. go-zookeeper sends closeSession only while connected;
+// a session given up while disconnected would keep its nodes (and block
+// every object it touched) until the server expires it. So it waits for
+// go-zookeeper's reconnect (which revives the session) and closes then,
+// bounded by two session timeouts, after which the server has expired it.
+func (s *session) closeConn() {
+	s.mu.Lock()
+	bound := 2 * max(s.timeout, s.e.opts.SessionTimeout)
+	s.mu.Unlock()
+	deadline := time.NewTimer(bound)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		st, ch := s.state, s.changed
+		s.mu.Unlock()
+		if st == zk.StateHasSession || st == zk.StateExpired {
+			break
+		}
+		select {
+		case <-ch:
+			continue
+		case <-s.e.closing:
+		case <-deadline.C:
+		}
+		break
+	}
+	s.conn.Close()
 }
 
 type zkLogger struct{ log *slog.Logger }

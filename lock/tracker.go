@@ -69,13 +69,34 @@ func (f *frameParser) feed(p []byte, now time.Time, want func(int) int, cb func(
 type ackSink interface {
 	// handshake: the server answered the connect request sent at sent.
 	handshake(sessionID int64, timeout time.Duration, sent time.Time)
-	// acked: the server answered a request sent at sent.
-	acked(sent time.Time)
+	// acked: the server answered, at at, a request sent at sent. leader
+	// says the answer went through the leader (a write or a sync that
+	// succeeded), not one a follower gives by itself (reads, pings).
+	acked(sent, at time.Time, leader bool)
 }
 
 type pending struct {
 	xid  int32
+	op   int32
 	sent time.Time
+}
+
+// leaderOps are the request types a follower forwards to the leader and
+// answers only after the leader's reply (ZooKeeper's FollowerRequestProcessor:
+// writes and sync). Reads, pings and setWatches are answered by whichever
+// server the session is connected to, even one cut off from its leader.
+var leaderOps = map[int32]bool{
+	1:  true, // create
+	2:  true, // delete
+	5:  true, // setData
+	7:  true, // setACL
+	9:  true, // sync
+	13: true, // check
+	14: true, // multi
+	15: true, // create2
+	19: true, // createContainer
+	20: true, // deleteContainer
+	21: true, // createTTL
 }
 
 // trackedConn wraps one TCP connection to a ZooKeeper server and reports, for
@@ -98,9 +119,9 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 	c.wmu.Lock()
 	c.w.feed(p, time.Now(), func(i int) int {
 		if i == 0 {
-			return 0 // connect request: no xid
+			return 4 // connect request: no xid; its first field marks the send
 		}
-		return 4
+		return 8 // xid, type
 	}, func(i int, hdr []byte, start time.Time) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -108,8 +129,12 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 			c.connectSent = start
 			return
 		}
-		if len(hdr) == 4 {
-			c.inflight = append(c.inflight, pending{int32(binary.BigEndian.Uint32(hdr)), start})
+		if len(hdr) == 8 {
+			c.inflight = append(c.inflight, pending{
+				xid:  int32(binary.BigEndian.Uint32(hdr)),
+				op:   int32(binary.BigEndian.Uint32(hdr[4:])),
+				sent: start,
+			})
 		}
 	})
 	c.wmu.Unlock()
@@ -124,14 +149,14 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 			if i == 0 {
 				return 16 // protocolVersion, timeOut, sessionId
 			}
-			return 4 // xid
+			return 16 // xid, zxid, err
 		}, c.onResponse)
 		c.rmu.Unlock()
 	}
 	return n, err
 }
 
-func (c *trackedConn) onResponse(i int, hdr []byte, _ time.Time) {
+func (c *trackedConn) onResponse(i int, hdr []byte, at time.Time) {
 	if i == 0 {
 		if len(hdr) < 16 {
 			return
@@ -151,17 +176,18 @@ func (c *trackedConn) onResponse(i int, hdr []byte, _ time.Time) {
 	if xid == -1 { // watch event, not a response
 		return
 	}
+	ok := len(hdr) >= 16 && binary.BigEndian.Uint32(hdr[12:16]) == 0
 	c.mu.Lock()
-	var sent time.Time
-	for k, p := range c.inflight {
-		if p.xid == xid {
-			sent = p.sent
+	var p pending
+	for k, q := range c.inflight {
+		if q.xid == xid {
+			p = q
 			c.inflight = c.inflight[k+1:]
 			break
 		}
 	}
 	c.mu.Unlock()
-	if !sent.IsZero() {
-		c.sink.acked(sent)
+	if !p.sent.IsZero() {
+		c.sink.acked(p.sent, at, ok && leaderOps[p.op])
 	}
 }

@@ -16,6 +16,10 @@ import (
 	"time"
 )
 
+// DefaultTickTime is the servers' tickTime unless ZKOptions.TickTime says
+// otherwise; lock engines under test declare it (lock.Options.TickTime).
+const DefaultTickTime = 500 * time.Millisecond
+
 // ZKOptions configures StartZooKeeper. A zero field means its documented default.
 type ZKOptions struct {
 	Nodes int // 1 = standalone, 3 = a 3-node ensemble (any n >= 1 works); default 1
@@ -63,7 +67,7 @@ func (o *ZKOptions) setDefaults() error {
 		return fmt.Errorf("testenv: ZKOptions.Nodes = %d, want >= 1", o.Nodes)
 	}
 	if o.TickTime == 0 {
-		o.TickTime = 500 * time.Millisecond
+		o.TickTime = DefaultTickTime
 	}
 	if o.TickTime < time.Millisecond {
 		return fmt.Errorf("testenv: ZKOptions.TickTime = %v, want >= 1ms", o.TickTime)
@@ -385,6 +389,16 @@ func (z *ZooKeeper) Addr(node int) string {
 
 // Nodes returns the number of nodes.
 func (z *ZooKeeper) Nodes() int { return len(z.nodes) }
+
+// PeerPorts returns node's quorum and election ports (0, 0 for a standalone
+// server or an unknown node).
+func (z *ZooKeeper) PeerPorts(node int) (quorum, election int) {
+	nd, err := z.node(node)
+	if err != nil || len(z.nodes) < 2 {
+		return 0, 0
+	}
+	return nd.quorumPort, nd.electionPort
+}
 
 // TickTime returns the servers' tickTime.
 func (z *ZooKeeper) TickTime() time.Duration { return z.opts.TickTime }
