@@ -2,6 +2,8 @@ package dlq
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,6 +49,13 @@ type Letter struct {
 	ErrorClass     string          `json:"error_class"`
 	FirstAttemptAt time.Time       `json:"first_attempt_at"`
 	Sidecar        string          `json:"sidecar"`
+	// Elided says the letter did not fit the topic's message limit with
+	// its payload: Payload is null and PayloadBytes / PayloadSHA256 name
+	// the payload the op was accepted with (the sidecar still has it; replay
+	// by id). Info and LastError may also be cut (see [Letter.Elide]).
+	Elided        bool   `json:"payload_elided,omitempty"`
+	PayloadBytes  int    `json:"payload_bytes,omitempty"`
+	PayloadSHA256 string `json:"payload_sha256,omitempty"`
 }
 
 // letterJSON is Letter's wire shape (times as strings).
@@ -62,6 +71,9 @@ type letterJSON struct {
 	ErrorClass     string          `json:"error_class"`
 	FirstAttemptAt *string         `json:"first_attempt_at"`
 	Sidecar        string          `json:"sidecar"`
+	Elided         bool            `json:"payload_elided,omitempty"`
+	PayloadBytes   int             `json:"payload_bytes,omitempty"`
+	PayloadSHA256  string          `json:"payload_sha256,omitempty"`
 }
 
 func fmtTime(t time.Time) *string {
@@ -83,17 +95,29 @@ func parseTime(field string, s *string) (time.Time, error) {
 	return t.UTC(), nil
 }
 
-// MarshalJSON encodes l with RFC 3339 millisecond UTC times.
+// MarshalJSON encodes l with RFC 3339 millisecond UTC times and without
+// HTML escaping: '<', '>' and '&' stay one byte each (json.Marshal would
+// make each a 6-byte \u escape, multiplying an HTML-like payload by up to
+// six). Note that json.Marshal(l) re-escapes this output; [Letter.Encode]
+// calls MarshalJSON directly.
 func (l Letter) MarshalJSON() ([]byte, error) {
 	payload := l.Payload
 	if len(bytes.TrimSpace(payload)) == 0 {
 		payload = json.RawMessage("null")
 	}
-	return json.Marshal(letterJSON{
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(letterJSON{
 		ID: l.ID, Object: l.Object, Info: l.Info, Payload: payload, Seq: l.Seq,
 		AcceptedAt: fmtTime(l.AcceptedAt), Attempts: l.Attempts, LastError: l.LastError,
 		ErrorClass: l.ErrorClass, FirstAttemptAt: fmtTime(l.FirstAttemptAt), Sidecar: l.Sidecar,
+		Elided: l.Elided, PayloadBytes: l.PayloadBytes, PayloadSHA256: l.PayloadSHA256,
 	})
+	if err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // UnmarshalJSON decodes the wire shape; it accepts any RFC 3339 time.
@@ -113,6 +137,7 @@ func (l *Letter) UnmarshalJSON(b []byte) error {
 	*l = Letter{
 		ID: w.ID, Object: w.Object, Info: w.Info, Payload: w.Payload, Seq: w.Seq, AcceptedAt: acc,
 		Attempts: w.Attempts, LastError: w.LastError, ErrorClass: w.ErrorClass, FirstAttemptAt: first, Sidecar: w.Sidecar,
+		Elided: w.Elided, PayloadBytes: w.PayloadBytes, PayloadSHA256: w.PayloadSHA256,
 	}
 	return nil
 }
@@ -123,7 +148,7 @@ func (l Letter) Encode() (kafka.Message, error) {
 	if err := l.validate(); err != nil {
 		return kafka.Message{}, err
 	}
-	v, err := json.Marshal(l)
+	v, err := l.MarshalJSON()
 	if err != nil {
 		return kafka.Message{}, fmt.Errorf("dlq: encode letter %q: %w", l.ID, err)
 	}
@@ -139,6 +164,68 @@ func (l Letter) Encode() (kafka.Message, error) {
 			{Key: HeaderSidecar, Value: []byte(l.Sidecar)},
 		},
 	}, nil
+}
+
+// Message-size accounting (what a broker compares with max.message.bytes:
+// the record batch, whose header is 61 bytes, holding the record).
+const (
+	batchOverhead  = 61
+	recordOverhead = 32 // length, attributes, timestamp and offset deltas, key/value lengths, header count (varints, rounded up)
+	headerOverhead = 10 // key and value length varints
+	// ElidedMax bounds Info and LastError in an elided letter.
+	ElidedMax = 1 << 10
+)
+
+// MessageSize is the size a broker counts against max.message.bytes for m
+// sent alone in a record batch (rounded up: never less than the real one).
+func MessageSize(m kafka.Message) int {
+	n := batchOverhead + recordOverhead + len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += headerOverhead + len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// Elide returns l without its payload: Payload null, Elided true,
+// PayloadBytes and PayloadSHA256 (hex SHA-256 of the payload bytes) naming
+// it. Info and LastError are cut to ElidedMax bytes. It is the form of a
+// letter too large for the topic.
+func (l Letter) Elide() Letter {
+	if l.Elided {
+		return l
+	}
+	sum := sha256.Sum256(l.Payload)
+	l.PayloadBytes, l.PayloadSHA256 = len(l.Payload), hex.EncodeToString(sum[:])
+	l.Payload, l.Elided = json.RawMessage("null"), true
+	l.Info, l.LastError = truncate(l.Info, ElidedMax), truncate(l.LastError, ElidedMax)
+	return l
+}
+
+// ErrTooLarge is wrapped by Fit's error for a letter that does not fit the
+// limit even without its payload.
+var ErrTooLarge = errors.New("dlq: dead letter too large for the topic")
+
+// Fit returns the letter to publish under a message limit of max bytes
+// (see [MessageSize]) and its message: l itself when it fits, else
+// l.Elide(). An elided letter that still does not fit is an error wrapping
+// ErrTooLarge.
+func Fit(l Letter, max int) (Letter, kafka.Message, error) {
+	m, err := l.Encode()
+	if err != nil {
+		return l, m, err
+	}
+	if MessageSize(m) <= max {
+		return l, m, nil
+	}
+	full := MessageSize(m)
+	l = l.Elide()
+	if m, err = l.Encode(); err != nil {
+		return l, m, err
+	}
+	if n := MessageSize(m); n > max {
+		return l, m, fmt.Errorf("%w: letter %q is %d bytes, %d without its payload; the limit is %d", ErrTooLarge, l.ID, full, n, max)
+	}
+	return l, m, nil
 }
 
 // DecodeError reports a message that is not a valid dead letter. It wraps

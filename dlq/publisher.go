@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -35,6 +37,11 @@ type PublisherOptions struct {
 	// giving up. Default 3 (the op stays dlq_pending and is published
 	// later anyway).
 	MaxAttempts int
+	// MaxMessageBytes bounds one message (and one produce batch per
+	// partition) from our side; the topic's max.message.bytes, read from
+	// the broker, lowers it. Default 1048576 (kafka-go's BatchBytes
+	// default and Kafka's message.max.bytes default less the batch header).
+	MaxMessageBytes int
 	// Logger receives kafka-go's messages at debug level and its errors at
 	// warn level. Nil discards.
 	Logger *slog.Logger
@@ -45,9 +52,20 @@ type PublisherOptions struct {
 type Publisher struct {
 	w       *kafka.Writer
 	t       *kafka.Transport
+	client  *kafka.Client
 	timeout time.Duration
 	topic   string
+	max     int
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	limit   int       // last limit learnt from the broker (0: none yet)
+	limitAt time.Time // when it was learnt
 }
+
+// limitTTL is how long a topic limit read from the broker is used before it
+// is read again.
+const limitTTL = time.Minute
 
 // NewPublisher returns a Publisher; it does not connect until the first
 // Publish.
@@ -65,6 +83,12 @@ func NewPublisher(opts PublisherOptions) (*Publisher, error) {
 	}
 	if opts.MaxAttempts < 0 {
 		return nil, errors.New("dlq: PublisherOptions.MaxAttempts must not be negative")
+	}
+	if opts.MaxMessageBytes < 0 {
+		return nil, errors.New("dlq: PublisherOptions.MaxMessageBytes must not be negative")
+	}
+	if opts.MaxMessageBytes == 0 {
+		opts.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if opts.Topic == "" {
 		opts.Topic = DefaultTopic
@@ -102,13 +126,85 @@ func NewPublisher(opts PublisherOptions) (*Publisher, error) {
 		WriteTimeout:    opts.Timeout,
 		ReadTimeout:     opts.Timeout,
 		MaxAttempts:     opts.MaxAttempts,
+		BatchBytes:      int64(opts.MaxMessageBytes),
 		WriteBackoffMin: 100 * time.Millisecond,
 		WriteBackoffMax: time.Second,
 		Transport:       t,
 		Logger:          slogPrintf(log, slog.LevelDebug),
 		ErrorLogger:     slogPrintf(log, slog.LevelWarn),
 	}
-	return &Publisher{w: w, t: t, timeout: opts.Timeout, topic: opts.Topic}, nil
+	return &Publisher{
+		w: w, t: t, timeout: opts.Timeout, topic: opts.Topic, max: opts.MaxMessageBytes, log: log,
+		client: &kafka.Client{Addr: kafka.TCP(opts.Brokers...), Timeout: opts.DialTimeout, Transport: t},
+	}, nil
+}
+
+// DefaultMaxMessageBytes is PublisherOptions.MaxMessageBytes' default.
+const DefaultMaxMessageBytes = 1 << 20
+
+// Limit returns the largest message ([MessageSize]) the publisher sends
+// now: MaxMessageBytes, lowered to the topic's max.message.bytes as the
+// broker describes it (read at most once a minute; when the broker cannot
+// be asked, the last value read, else MaxMessageBytes). A produce batch per
+// partition stays within it too when the letters of one PublishBatch call
+// add up to no more than it.
+func (p *Publisher) Limit(ctx context.Context) int {
+	p.mu.Lock()
+	limit, at := p.limit, p.limitAt
+	p.mu.Unlock()
+	if limit > 0 && time.Since(at) < limitTTL {
+		return limit
+	}
+	n, err := p.topicLimit(ctx)
+	if err != nil {
+		p.log.Debug("reading the topic's max.message.bytes failed", "error", err)
+		if limit > 0 {
+			return limit
+		}
+		return p.max
+	}
+	limit = min(p.max, n)
+	p.mu.Lock()
+	p.limit, p.limitAt = limit, time.Now()
+	p.mu.Unlock()
+	return limit
+}
+
+// forgetLimit makes the next Limit ask the broker again.
+func (p *Publisher) forgetLimit() {
+	p.mu.Lock()
+	p.limitAt = time.Time{}
+	p.mu.Unlock()
+}
+
+// topicLimit asks the broker for the topic's max.message.bytes (the
+// broker's message.max.bytes unless the topic overrides it).
+func (p *Publisher) topicLimit(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, min(p.timeout, 5*time.Second))
+	defer cancel()
+	res, err := p.client.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{
+		Resources: []kafka.DescribeConfigRequestResource{{
+			ResourceType: kafka.ResourceTypeTopic, ResourceName: p.topic, ConfigNames: []string{"max.message.bytes"},
+		}},
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range res.Resources {
+		if r.Error != nil {
+			return 0, r.Error
+		}
+		for _, e := range r.ConfigEntries {
+			if e.ConfigName == "max.message.bytes" {
+				n, err := strconv.Atoi(e.ConfigValue)
+				if err != nil || n <= 0 {
+					return 0, fmt.Errorf("max.message.bytes of %s is %q", p.topic, e.ConfigValue)
+				}
+				return n, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("the broker did not describe max.message.bytes of %s", p.topic)
 }
 
 // Publish writes one letter and returns once all in-sync replicas have it
@@ -178,7 +274,25 @@ func (p *Publisher) PublishBatch(ctx context.Context, letters []Letter) error {
 	err := p.w.WriteMessages(ctx, msgs...)
 	var we kafka.WriteErrors
 	if errors.As(err, &we) && len(we) == len(letters) {
+		for _, e := range we {
+			if errors.Is(e, kafka.MessageSizeTooLarge) {
+				p.forgetLimit()
+			}
+		}
 		return &BatchError{Errs: we}
+	}
+	var tl kafka.MessageTooLargeError
+	if errors.As(err, &tl) {
+		// kafka-go refused one message before sending anything.
+		p.forgetLimit()
+		errs := make([]error, len(letters))
+		for i, m := range msgs {
+			errs[i] = fmt.Errorf("dlq: not sent: letter %q is too large (%d bytes, limit %d)", letters[i].ID, MessageSize(m), p.max)
+			if MessageSize(m) <= p.max {
+				errs[i] = fmt.Errorf("dlq: not sent: another letter of the batch was too large: %w", err)
+			}
+		}
+		return &BatchError{Errs: errs}
 	}
 	if err != nil {
 		return fmt.Errorf("dlq: publish %d letters to %s: %w", len(letters), p.topic, err)

@@ -112,7 +112,7 @@ func deliveryBody(op queue.Op, attempt int, token int64) ([]byte, error) {
 type outcome struct {
 	status   int   // the app's status, 0 if none
 	err      error // nil for a 2xx; else the failure to classify
-	cutShort bool  // interrupted by the dispatcher's hard stop or the engine's close: not counted
+	cutShort bool  // interrupted by the dispatcher's hard stop, the engine's close or a ZooKeeper outage: not counted
 }
 
 // lostError is the cancel cause of a delivery whose grant ended.
@@ -177,7 +177,11 @@ func (d *Dispatcher) deliver(op queue.Op, g *lock.Grant, set *settings) outcome 
 		return outcome{cutShort: true, err: err}
 	}
 	if le, ok := errors.AsType[*lostError](context.Cause(ctx)); ok {
-		if errors.Is(le.err, lock.ErrClosed) {
+		// Lost because ZooKeeper became unavailable (the session's validity
+		// ran out, the session expired) or the engine closed: not the op's
+		// failure, no attempt is counted (SPEC §4). Lost for another reason
+		// (the lock node deleted, revoked): a counted, retryable LockLost.
+		if errors.Is(le.err, lock.ErrClosed) || errors.Is(le.err, lock.ErrSessionLost) || errors.Is(le.err, lock.ErrUnavailable) {
 			return outcome{cutShort: true, err: le}
 		}
 		return outcome{err: &retry.Error{Class: retry.Retryable, Name: NameLockLost, Err: le}}

@@ -30,12 +30,13 @@ const (
 	dlqBackoffMin         = 100 * time.Millisecond
 	dlqBackoffMax         = 5 * time.Second // cap of the wait between publish attempts while Kafka is down
 	dlqBackstop           = 30 * time.Second
-	dlqListLimit          = 256 // ops listed per round (with payloads: bounds memory)
-	dlqBatchLetters       = 64
-	dlqBatchBytes         = 4 << 20
+	dlqListLimit          = 64                     // ops listed per round (with payloads: bounds memory)
+	dlqBatchLetters       = 64                     // below kafka-go's BatchSize (100): one record batch per partition
 	pausePoll             = 100 * time.Millisecond // while ZooKeeper is unavailable
 	releaseTimeout        = 10 * time.Second
 	storeTimeout          = 30 * time.Second
+	recordBackoffMin      = 50 * time.Millisecond // retrying a failed state write
+	recordBackoffMax      = 2 * time.Second
 )
 
 // Deps are what a Dispatcher takes from its surroundings. A zero field
@@ -94,8 +95,11 @@ type Dispatcher struct {
 	paused        atomic.Bool    // workers wait for ZooKeeper
 	everConnected atomic.Bool
 	dlqWake       chan struct{} // cap 1: a dlq_pending op appeared
-	closed        atomic.Bool   // Close has begun
-	closeMu       sync.Mutex    // serializes Close
+	ackMu         sync.Mutex
+	acked         map[string]ackedLetter // published, record still to write (dlqLoop)
+	unsendable    map[string]bool        // ops whose letter cannot be sent, logged once
+	closed        atomic.Bool            // Close has begun
+	closeMu       sync.Mutex             // serializes Close
 
 	hook func(event) // tests: called after every attempt
 }

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,13 +70,28 @@ func (d *Dispatcher) dlqLoop() {
 	}
 }
 
-// publishPending publishes every dlq_pending op, oldest per object first:
-// each round sends at most one letter per object (the one with the lowest
-// seq), so an object's letters reach the topic in order even when a batch
-// fails in part. It returns how many it published.
+// publishPending publishes every dlq_pending op and returns how many it
+// recorded as dead_lettered. Each round lists up to dlqListLimit ops (whole
+// runs of objects, each in seq order), fits each letter to the topic's
+// message limit (a letter too large is sent with its payload elided, see
+// dlq.Fit) and sends as many as add up to that limit in one PublishBatch
+// call: kafka-go then makes one record batch per partition, which the
+// broker takes or refuses whole, so an object's letters reach the topic in
+// seq order. A letter that cannot be sent in any form is left dlq_pending
+// (logged) without holding back other objects' letters.
+//
+// A letter Kafka acknowledged whose record failed (a disk fault) is
+// remembered: later rounds retry only the record, they do not publish it
+// again. Only a restart forgets it (it is then published once more: at
+// least once).
 func (d *Dispatcher) publishPending() (int, error) {
 	total := 0
 	for d.soft.Err() == nil {
+		n, err := d.recordAcked()
+		total += n
+		if err != nil {
+			return total, err
+		}
 		ops, err := d.store.ListDLQPending(d.hard, dlqListLimit)
 		if err != nil {
 			return total, err
@@ -83,22 +99,34 @@ func (d *Dispatcher) publishPending() (int, error) {
 		if len(ops) == 0 {
 			return total, nil
 		}
-		var batch []queue.Op
-		size := 0
-		for i, op := range ops { // sorted by object, then seq
-			if i > 0 && ops[i-1].Object == op.Object {
+		limit := d.pub.Limit(d.hard)
+		var (
+			batch   []queue.Op
+			letters []dlq.Letter
+			size    int
+			skip    map[string]bool // objects with a letter that cannot be sent: keep their order
+		)
+		for _, op := range ops {
+			if skip[op.Object] || d.isAcked(op.ID) {
 				continue
 			}
-			sz := len(op.Payload) + len(op.Info) + 2*len(op.LastError) + 1024
-			if len(batch) > 0 && (len(batch) >= dlqBatchLetters || size+sz > dlqBatchBytes) {
+			l, m, ferr := dlq.Fit(d.letter(op), limit)
+			if ferr != nil {
+				if skip == nil {
+					skip = map[string]bool{}
+				}
+				skip[op.Object] = true
+				d.warnUnsendable(op, ferr)
+				continue
+			}
+			sz := dlq.MessageSize(m)
+			if len(batch) > 0 && (len(batch) >= dlqBatchLetters || size+sz > limit) {
 				break
 			}
-			batch = append(batch, op)
-			size += sz
+			batch, letters, size = append(batch, op), append(letters, l), size+sz
 		}
-		letters := make([]dlq.Letter, len(batch))
-		for i, op := range batch {
-			letters[i] = d.letter(op)
+		if len(batch) == 0 {
+			return total, errors.New("ops: no dlq_pending op can be published (see the errors logged for each)")
 		}
 		perr := d.pub.PublishBatch(d.hard, letters)
 		ok := make([]bool, len(batch))
@@ -115,25 +143,27 @@ func (d *Dispatcher) publishPending() (int, error) {
 		var (
 			wg       sync.WaitGroup
 			progress atomic.Int64
+			recErr   atomic.Value
 		)
 		for i, op := range batch {
 			if !ok[i] {
 				continue
 			}
+			note := ""
+			if l := letters[i]; l.Elided {
+				note = fmt.Sprintf("dead letter published without its payload (%d bytes, sha256 %s): too large for the topic's %d-byte message limit; replay by id to run it with its payload",
+					l.PayloadBytes, l.PayloadSHA256, limit)
+				d.m.dlqElided.Inc()
+				d.log.Warn("dead letter too large for the topic: published without its payload", "op_id", op.ID,
+					"object", op.Object, "payload_bytes", l.PayloadBytes, "payload_sha256", l.PayloadSHA256, "limit", limit)
+			}
+			d.setAcked(op, note)
 			wg.Go(func() {
-				ctx, cancel := d.storeCtx()
-				err := d.store.DeadLettered(ctx, op.ID)
-				cancel()
-				if err != nil {
-					// Published but still dlq_pending: published again later (at least once).
-					d.log.Error("recording a published dead letter failed", "op_id", op.ID, "error", err)
+				if err := d.recordDeadLettered(op, note); err != nil {
+					recErr.Store(err)
 					return
 				}
 				progress.Add(1)
-				d.m.dlqPublished.Inc()
-				d.m.transition(queue.DeadLettered)
-				d.log.Info("op dead-lettered", "op_id", op.ID, "object", op.Object, "attempts", op.Attempts,
-					"error_class", op.ErrorClass)
 			})
 		}
 		wg.Wait()
@@ -141,11 +171,109 @@ func (d *Dispatcher) publishPending() (int, error) {
 		if perr != nil {
 			return total, perr
 		}
-		if progress.Load() == 0 {
-			return total, errors.New("ops: no published dead letter could be recorded")
+		if err, _ := recErr.Load().(error); err != nil {
+			return total, fmt.Errorf("ops: recording published dead letters: %w", err)
 		}
 	}
 	return total, nil
+}
+
+// ackedLetter is a letter Kafka acknowledged whose dead_lettered record is
+// still to be written.
+type ackedLetter struct {
+	op   queue.Op
+	note string
+}
+
+func (d *Dispatcher) isAcked(id string) bool {
+	d.ackMu.Lock()
+	defer d.ackMu.Unlock()
+	_, ok := d.acked[id]
+	return ok
+}
+
+func (d *Dispatcher) setAcked(op queue.Op, note string) {
+	d.ackMu.Lock()
+	defer d.ackMu.Unlock()
+	if d.acked == nil {
+		d.acked = map[string]ackedLetter{}
+	}
+	op.Payload = nil
+	d.acked[op.ID] = ackedLetter{op: op, note: note}
+}
+
+// recordDeadLettered records a published letter; the op is forgotten as
+// acknowledged once recorded (or once it is no longer dlq_pending).
+func (d *Dispatcher) recordDeadLettered(op queue.Op, note string) error {
+	ctx, cancel := d.storeCtx()
+	err := d.store.DeadLettered(ctx, op.ID, note)
+	cancel()
+	if err != nil && !errors.Is(err, queue.ErrState) && !errors.Is(err, queue.ErrNotFound) {
+		// Published but still dlq_pending: only the record is retried.
+		d.log.Error("recording a published dead letter failed; retrying the record (the letter is not published again)",
+			"op_id", op.ID, "error", err)
+		return err
+	}
+	d.ackMu.Lock()
+	delete(d.acked, op.ID)
+	d.ackMu.Unlock()
+	if err != nil {
+		d.log.Warn("a published dead letter's op is no longer dlq_pending", "op_id", op.ID, "error", err)
+		return nil
+	}
+	d.m.dlqPublished.Inc()
+	d.m.transition(queue.DeadLettered)
+	d.log.Info("op dead-lettered", "op_id", op.ID, "object", op.Object, "attempts", op.Attempts,
+		"error_class", op.ErrorClass)
+	return nil
+}
+
+// recordAcked retries the records of acknowledged letters. It returns how
+// many it recorded and an error if any record still fails.
+func (d *Dispatcher) recordAcked() (int, error) {
+	d.ackMu.Lock()
+	pending := make([]ackedLetter, 0, len(d.acked))
+	for _, a := range d.acked {
+		pending = append(pending, a)
+	}
+	d.ackMu.Unlock()
+	if len(pending) == 0 {
+		return 0, nil
+	}
+	var (
+		wg     sync.WaitGroup
+		n      atomic.Int64
+		recErr atomic.Value
+	)
+	for _, a := range pending {
+		wg.Go(func() {
+			if err := d.recordDeadLettered(a.op, a.note); err != nil {
+				recErr.Store(err)
+				return
+			}
+			n.Add(1)
+		})
+	}
+	wg.Wait()
+	if err, _ := recErr.Load().(error); err != nil {
+		return int(n.Load()), fmt.Errorf("ops: recording published dead letters: %w", err)
+	}
+	return int(n.Load()), nil
+}
+
+// warnUnsendable logs, once per op, a letter that cannot be sent in any form.
+func (d *Dispatcher) warnUnsendable(op queue.Op, err error) {
+	d.ackMu.Lock()
+	if d.unsendable == nil {
+		d.unsendable = map[string]bool{}
+	}
+	seen := d.unsendable[op.ID]
+	d.unsendable[op.ID] = true
+	d.ackMu.Unlock()
+	if !seen {
+		d.log.Error("dead letter cannot be published in any form; the op stays dlq_pending (its object's later letters wait behind it)",
+			"op_id", op.ID, "object", op.Object, "error", err)
+	}
 }
 
 // letter is the dead letter of a dlq_pending op (SPEC §4).

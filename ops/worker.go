@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/batonhq/baton/lock"
 	"github.com/batonhq/baton/queue"
 	"github.com/batonhq/baton/retry"
@@ -132,7 +134,7 @@ func (d *Dispatcher) attempt(log *slog.Logger, op queue.Op) {
 	cancel()
 	switch {
 	case out.cutShort:
-		d.giveBack(log, op, ev, "delivery cut short by shutdown")
+		d.giveBack(log, op, ev, "delivery cut short: "+out.err.Error())
 	case out.err == nil:
 		d.succeed(log, op, ev, out.status)
 	default:
@@ -146,10 +148,10 @@ func (d *Dispatcher) storeCtx() (context.Context, context.CancelFunc) {
 
 // giveBack returns a running op to the queue without counting the attempt.
 func (d *Dispatcher) giveBack(log *slog.Logger, op queue.Op, ev event, why string) {
-	ctx, cancel := d.storeCtx()
-	defer cancel()
-	if err := d.store.Requeue(ctx, op.ID); err != nil {
-		log.Error("giving the op back to the queue failed; it is retried after a restart", "reason", why, "error", err)
+	if err := d.record(log, "giving the op back to the queue", func(ctx context.Context) error {
+		return d.store.Requeue(ctx, op.ID)
+	}); err != nil {
+		log.Error("giving the op back to the queue failed; it is queued again after a restart", "reason", why, "error", err)
 		return
 	}
 	log.Debug("op given back to the queue, attempt not counted", "reason", why)
@@ -159,9 +161,9 @@ func (d *Dispatcher) giveBack(log *slog.Logger, op queue.Op, ev event, why strin
 }
 
 func (d *Dispatcher) succeed(log *slog.Logger, op queue.Op, ev event, status int) {
-	ctx, cancel := d.storeCtx()
-	defer cancel()
-	if err := d.store.Done(ctx, op.ID); err != nil {
+	if err := d.record(log, "recording a delivered op", func(ctx context.Context) error {
+		return d.store.Done(ctx, op.ID)
+	}); err != nil {
 		log.Error("recording a delivered op failed; it will be delivered again after a restart", "error", err)
 		return
 	}
@@ -172,16 +174,52 @@ func (d *Dispatcher) succeed(log *slog.Logger, op queue.Op, ev event, status int
 	d.emit(ev)
 }
 
+// record runs a state write of a claimed op until it succeeds, retrying
+// failures (a full or failing disk) with backoff (recordBackoffMin doubling
+// to recordBackoffMax) until the dispatcher's hard stop: an op must not stay
+// running, holding back its object, because one write failed. Errors that
+// repetition cannot mend (the op is not in the expected state, unknown, the
+// store closed) end it at once. It returns the last error.
+func (d *Dispatcher) record(log *slog.Logger, what string, write func(context.Context) error) error {
+	b := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(recordBackoffMin), backoff.WithMaxInterval(recordBackoffMax),
+		backoff.WithMaxElapsedTime(0))
+	for tries := 1; ; tries++ {
+		ctx, cancel := d.storeCtx()
+		err := write(ctx)
+		cancel()
+		if err == nil {
+			if tries > 1 {
+				log.Info(what+" succeeded after failures", "tries", tries)
+			}
+			return nil
+		}
+		if errors.Is(err, queue.ErrState) || errors.Is(err, queue.ErrNotFound) || errors.Is(err, queue.ErrClosed) {
+			return err
+		}
+		wait := b.NextBackOff()
+		if tries == 1 {
+			log.Error(what+" failed; retrying until it succeeds", "error", err, "retry_in", wait.Round(time.Millisecond))
+		} else {
+			log.Debug(what+" still fails", "error", err, "tries", tries, "retry_in", wait.Round(time.Millisecond))
+		}
+		d.m.storeRetries.Inc()
+		if !sleepCtx(d.hard, wait) {
+			return fmt.Errorf("%w (given up at shutdown after %d tries)", err, tries)
+		}
+	}
+}
+
 // fail records a failed attempt: retrying with backoff, or dlq_pending when
 // the failure is permanent or the retries are used up.
 func (d *Dispatcher) fail(log *slog.Logger, op queue.Op, ev event, set *settings, err error) {
 	now := time.Now()
 	dec := set.policy.Decide(ev.Attempt, err, now)
-	ctx, cancel := d.storeCtx()
-	defer cancel()
 	ev.Class, ev.ErrorMsg, ev.Failed = dec.Err.Name, dec.Err.Error(), now
 	if dec.Retry {
-		if serr := d.store.Retry(ctx, op.ID, dec.Err.Name, dec.Err.Error(), dec.At); serr != nil {
+		if serr := d.record(log, "recording a failed attempt", func(ctx context.Context) error {
+			return d.store.Retry(ctx, op.ID, dec.Err.Name, dec.Err.Error(), dec.At)
+		}); serr != nil {
 			log.Error("recording a failed attempt failed", "error", serr, "attempt_error", err)
 			return
 		}
@@ -192,7 +230,9 @@ func (d *Dispatcher) fail(log *slog.Logger, op queue.Op, ev event, set *settings
 		d.emit(ev)
 		return
 	}
-	if serr := d.store.DeadLetterPending(ctx, op.ID, dec.Err.Name, dec.Err.Error()); serr != nil {
+	if serr := d.record(log, "recording a failed attempt", func(ctx context.Context) error {
+		return d.store.DeadLetterPending(ctx, op.ID, dec.Err.Name, dec.Err.Error())
+	}); serr != nil {
 		log.Error("recording a failed attempt failed", "error", serr, "attempt_error", err)
 		return
 	}

@@ -65,6 +65,9 @@ type Op struct {
 	NextAttemptAt  time.Time `json:"next_attempt_at,omitzero"`
 	FirstAttemptAt time.Time `json:"first_attempt_at,omitzero"`
 	FinishedAt     time.Time `json:"finished_at,omitzero"`
+	// LetterNote, set on a dead_lettered op, says how its dead letter
+	// differs from the op (e.g. the payload was elided to fit the topic).
+	LetterNote string `json:"letter_note,omitempty"`
 	// BodyHash is the hex SHA-256 of the canonical (id, object, info,
 	// payload): equal hashes mean the same submission.
 	BodyHash string `json:"body_hash"`

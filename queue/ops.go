@@ -2,14 +2,12 @@ package queue
 
 import (
 	"bytes"
-	"cmp"
 	"container/heap"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -146,9 +144,10 @@ func (s *Store) settle(e *entry, q *objQueue, commitErr error) {
 // Claim marks the next runnable op running (durably) and returns it with its
 // payload; ErrNoneRunnable if none is runnable at now. Runnable: queued, or
 // retrying with NextAttemptAt ≤ now, and no earlier op of its object
-// queued, running or retrying. Queued ops go first, in accept order; then
-// retrying ones by NextAttemptAt. FirstAttemptAt is set to now on the first
-// claim. Concurrent claims never return the same op.
+// queued, running or retrying. Runnable ops are taken on one timeline:
+// queued ones at their AcceptedAt, retrying ones at their NextAttemptAt,
+// earliest first (so neither kind starves the other). FirstAttemptAt is set
+// to now on the first claim. Concurrent claims never return the same op.
 func (s *Store) Claim(ctx context.Context, now time.Time) (Op, error) {
 	if err := s.enter(); err != nil {
 		return Op{}, err
@@ -220,7 +219,7 @@ func (s *Store) tryClaim(now time.Time) (op Op, ok bool, changed <-chan struct{}
 	)
 	for len(s.sched.ready) > 0 {
 		q := s.sched.ready[0]
-		if q.keyAt.After(now) {
+		if q.fifo[0].state == Retrying && q.keyAt.After(now) {
 			wait = q.keyAt.Sub(now)
 			break
 		}
@@ -279,7 +278,9 @@ func (s *Store) tryClaim(now time.Time) (op Op, ok bool, changed <-chan struct{}
 	return op, true, nil, 0, nil
 }
 
-// Done records a successful delivery: running → done.
+// Done records a successful delivery: running → done. The payload is
+// deleted (the body hash stays: resubmitting the same body is still
+// recognised).
 func (s *Store) Done(ctx context.Context, id string) error {
 	return s.transition(ctx, id, Running, Done, func(op *Op, now time.Time) {
 		op.FinishedAt = now
@@ -308,10 +309,13 @@ func (s *Store) DeadLetterPending(ctx context.Context, id, errClass, errMsg stri
 }
 
 // DeadLettered records that the op was published to the dead-letter topic:
-// dlq_pending → dead_lettered.
-func (s *Store) DeadLettered(ctx context.Context, id string) error {
+// dlq_pending → dead_lettered. A non-empty note says how the letter differs
+// from the op (e.g. its payload was elided to fit the topic); it is kept as
+// Op.LetterNote until a replay.
+func (s *Store) DeadLettered(ctx context.Context, id, note string) error {
 	return s.transition(ctx, id, DLQPending, DeadLettered, func(op *Op, now time.Time) {
 		op.FinishedAt = now
+		op.LetterNote = truncate(note, MaxErrorBytes)
 	})
 }
 
@@ -374,6 +378,11 @@ func (s *Store) transition(ctx context.Context, id string, from, to State, mutat
 		if err := putOp(ops, op); err != nil {
 			return err
 		}
+		if to == Done {
+			if err := tx.Bucket(bPayloads).Delete([]byte(id)); err != nil {
+				return err
+			}
+		}
 		if to.Finished() {
 			if err := tx.Bucket(bOpen).Delete(objKey(op.Object, op.Seq)); err != nil {
 				return err
@@ -389,6 +398,12 @@ func (s *Store) transition(ctx context.Context, id string, from, to State, mutat
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	wasBlocking := e.state.blocks()
+	if from == DLQPending {
+		s.sched.removeDLQ(e)
+	}
+	if to == DLQPending {
+		s.sched.addDLQ(e)
+	}
 	e.state, e.readyAt = to, op.NextAttemptAt
 	if to.Finished() {
 		delete(s.sched.entries, id)
@@ -446,7 +461,7 @@ func (s *Store) Replay(ctx context.Context, id string) (Op, error) {
 			return err
 		}
 		op.Seq, op.AcceptedAt, op.State, op.Attempts = e.seq, e.acceptedAt, Queued, 0
-		op.LastError, op.ErrorClass = "", ""
+		op.LastError, op.ErrorClass, op.LetterNote = "", "", ""
 		op.NextAttemptAt, op.FirstAttemptAt, op.FinishedAt = time.Time{}, time.Time{}, time.Time{}
 		if err := putOp(ops, op); err != nil {
 			return err
@@ -476,42 +491,40 @@ func (s *Store) Replay(ctx context.Context, id string) (Op, error) {
 }
 
 // ListDLQPending returns up to limit dlq_pending ops (all if limit ≤ 0) with
-// their payloads, ordered by object, then seq: publish them in this order to
-// keep each object's letters in order.
+// their payloads: whole leading runs of objects' dlq_pending ops, each
+// object's in seq order (publish them in this order to keep each object's
+// letters in order). Objects are taken in no particular order; the cost is
+// O(ops returned + objects visited), not O(dlq_pending ops).
 func (s *Store) ListDLQPending(ctx context.Context, limit int) ([]Op, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
 	defer s.leave()
 	s.mu.Lock()
-	var es []*entry
-	for _, e := range s.sched.entries {
-		if e.state == DLQPending {
-			es = append(es, e)
+	n := s.sched.ndlq
+	if limit > 0 {
+		n = min(n, limit)
+	}
+	ids := make([]string, 0, n)
+	for _, es := range s.sched.dlq {
+		for _, e := range es {
+			if len(ids) >= n {
+				break
+			}
+			ids = append(ids, e.id)
+		}
+		if len(ids) >= n {
+			break
 		}
 	}
-	type ref struct {
-		id, object string
-		seq        uint64
-	}
-	refs := make([]ref, len(es))
-	for i, e := range es {
-		refs[i] = ref{e.id, e.object, e.seq}
-	}
 	s.mu.Unlock()
-	slices.SortFunc(refs, func(a, b ref) int {
-		return cmp.Or(strings.Compare(a.object, b.object), cmp.Compare(a.seq, b.seq))
-	})
-	if limit > 0 && len(refs) > limit {
-		refs = refs[:limit]
-	}
-	out := make([]Op, 0, len(refs))
+	out := make([]Op, 0, len(ids))
 	err := s.db.View(func(tx *bolt.Tx) error {
-		for _, r := range refs {
+		for _, id := range ids {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			op, err := getOp(tx.Bucket(bOps), r.id)
+			op, err := getOp(tx.Bucket(bOps), id)
 			if errors.Is(err, ErrNotFound) {
 				continue
 			}
@@ -521,7 +534,7 @@ func (s *Store) ListDLQPending(ctx context.Context, limit int) ([]Op, error) {
 			if op.State != DLQPending {
 				continue // published meanwhile
 			}
-			op.Payload = append(json.RawMessage(nil), tx.Bucket(bPayloads).Get([]byte(r.id))...)
+			op.Payload = append(json.RawMessage(nil), tx.Bucket(bPayloads).Get([]byte(id))...)
 			out = append(out, op)
 		}
 		return nil

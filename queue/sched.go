@@ -36,11 +36,46 @@ type scheduler struct {
 	entries map[string]*entry    // committed unfinished ops by id
 	objects map[string]*objQueue // objects with blocking entries
 	ready   readyHeap            // objects whose head is queued or retrying
+	dlq     map[string][]*entry  // dlq_pending entries per object, in seq order
+	ndlq    int                  // dlq_pending entries
 }
 
 func (sc *scheduler) init() {
 	sc.entries = map[string]*entry{}
 	sc.objects = map[string]*objQueue{}
+	sc.dlq = map[string][]*entry{}
+}
+
+// addDLQ records e as dlq_pending (O(1) when it is its object's highest seq,
+// the usual case).
+func (sc *scheduler) addDLQ(e *entry) {
+	l := sc.dlq[e.object]
+	i := len(l)
+	for i > 0 && l[i-1].seq > e.seq {
+		i--
+	}
+	sc.dlq[e.object] = slices.Insert(l, i, e)
+	sc.ndlq++
+}
+
+// removeDLQ forgets e as dlq_pending (O(1) when it is its object's lowest
+// seq, the usual case: letters are published in seq order).
+func (sc *scheduler) removeDLQ(e *entry) {
+	l := sc.dlq[e.object]
+	i := slices.Index(l, e)
+	if i < 0 {
+		return
+	}
+	sc.ndlq--
+	switch {
+	case len(l) == 1:
+		delete(sc.dlq, e.object)
+	case i == 0:
+		l[0] = nil
+		sc.dlq[e.object] = l[1:]
+	default:
+		sc.dlq[e.object] = slices.Delete(l, i, i+1)
+	}
 }
 
 // queue returns the object's queue, creating it with lastSeq from loadSeq.
@@ -61,6 +96,9 @@ func (sc *scheduler) queue(object string, loadSeq func() (uint64, error)) (*objQ
 func (sc *scheduler) load(op Op, lastSeq uint64) {
 	e := &entry{id: op.ID, object: op.Object, seq: op.Seq, state: op.State, acceptedAt: op.AcceptedAt, readyAt: op.NextAttemptAt}
 	sc.entries[op.ID] = e
+	if op.State == DLQPending {
+		sc.addDLQ(e)
+	}
 	if !op.State.blocks() {
 		return
 	}
@@ -70,7 +108,10 @@ func (sc *scheduler) load(op Op, lastSeq uint64) {
 }
 
 // reschedule puts q in the ready heap iff its head can be claimed (at its
-// key time), and forgets q when it is empty.
+// key time), and forgets q when it is empty. One timeline orders the heads:
+// a retrying head at its NextAttemptAt, a queued head at its AcceptedAt, so
+// a retry that has been due for a while goes before ops accepted after it
+// became due.
 func (sc *scheduler) reschedule(q *objQueue) {
 	if len(q.fifo) == 0 {
 		if q.idx >= 0 {
@@ -86,7 +127,7 @@ func (sc *scheduler) reschedule(q *objQueue) {
 		}
 		return
 	}
-	q.keyAt, q.keyAcc = time.Time{}, h.acceptedAt
+	q.keyAt, q.keyAcc = h.acceptedAt, h.acceptedAt
 	if h.state == Retrying {
 		q.keyAt = h.readyAt
 	}
@@ -103,14 +144,19 @@ func (sc *scheduler) remove(e *entry) {
 	if q == nil {
 		return
 	}
-	if i := slices.Index(q.fifo, e); i >= 0 {
+	switch i := slices.Index(q.fifo, e); {
+	case i == 0: // the usual case (the head finished): O(1), no shift
+		q.fifo[0] = nil
+		q.fifo = q.fifo[1:]
+	case i > 0:
 		q.fifo = slices.Delete(q.fifo, i, i+1)
 	}
 	sc.reschedule(q)
 }
 
-// readyHeap orders objects by when their head may run (zero for queued),
-// then by the head's AcceptedAt, then by object name.
+// readyHeap orders objects by when their head may run (NextAttemptAt for
+// retrying, AcceptedAt for queued), then by the head's AcceptedAt, then by
+// object name.
 type readyHeap []*objQueue
 
 func (h readyHeap) Len() int { return len(h) }

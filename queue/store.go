@@ -157,14 +157,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := bolt.Open(filepath.Join(dir, "queue.db"), 0o600, &bolt.Options{
-		Timeout:        time.Second, // the LOCK file already excludes other processes
-		NoFreelistSync: true,        // freelist rebuilt at open; commits still fsync the data
-		FreelistType:   bolt.FreelistMapType,
-	})
+	db, err := openCompacted(filepath.Join(dir, "queue.db"), opts.Logger.With("component", "queue"))
 	if err != nil {
 		lock.Close()
-		return nil, fmt.Errorf("queue: open %s: %w", filepath.Join(dir, "queue.db"), err)
+		return nil, err
 	}
 	db.MaxBatchDelay = opts.BatchDelay
 	db.MaxBatchSize = opts.BatchSize
@@ -185,6 +181,87 @@ func Open(dir string, opts Options) (*Store, error) {
 	s.log.Info("queue opened", "dir", dir, "unfinished", st.Unfinished, "requeued", requeued,
 		"done", st.ByState[Done], "dead_lettered", st.ByState[DeadLettered])
 	return s, nil
+}
+
+// Compaction at Open: bbolt never gives freed pages back to the file
+// system, so a file that grew (a backlog of large payloads) stays that size.
+// Open rewrites it into a new file (bbolt's Compact) when it is at least
+// compactMinBytes and at least compactFreeRatio of it is free pages.
+const (
+	compactMinBytes  = 4 << 20
+	compactFreeRatio = 0.5
+	compactTxBytes   = 16 << 20
+)
+
+func boltOptions() *bolt.Options {
+	return &bolt.Options{
+		Timeout:        time.Second, // the LOCK file already excludes other processes
+		NoFreelistSync: true,        // freelist rebuilt at open; commits still fsync the data
+		FreelistType:   bolt.FreelistMapType,
+	}
+}
+
+// openCompacted opens the bbolt file at path, compacting it first when
+// mostly free (see compactMinBytes). A compaction that fails is logged and
+// the file used as it is.
+func openCompacted(path string, log *slog.Logger) (*bolt.DB, error) {
+	tmp := path + ".compact"
+	_ = os.Remove(tmp) // left by a crash during an earlier compaction
+	db, err := bolt.Open(path, 0o600, boltOptions())
+	if err != nil {
+		return nil, fmt.Errorf("queue: open %s: %w", path, err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return db, nil
+	}
+	free := int64(db.Stats().FreePageN) * int64(db.Info().PageSize)
+	if fi.Size() < compactMinBytes || float64(free) < compactFreeRatio*float64(fi.Size()) {
+		return db, nil
+	}
+	start := time.Now()
+	if err := compactInto(db, tmp); err != nil {
+		_ = os.Remove(tmp)
+		log.Warn("compacting the queue file failed; using it as it is", "path", path, "bytes", fi.Size(), "error", err)
+		return db, nil
+	}
+	if err := db.Close(); err != nil {
+		_ = os.Remove(tmp)
+		return nil, fmt.Errorf("queue: close %s for compaction: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		log.Warn("replacing the queue file by its compacted copy failed; using it as it is", "path", path, "error", err)
+	} else if d, err := os.Open(filepath.Dir(path)); err == nil {
+		_ = d.Sync() // make the rename durable
+		d.Close()
+	}
+	db, err = bolt.Open(path, 0o600, boltOptions())
+	if err != nil {
+		return nil, fmt.Errorf("queue: open %s: %w", path, err)
+	}
+	if nfi, err := os.Stat(path); err == nil {
+		log.Info("queue file compacted", "path", path, "before_bytes", fi.Size(), "after_bytes", nfi.Size(),
+			"took", time.Since(start).Round(time.Millisecond))
+	}
+	return db, nil
+}
+
+// compactInto copies db into a new, fsynced bbolt file at tmp.
+func compactInto(db *bolt.DB, tmp string) error {
+	dst, err := bolt.Open(tmp, 0o600, boltOptions())
+	if err != nil {
+		return err
+	}
+	if err := bolt.Compact(dst, db, compactTxBytes); err != nil {
+		dst.Close()
+		return err
+	}
+	if err := dst.Sync(); err != nil {
+		dst.Close()
+		return err
+	}
+	return dst.Close()
 }
 
 // lockDir takes an exclusive, non-blocking flock on dir/LOCK and writes our
@@ -360,6 +437,8 @@ type Stats struct {
 	OldestUnfinished time.Time
 	MaxOps           int
 	Retention        time.Duration
+	// FileBytes is the size of the bbolt file (queue.db); 0 if unknown.
+	FileBytes int64
 }
 
 // Stats returns counts per state and the oldest unfinished op's AcceptedAt.
@@ -378,6 +457,9 @@ func (s *Store) Stats() Stats {
 		st.ByState[state] = s.finished[state]
 	}
 	st.Unfinished = len(s.sched.entries) + s.pending
+	if fi, err := os.Stat(s.db.Path()); err == nil {
+		st.FileBytes = fi.Size()
+	}
 	return st
 }
 
