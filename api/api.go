@@ -27,6 +27,7 @@ const (
 const (
 	StateHeld     = "held"     // connected to ZooKeeper; valid for valid_for_ms
 	StateSuspect  = "suspect"  // ZooKeeper disconnected; valid_for_ms shrinks and is not extended
+	StateDraining = "draining" // the sidecar is shutting down: renewed, but never valid past drain_ends_at; finish and release by then
 	StateLost     = "lost"     // ended without the holder's release (see reason), or will not be renewed
 	StateReleased = "released" // released by the holder
 )
@@ -82,15 +83,30 @@ func (t *Time) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// Bindings of a lease, the "bind" of an acquire.
+const (
+	// BindNone (the default, "" or absent): the lease lives until it is
+	// released, not renewed by lease_expires_at, or lost. A plain HTTP
+	// caller (curl) can acquire in one command and release in another.
+	BindNone = ""
+	// BindProcess ties the lease to the calling process (its pid, read
+	// with SO_PEERCRED on the unix socket): when that process exits, its
+	// leases are released at once. Where the pid is not visible (another
+	// pid namespace) only the lease applies. The Go client and `baton
+	// lock` always send it.
+	BindProcess = "process"
+)
+
 // AcquireRequest is the body of POST /v1/locks/{object}/acquire. Every field
 // is optional: type defaults to foreground, WaitMS to the type's timeout
 // (0 = try once: granted only if first in line and free right away),
-// LeaseMS to sidecar.lease.default.
+// LeaseMS to sidecar.lease.default, Bind to BindNone.
 type AcquireRequest struct {
 	Type    string `json:"type,omitempty"`
 	Info    string `json:"info,omitempty"`
 	WaitMS  *int64 `json:"wait_ms,omitempty"`
 	LeaseMS *int64 `json:"lease_ms,omitempty"`
+	Bind    string `json:"bind,omitempty"` // BindNone or BindProcess
 }
 
 // RenewRequest is the body of POST /v1/leases/{id}/renew. LeaseMS defaults
@@ -114,10 +130,33 @@ type Lease struct {
 	LeaseExpiresAt Time   `json:"lease_expires_at"`
 	ValidUntil     Time   `json:"valid_until"`
 	ValidForMS     int64  `json:"valid_for_ms"`
-	State          string `json:"state"` // StateHeld, StateSuspect, StateLost, StateReleased
-	WaitedMS       int64  `json:"waited_ms"`
+	State          string `json:"state"` // StateHeld, StateSuspect, StateDraining, StateLost, StateReleased
+	// WaitedMS is how long the acquire waited for the grant. A client
+	// counts the validity of an acquire's answer from its send time +
+	// WaitedMS + ValidForMS: never later than the sidecar's valid_until.
+	WaitedMS int64 `json:"waited_ms"`
 	// Reason says why a lease is lost (one of the Reason constants); empty otherwise.
 	Reason string `json:"reason,omitempty"`
+	// DrainEndsAt and DrainForMS are set while the sidecar drains (state
+	// draining, or suspect during a drain): the end of
+	// sidecar.shutdown.grace, past which no renewal extends valid_until;
+	// DrainForMS is the time left until it, like ValidForMS. At that end
+	// a lease not released is told lost (reason "shutdown").
+	DrainEndsAt *Time `json:"drain_ends_at,omitempty"`
+	DrainForMS  int64 `json:"drain_for_ms,omitempty"`
+}
+
+// DrainResponse is the answer of POST /v1/drain (202): the drain has
+// begun (or was already under way). The sidecar stops granting (503
+// ShuttingDown), /readyz answers 503, leases are renewed but never valid
+// past EndsAt, and at EndsAt the leases left are told lost; the sidecar
+// exits once every lease is released or past the validity told to it.
+type DrainResponse struct {
+	Draining bool  `json:"draining"` // always true
+	GraceMS  int64 `json:"grace_ms"` // sidecar.shutdown.grace when the drain began
+	EndsAt   Time  `json:"ends_at"`  // the end of the grace
+	EndsInMS int64 `json:"ends_in_ms"`
+	Leases   int   `json:"leases"` // leases still held through this sidecar
 }
 
 // ReleaseResponse is the answer of DELETE /v1/leases/{id}.

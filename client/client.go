@@ -153,12 +153,18 @@ func ceilMS(d time.Duration) int64 {
 // Acquire asks for the lock on object and returns its lease. A lock not
 // granted in time is an *InstanceLockError. Cancelling ctx abandons the
 // wait (the sidecar leaves no node behind).
+//
+// The lease is bound to this process ("bind":"process"): the sidecar
+// releases it at once when the process exits. Its validity is counted from
+// when the request was sent plus the time the sidecar says it waited
+// (waited_ms), so a long wait does not eat into it, and it never ends
+// later than the sidecar's own valid_until.
 func (c *Client) Acquire(ctx context.Context, object string, opts ...Option) (*Lease, error) {
 	var o acquireOptions
 	for _, f := range opts {
 		f(&o)
 	}
-	req := api.AcquireRequest{Type: o.typ, Info: o.info}
+	req := api.AcquireRequest{Type: o.typ, Info: o.info, Bind: api.BindProcess}
 	if o.waitSet {
 		ms := ceilMS(o.wait)
 		req.WaitMS = &ms
@@ -172,7 +178,11 @@ func (c *Client) Acquire(ctx context.Context, object string, opts ...Option) (*L
 	if _, err := c.send(ctx, http.MethodPost, "/v1/locks/"+url.PathEscape(object)+"/acquire", req, &v); err != nil {
 		return nil, err
 	}
-	l := newLease(c, v, sent, o)
+	// The sidecar granted no earlier than sent + waited_ms (it started
+	// waiting after the request was sent, and rounds waited down) and
+	// answered valid_for_ms from the grant or later: so this is a lower
+	// bound of its valid_until, not counted from the start of the wait.
+	l := newLease(c, v, sent.Add(time.Duration(max(v.WaitedMS, 0))*time.Millisecond), o)
 	if !o.noRenew {
 		c.mu.Lock()
 		if c.leases == nil {
@@ -230,6 +240,19 @@ func (c *Client) Lock(ctx context.Context, object string, fn func(ctx context.Co
 		return errors.Join(ferr, lerr)
 	}
 	return errors.Join(ferr, rerr)
+}
+
+// Drain asks the sidecar to drain, as SIGTERM does (SPEC §3): it stops
+// granting, keeps renewing leases but never past the end of
+// sidecar.shutdown.grace (their state is api.StateDraining), tells the
+// holders left at that end that their lock is lost and then exits. It
+// returns at once; the sidecar stops answering when the drain is over.
+func (c *Client) Drain(ctx context.Context) (*api.DrainResponse, error) {
+	var v api.DrainResponse
+	if _, err := c.send(ctx, http.MethodPost, "/v1/drain", nil, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
 }
 
 // Inspect returns the object's holder and waiters, cluster-wide, in grant order.

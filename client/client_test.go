@@ -70,6 +70,67 @@ func TestInstanceLockError(t *testing.T) {
 	}
 }
 
+// TestLongWaitKeepsValidity: a grant after a wait longer than the validity
+// (the 4 s session timeout) is usable: its validity counts from the send
+// time + waited_ms, never later than the sidecar's valid_until, and the
+// lease is held (not reported lost) past another session timeout. On the
+// old client (validity from the send time alone) ValidFor was 0 and the
+// lease lost at once.
+func TestLongWaitKeepsValidity(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	first, err := c.Acquire(ctx, "long-wait")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		l    *client.Lease
+		err  error
+		sent time.Time
+	}
+	got := make(chan res, 1)
+	sent := time.Now()
+	go func() {
+		l, err := c.Acquire(ctx, "long-wait", client.WithWait(20*time.Second))
+		got <- res{l, err, sent}
+	}()
+	time.Sleep(5 * time.Second) // longer than the session timeout (4 s): longer than any validity
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("Acquire after a 5 s wait: %v", r.err)
+	}
+	l := r.l
+	v := l.Last()
+	vf := l.ValidFor()
+	t.Logf("granted after %v (waited_ms %d): valid_for_ms %d, ValidFor %v", time.Since(r.sent).Round(time.Millisecond), v.WaitedMS, v.ValidForMS, vf.Round(time.Millisecond))
+	if v.WaitedMS < 4900 {
+		t.Fatalf("waited_ms = %d, want the 5 s wait", v.WaitedMS)
+	}
+	if vf <= time.Second {
+		t.Errorf("ValidFor right after the grant = %v, want most of valid_for_ms %d", vf, v.ValidForMS)
+	}
+	if local, told := l.ValidUntil().Round(0), v.ValidUntil.Add(time.Millisecond); local.After(told) {
+		t.Errorf("client ValidUntil %v is later than the sidecar's valid_until %v", local, v.ValidUntil)
+	}
+	select {
+	case <-l.Lost():
+		t.Fatalf("lost while held: %v", l.Err())
+	case <-time.After(5 * time.Second): // past another session timeout
+	}
+	if st := l.State(); st != api.StateHeld || l.ValidFor() <= 0 {
+		t.Errorf("after holding 5 s: state %s, ValidFor %v", st, l.ValidFor())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release = %v", err)
+	}
+	if st := l.State(); st != api.StateReleased {
+		t.Errorf("State after Release = %s", st)
+	}
+}
+
 func TestAutoRenewKeepsShortLease(t *testing.T) {
 	c := newClient(t)
 	ctx := context.Background()

@@ -31,7 +31,9 @@ type Lease struct {
 	last       api.Lease
 	lastSent   time.Time // send time of the request whose answer set validUntil
 	validUntil time.Time // local monotonic: send time + valid_for_ms
+	drainUntil time.Time // local monotonic: send time + drain_for_ms; zero unless draining
 	lostErr    error
+	changed    chan struct{} // closed and replaced when the state changes
 
 	lost     chan struct{}
 	lostOnce sync.Once
@@ -44,7 +46,7 @@ type Lease struct {
 func newLease(c *Client, v api.Lease, sent time.Time, o acquireOptions) *Lease {
 	l := &Lease{
 		c: c, id: v.LeaseID, object: v.Object, typ: v.Type, info: v.Info, node: v.Node, token: v.Token,
-		length: o.lease, lost: make(chan struct{}),
+		length: o.lease, lost: make(chan struct{}), changed: make(chan struct{}),
 	}
 	if l.length <= 0 {
 		l.length = v.LeaseExpiresAt.Sub(v.AcquiredAt.Time)
@@ -110,12 +112,56 @@ func (l *Lease) Err() error {
 	return l.lostErr
 }
 
+// State returns the lease's state as the sidecar last told it:
+// api.StateHeld, api.StateSuspect (ZooKeeper unreachable: the validity is
+// not extended; finish or stop by ValidUntil), api.StateDraining (the
+// sidecar is shutting down: finish by DrainUntil), api.StateLost or
+// api.StateReleased.
+func (l *Lease) State() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.lostErr != nil && errors.Is(l.lostErr, ErrNoNode):
+		return api.StateReleased
+	case l.lostErr != nil:
+		return api.StateLost
+	}
+	return l.last.State
+}
+
+// Changed returns a channel closed at the next change of State (then call
+// Changed again for the one after).
+func (l *Lease) Changed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.changed
+}
+
+// DrainUntil returns, while the sidecar drains (it is shutting down), the
+// instant (this process's monotonic clock) past which no renewal extends
+// the lock's validity: the end of sidecar.shutdown.grace, counted
+// conservatively. Finish and release before it; at it the lock is
+// reported lost. Zero when the sidecar is not draining.
+func (l *Lease) DrainUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.drainUntil
+}
+
 // apply records an answer about the lease, requested at sent.
 func (l *Lease) apply(v api.Lease, sent time.Time) {
 	l.mu.Lock()
 	if !sent.Before(l.lastSent) {
+		if v.State != l.last.State && l.changed != nil {
+			close(l.changed)
+			l.changed = make(chan struct{})
+		}
 		l.last, l.lastSent = v, sent
 		l.validUntil = sent.Add(time.Duration(v.ValidForMS) * time.Millisecond)
+		l.drainUntil = time.Time{}
+		if v.DrainEndsAt != nil {
+			l.drainUntil = sent.Add(time.Duration(v.DrainForMS) * time.Millisecond)
+		}
 	}
 	l.mu.Unlock()
 	switch v.State {
@@ -138,6 +184,8 @@ func (l *Lease) markLost(err error) {
 		}
 		l.mu.Lock()
 		l.lostErr = err
+		close(l.changed)
+		l.changed = make(chan struct{})
 		l.mu.Unlock()
 		close(l.lost)
 		l.cancel()
@@ -190,7 +238,10 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	l.lostOnce.Do(func() { // not lost: released
 		l.mu.Lock()
-		l.validUntil = time.Time{}
+		l.validUntil, l.drainUntil = time.Time{}, time.Time{}
+		l.last.State = api.StateReleased
+		close(l.changed)
+		l.changed = make(chan struct{})
 		l.mu.Unlock()
 	})
 	return nil
@@ -205,6 +256,10 @@ func (l *Lease) keep() {
 	for {
 		left := time.Until(l.ValidUntil())
 		if left <= 0 {
+			if du := l.DrainUntil(); !du.IsZero() && !time.Now().Before(du.Add(-time.Second)) {
+				l.markLost(fmt.Errorf("the sidecar is shutting down and the grace of its drain ended (%s)", api.ReasonShutdown))
+				return
+			}
 			l.markLost(errors.New("validity ran out without a confirmation from the sidecar"))
 			return
 		}

@@ -253,8 +253,8 @@ func (s *Server) view(l *lease, tell bool) api.Lease {
 	case l.ended:
 		out.State, out.Reason = l.state, l.reason
 		out.ValidUntil = api.NewTime(minTime(l.told, l.endedAt))
-	case s.stopping():
-		// No renewal any more: what was told is all the holder gets.
+	case s.graceOver():
+		// The drain's grace is over: what was told is all the holder gets.
 		out.State, out.Reason = api.StateLost, api.ReasonShutdown
 		out.ValidUntil, out.ValidForMS = api.NewTime(l.told), msUntil(l.told, now)
 	default:
@@ -265,10 +265,19 @@ func (s *Server) view(l *lease, tell bool) api.Lease {
 			return out
 		}
 		vu := minTime(l.expires, gv)
+		out.State = st.String()
+		if s.stopping() {
+			// Draining: never valid past the end of the grace.
+			vu = minTime(vu, s.drainEnd)
+			de := api.NewTime(s.drainEnd)
+			out.DrainEndsAt, out.DrainForMS = &de, msUntil(s.drainEnd, now)
+			if st == lock.Held {
+				out.State = api.StateDraining
+			}
+		}
 		if tell && vu.After(l.told) {
 			l.told = vu
 		}
-		out.State = st.String()
 		out.ValidUntil, out.ValidForMS = api.NewTime(vu), msUntil(vu, now)
 	}
 	return out
@@ -282,11 +291,14 @@ func (s *Server) leaseState(l *lease) string {
 	if ended {
 		return st
 	}
-	if s.stopping() {
+	if s.graceOver() {
 		return api.StateLost
 	}
 	switch l.g.State() {
 	case lock.Held:
+		if s.stopping() {
+			return api.StateDraining
+		}
 		return api.StateHeld
 	case lock.Suspect:
 		return api.StateSuspect
@@ -311,8 +323,8 @@ func msUntil(t, now time.Time) int64 {
 // renew extends the lease to now+length (never before a valid_until
 // already told) and returns it as told now.
 func (s *Server) renew(l *lease, length time.Duration) (api.Lease, error) {
-	if s.stopping() {
-		return api.Lease{}, lockLost(api.ReasonShutdown, "the sidecar is shutting down and renews no lease; finish within valid_for_ms and release")
+	if s.graceOver() {
+		return api.Lease{}, lockLost(api.ReasonShutdown, "the sidecar is shutting down and its grace is over: no lease is renewed; finish within the valid_until told before, and release")
 	}
 	if err := l.g.Err(); err != nil {
 		s.finishLease(l, api.StateLost, lostReason(err), err.Error(), nil)

@@ -15,10 +15,11 @@ import (
 	"github.com/batonhq/baton/sidecar"
 )
 
-// TestShutdownWaitsForRelease: on shutdown acquires answer 503
-// ShuttingDown, renewals 410 "shutdown", long-polls fire; the holder can
-// still release; Run then returns nil at once (not at the grace) and
-// removes the socket.
+// TestShutdownWaitsForRelease: on shutdown (a drain) acquires answer 503
+// ShuttingDown, /readyz 503; leases are still renewed, state "draining",
+// never valid past the end of the grace; long-polls fire once; the holder
+// releases; Run then returns nil at once (not at the grace) and removes the
+// socket.
 func TestShutdownWaitsForRelease(t *testing.T) {
 	root := testRoot(t)
 	conn := rawConn(t)
@@ -43,24 +44,33 @@ func TestShutdownWaitsForRelease(t *testing.T) {
 	go func() { shut <- s.srv.Shutdown(context.Background()) }()
 
 	r := <-polled
-	if r.State != api.StateLost || r.Reason != api.ReasonShutdown {
-		t.Errorf("long-poll on shutdown = %s (%s), want lost (shutdown)", r.State, r.Reason)
+	if r.State != api.StateDraining || r.DrainEndsAt == nil {
+		t.Fatalf("long-poll on shutdown = %+v, want state draining with drain_ends_at", r)
 	}
-	if e := decodeError(t, s.mustCall(410, "POST", "/v1/leases/"+l.LeaseID+"/renew", "")); e.Reason != api.ReasonShutdown {
-		t.Errorf("renew while shutting down: %+v", e)
+	end := r.DrainEndsAt.Time
+	if d := end.Sub(t0); d < 29*time.Second || d > 31*time.Second {
+		t.Errorf("drain_ends_at %v after the shutdown began, want the 30 s grace", d)
+	}
+	// A poll that starts while draining waits (it does not answer at once).
+	pt := time.Now()
+	s.mustCall(200, "GET", "/v1/leases/"+l.LeaseID+"?wait=lost&timeout_ms=300", "")
+	if d := time.Since(pt); d < 250*time.Millisecond {
+		t.Errorf("a long-poll started while draining returned after %v, want its 300 ms timeout", d)
+	}
+	for range 3 {
+		rn := decodeLease(t, s.mustCall(200, "POST", "/v1/leases/"+l.LeaseID+"/renew", ""))
+		if rn.State != api.StateDraining || rn.ValidForMS <= 0 || rn.ValidUntil.After(end) || rn.DrainForMS <= 0 {
+			t.Errorf("renew while draining = %+v, want draining, valid, not past %v", rn, end)
+		}
 	}
 	if e := decodeError(t, s.mustCall(503, "POST", "/v1/locks/other/acquire", "")); e.Kind != api.ShuttingDown {
-		t.Errorf("acquire while shutting down: %+v", e)
+		t.Errorf("acquire while draining: %+v", e)
 	}
 	st, raw := s.call("GET", "/readyz", "")
 	var h api.Health
 	_ = json.Unmarshal(raw, &h)
-	if st != 503 || h.Error != api.ShuttingDown || h.Status != "shutting_down" {
-		t.Errorf("readyz while shutting down: %d %s", st, raw)
-	}
-	g := decodeLease(t, s.mustCall(200, "GET", "/v1/leases/"+l.LeaseID, ""))
-	if g.State != api.StateLost || g.ValidUntil.After(r.ValidUntil.Time) {
-		t.Errorf("GET while shutting down: %+v (valid_until must not move past %v)", g, r.ValidUntil)
+	if st != 503 || h.Error != api.ShuttingDown || h.Status != "shutting_down" || !strings.Contains(h.Reason, "draining") {
+		t.Errorf("readyz while draining: %d %s", st, raw)
 	}
 	s.release(l.LeaseID)
 	if err := <-shut; err != nil {
@@ -74,12 +84,88 @@ func TestShutdownWaitsForRelease(t *testing.T) {
 	}
 }
 
-// TestShutdownHonoursValidity: a holder that does not release keeps the
-// lock until the valid_until it was told, not longer, and not shorter —
-// also when sidecar.shutdown.grace is shorter; then the lock is released
-// and Run returns nil.
+// TestDrainGraceOver: a holder that keeps renewing through a drain is told
+// "lost" (long-poll, 410 shutdown on renew) when the grace ends, never a
+// validity past that end, and the lock is granted elsewhere only after the
+// last valid_until told to it. POST /v1/drain starts the drain.
+func TestDrainGraceOver(t *testing.T) {
+	root := testRoot(t)
+	conn := rawConn(t)
+	cfg := testConfig(t, root, "sc-a")
+	cfg.ShutdownGrace = 2 * time.Second
+	a := start(t, cfg)
+	b := start(t, testConfig(t, root, "sc-b"))
+	t.Cleanup(func() { assertNoLeftovers(t, conn, root) })
+
+	l := a.acquire("dg", `{"lease_ms":60000}`)
+	granted := make(chan time.Time, 1)
+	var other api.Lease
+	go func() {
+		st, raw := b.call("POST", "/v1/locks/dg/acquire", `{"wait_ms":60000}`)
+		if st != 200 || json.Unmarshal(raw, &other) != nil {
+			t.Errorf("sc-b acquire: %d %s", st, raw)
+		}
+		granted <- time.Now()
+	}()
+	waitFor(t, 10*time.Second, "sc-b queued", func() bool {
+		var st api.LockStatus
+		_ = json.Unmarshal(b.mustCall(200, "GET", "/v1/locks/dg", ""), &st)
+		return len(st.Waiters) == 1
+	})
+	t0 := time.Now()
+	var d api.DrainResponse
+	if err := json.Unmarshal(a.mustCall(202, "POST", "/v1/drain", ""), &d); err != nil || !d.Draining || d.GraceMS != 2000 {
+		t.Fatalf("POST /v1/drain = %+v, %v", d, err)
+	}
+	var told time.Time // the latest valid_until told
+	var lostAt time.Time
+	for lostAt.IsZero() {
+		st, raw := a.call("POST", "/v1/leases/"+l.LeaseID+"/renew", "")
+		switch st {
+		case 200:
+			rn := decodeLease(t, raw)
+			if rn.ValidUntil.After(d.EndsAt.Time) {
+				t.Errorf("renewal during the drain told %v, past the end of the grace %v", rn.ValidUntil, d.EndsAt)
+			}
+			if rn.ValidUntil.After(told) {
+				told = rn.ValidUntil.Time
+			}
+		case 410:
+			lostAt = time.Now()
+			if e := decodeError(t, raw); e.Reason != api.ReasonShutdown {
+				t.Errorf("renew after the grace: %+v, want reason shutdown", e)
+			}
+		default:
+			t.Fatalf("renew during the drain: %d %s", st, raw)
+		}
+		select {
+		case g := <-granted:
+			t.Fatalf("granted elsewhere %v after the drain began, before the holder was told lost", g.Sub(t0))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	tg := <-granted
+	t.Logf("drain: told lost %v after it began (grace 2 s); last valid_until told %v; sc-b granted after %v",
+		lostAt.Sub(t0).Round(time.Millisecond), told.Sub(t0).Round(time.Millisecond), tg.Sub(t0).Round(time.Millisecond))
+	if lostAt.Sub(t0) < 1900*time.Millisecond {
+		t.Errorf("told lost %v after the drain began, before the 2 s grace ended", lostAt.Sub(t0))
+	}
+	if tg.Before(told) {
+		t.Errorf("granted elsewhere %v before the valid_until told to the holder", told.Sub(tg))
+	}
+	if err := a.srv.Shutdown(context.Background()); err != nil {
+		t.Errorf("Shutdown after the drain: %v", err)
+	}
+	b.release(other.LeaseID)
+}
+
+// TestShutdownHonoursValidity: a holder that neither releases nor renews
+// keeps the lock until the end of the grace (it may still renew until
+// then) or the valid_until it was told, whichever is later — also when
+// sidecar.shutdown.grace is shorter than that validity; then the lock is
+// released and Run returns nil.
 func TestShutdownHonoursValidity(t *testing.T) {
-	for _, grace := range []time.Duration{30 * time.Second, 0} {
+	for _, grace := range []time.Duration{3 * time.Second, 0} {
 		t.Run("grace "+grace.String(), func(t *testing.T) { testShutdownHonoursValidity(t, grace) })
 	}
 }
@@ -112,12 +198,16 @@ func testShutdownHonoursValidity(t *testing.T, grace time.Duration) {
 	t0 := time.Now()
 	a.cancel() // like SIGTERM
 	tg := <-granted
-	t.Logf("told valid until %v after the shutdown began; sc-b granted after %v", told.Sub(t0).Round(time.Millisecond), tg.Sub(t0).Round(time.Millisecond))
-	if tg.Before(told) {
-		t.Errorf("granted elsewhere %v before the valid_until told to the holder", told.Sub(tg))
+	free := told
+	if ge := t0.Add(grace); ge.After(free) {
+		free = ge
 	}
-	if tg.Sub(told) > 5*time.Second {
-		t.Errorf("released %v after the told validity; the wait should end at the validity", tg.Sub(told))
+	t.Logf("told valid until %v after the shutdown began, grace %v; sc-b granted after %v", told.Sub(t0).Round(time.Millisecond), grace, tg.Sub(t0).Round(time.Millisecond))
+	if tg.Before(free) {
+		t.Errorf("granted elsewhere %v before the later of the valid_until told and the end of the grace", free.Sub(tg))
+	}
+	if tg.Sub(free) > 5*time.Second {
+		t.Errorf("released %v after the told validity and the grace; the wait should end then", tg.Sub(free))
 	}
 	b.release(other.LeaseID)
 }

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -28,8 +29,8 @@ const inspectTimeout = 5 * time.Second
 const defaultLongPoll = 30 * time.Second
 
 type router struct {
-	s                                                                                            *Server
-	healthz, readyz, metrics, list, inspect, acquire, lease, renew, opsSubmit, opsGet, opsReplay methods
+	s                                                                                                   *Server
+	healthz, readyz, metrics, list, inspect, acquire, lease, renew, drain, opsSubmit, opsGet, opsReplay methods
 }
 
 func (s *Server) routes() http.Handler {
@@ -44,6 +45,7 @@ func (s *Server) routes() http.Handler {
 		acquire:   methods{http.MethodPost: s.acquire},
 		lease:     methods{http.MethodGet: s.getLease, http.MethodDelete: s.deleteLease},
 		renew:     methods{http.MethodPost: s.renewLease},
+		drain:     methods{http.MethodPost: s.startDrain},
 		opsSubmit: methods{http.MethodPost: s.serveOps},
 		opsGet:    methods{http.MethodGet: s.serveOps},
 		opsReplay: methods{http.MethodPost: s.serveOps},
@@ -56,7 +58,7 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s := rt.s
 	h := rt.match(r)
 	if h == nil {
-		s.writeError(w, r, newError(api.NotFound, "no such path %q; the API is under /v1/locks, /v1/leases and /v1/ops, plus /healthz, /readyz and /metrics", r.URL.Path))
+		s.writeError(w, r, newError(api.NotFound, "no such path %q; the API is under /v1/locks, /v1/leases and /v1/ops, plus /v1/drain, /healthz, /readyz and /metrics", r.URL.Path))
 		return
 	}
 	method := r.Method
@@ -109,9 +111,9 @@ func (rt *router) match(r *http.Request) methods {
 		return nil
 	}
 	switch segs[1] {
-	case "openapi.json":
+	case "drain":
 		if n == 2 {
-			return openapiRoute
+			return rt.drain
 		}
 	case "locks":
 		switch {
@@ -170,9 +172,17 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 	if err := validObject(obj); err != nil {
 		return err
 	}
+	if _, err := queryParams(r); err != nil {
+		return err
+	}
 	var req api.AcquireRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
+	}
+	switch req.Bind {
+	case api.BindNone, api.BindProcess:
+	default:
+		return badRequest("bind", "%q is not %q (omit it for a lease that lives until released or expired)", req.Bind, api.BindProcess)
 	}
 	typ := lock.Foreground
 	if req.Type != "" {
@@ -252,7 +262,11 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 		s.releaseGrant(g)
 		return clientGone(r.Context().Err())
 	}
-	l, err := s.addLease(g, pidFrom(r.Context()), length)
+	var pid int32 // not bound: the lease alone decides
+	if req.Bind == api.BindProcess {
+		pid = pidFrom(r.Context())
+	}
+	l, err := s.addLease(g, pid, length)
 	if err != nil {
 		result = resShuttingDown
 		s.releaseGrant(g)
@@ -264,6 +278,9 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) renewLease(w http.ResponseWriter, r *http.Request) error {
+	if _, err := queryParams(r); err != nil {
+		return err
+	}
 	var req api.RenewRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
@@ -292,6 +309,9 @@ func (s *Server) renewLease(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) deleteLease(w http.ResponseWriter, r *http.Request) error {
+	if _, err := queryParams(r); err != nil {
+		return err
+	}
 	l, err := s.lookup(r.PathValue("id"))
 	if err != nil {
 		return err
@@ -304,14 +324,19 @@ func (s *Server) deleteLease(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// queryParams rejects parameters other than the allowed ones.
+// queryParams rejects parameters other than the allowed ones (every
+// endpoint calls it: a parameter it ignored would look accepted).
 func queryParams(r *http.Request, allowed ...string) (url.Values, error) {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		return nil, badRequest("query", "%v", err)
 	}
-	for k, v := range q {
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		v := q[k]
 		if !slices.Contains(allowed, k) {
+			if len(allowed) == 0 {
+				return nil, badRequest(k, "unknown query parameter: %s %s takes none (the request's fields go in the JSON body)", r.Method, r.URL.Path)
+			}
 			return nil, badRequest(k, "unknown query parameter; accepted: %s", strings.Join(allowed, ", "))
 		}
 		if len(v) > 1 {
@@ -371,6 +396,10 @@ func (s *Server) waitChange(ctx context.Context, l *lease, timeout time.Duration
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	initial := s.leaseState(l)
+	var drainStarts <-chan struct{} // nil once draining: it would wake us forever
+	if !s.stopping() {
+		drainStarts = s.stopCtx.Done()
+	}
 	for {
 		sc := s.sessionChanged()
 		if st := s.leaseState(l); st != initial || st == api.StateLost || st == api.StateReleased {
@@ -380,7 +409,9 @@ func (s *Server) waitChange(ctx context.Context, l *lease, timeout time.Duration
 		case <-l.done:
 		case <-l.g.Done():
 		case <-sc:
-		case <-s.stopCtx.Done():
+		case <-drainStarts:
+			drainStarts = nil
+		case <-s.over:
 		case <-tick.C:
 		case <-t.C:
 			return nil
@@ -393,6 +424,9 @@ func (s *Server) waitChange(ctx context.Context, l *lease, timeout time.Duration
 func (s *Server) inspect(w http.ResponseWriter, r *http.Request) error {
 	obj := r.PathValue("object")
 	if err := validObject(obj); err != nil {
+		return err
+	}
+	if _, err := queryParams(r); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), inspectTimeout)
@@ -464,9 +498,13 @@ func (s *Server) health() (h api.Health, kind string) {
 	}
 	limit := time.Duration(cfg.ZKConnectionRetry) * cfg.ZKConnectionDelay
 	switch {
+	case s.graceOver():
+		h.Status = "shutting_down"
+		kind, h.Reason = api.ShuttingDown, "shutting down: the drain's grace is over; the leases left are released after the validity told to their holders"
 	case s.stopping():
 		h.Status = "shutting_down"
-		kind, h.Reason = api.ShuttingDown, "shutting down"
+		kind, h.Reason = api.ShuttingDown, "draining: no new grants; "+strconv.Itoa(h.Leases)+" leases held, valid at most until the grace ends in "+
+			time.Until(s.drainEnd).Round(time.Millisecond).String()
 	case !eh.Connected:
 		kind = api.ZooKeeperUnavailable
 		d := s.disconnectedFor().Round(time.Millisecond)
@@ -485,12 +523,18 @@ func (s *Server) health() (h api.Health, kind string) {
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
+	if _, err := queryParams(r); err != nil {
+		return err
+	}
 	h, _ := s.health()
 	writeJSON(w, http.StatusOK, h)
 	return nil
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
+	if _, err := queryParams(r); err != nil {
+		return err
+	}
 	h, kind := s.health()
 	if kind == "" {
 		writeJSON(w, http.StatusOK, h)
@@ -498,5 +542,21 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	}
 	h.Error, h.Message = kind, "not ready: "+h.Reason
 	writeJSON(w, api.Status(kind), h)
+	return nil
+}
+
+// startDrain is POST /v1/drain: start the drain SIGTERM starts (for
+// `baton drain` and a Kubernetes preStop hook); 202 with its end.
+func (s *Server) startDrain(w http.ResponseWriter, r *http.Request) error {
+	if _, err := queryParams(r); err != nil {
+		return err
+	}
+	var req struct{}
+	if err := decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	d := s.Drain()
+	s.log.Info("drain requested through the API", "pid", pidFrom(r.Context()), "grace", s.drainGrace)
+	writeJSON(w, http.StatusAccepted, d)
 	return nil
 }

@@ -70,8 +70,13 @@ type Server struct {
 	waiters atomic.Int64 // acquires in flight
 	polls   atomic.Int64 // lease long-polls in flight
 
-	stopCtx    context.Context // cancelled when shutdown begins: nothing more is granted or renewed
+	stopCtx    context.Context // cancelled when the drain begins: nothing more is granted
 	stopCancel context.CancelFunc
+	drainOnce  sync.Once
+	drainEnd   time.Time     // set before stopCtx is cancelled: no validity is told past it
+	drainGrace time.Duration // sidecar.shutdown.grace when the drain began
+	over       chan struct{} // closed at the end of the grace: leases left are told lost
+	overOnce   sync.Once
 	stopReq    chan struct{} // Shutdown asks Run to stop
 	stopOnce   sync.Once
 	hurry      chan struct{} // cut the grace short
@@ -115,6 +120,7 @@ func New(cfg props.Config, opts Options) (*Server, error) {
 		stopCtx:    stopCtx,
 		stopCancel: stopCancel,
 		stopReq:    make(chan struct{}),
+		over:       make(chan struct{}),
 		hurry:      make(chan struct{}),
 		closing:    make(chan struct{}),
 		runDone:    make(chan struct{}),
@@ -178,7 +184,47 @@ func (s *Server) SetOps(h http.Handler) {
 
 func (s *Server) config() *props.Config { return s.cfg.Load() }
 
+// stopping reports whether the drain has begun: nothing more is granted.
 func (s *Server) stopping() bool { return s.stopCtx.Err() != nil }
+
+// graceOver reports whether the drain's grace has ended: the leases left
+// are told lost and no more renewed.
+func (s *Server) graceOver() bool {
+	select {
+	case <-s.over:
+		return true
+	default:
+		return false
+	}
+}
+
+// beginDrain starts the drain once and returns the end of its grace: from
+// now on nothing is granted, and no lease is told a validity past the end.
+func (s *Server) beginDrain() time.Time {
+	s.drainOnce.Do(func() {
+		s.drainGrace = s.config().ShutdownGrace
+		s.drainEnd = time.Now().Add(s.drainGrace)
+		s.stopCancel()
+	})
+	return s.drainEnd
+}
+
+// endGrace tells the leases left that they are lost (reason "shutdown").
+func (s *Server) endGrace() { s.overOnce.Do(func() { close(s.over) }) }
+
+// Drain starts the drain that SIGTERM starts (see Shutdown) without
+// waiting for it, and reports it; Run returns when it is over. It is what
+// POST /v1/drain (`baton drain`, a Kubernetes preStop hook) calls. Calling
+// it again reports the drain under way.
+func (s *Server) Drain() api.DrainResponse {
+	end := s.beginDrain()
+	s.stopOnce.Do(func() { close(s.stopReq) })
+	now := time.Now()
+	return api.DrainResponse{
+		Draining: true, GraceMS: s.drainGrace.Milliseconds(), EndsAt: api.NewTime(end),
+		EndsInMS: msUntil(end, now), Leases: s.activeLeases(),
+	}
+}
 
 // RecordReload stores the outcome of a reload for /healthz (and so for
 // `baton reload`), numbering it.
@@ -285,12 +331,16 @@ func (s *Server) Run(ctx context.Context) error {
 	return nil
 }
 
-// Shutdown is what SIGTERM does: stop granting (503 ShuttingDown), refuse
-// renewals (410 reason "shutdown"), answer long-polls; wait until every
-// lease is released or past the last valid_until told to its holder (no
-// renewal extends it any more, so this is at most a session timeout; a
-// sidecar.shutdown.grace shorter than that does not cut a validity already
-// told); then release everything, close the engine and remove the socket. It returns when Run has returned, or ctx's error if ctx
+// Shutdown is what SIGTERM does, a drain: stop granting (503
+// ShuttingDown) and answer /readyz 503; keep renewing the leases, but tell
+// no validity past the end of sidecar.shutdown.grace, with lease state
+// "draining" (long-polls fire once); wait for the holders to release. At
+// the end of the grace the leases left are told lost (410 reason
+// "shutdown", long-polls fire) and each is released after the last
+// valid_until told to its holder (at most a session timeout later, as no
+// renewal extends it any more: a grace shorter than that never cuts a
+// validity already told). Then the engine is closed and the socket
+// removed. Shutdown returns when Run has returned, or ctx's error if ctx
 // ends first (the grace is then cut short and Run still finishes). A server
 // that was never run is closed.
 func (s *Server) Shutdown(ctx context.Context) error {
@@ -317,31 +367,41 @@ func (s *Server) Close() error {
 	return s.Shutdown(context.Background())
 }
 
-// drain stops granting and waits until every lease is released or past
-// the last valid_until told to its holder. sidecar.shutdown.grace bounds
-// the wait for holders to release, but never cuts a validity already told:
-// a lease whose valid_until lies beyond the grace is released at that
-// valid_until (at most a session timeout later, since no renewal extends
-// it any more). Only Close, or a Shutdown whose ctx ends, cuts it short.
+// drain runs the drain (see Shutdown). Only Close, or a Shutdown whose ctx
+// ends, cuts it short.
 func (s *Server) drain() {
-	s.stopCancel()
-	grace := s.config().ShutdownGrace
-	deadline := time.Now().Add(grace)
-	s.log.Info("shutting down: waiting for lease holders", "leases", s.activeLeases(), "grace", grace)
+	end := s.beginDrain()
+	s.log.Info("draining: no new grants; leases are renewed until the grace ends", "leases", s.activeLeases(),
+		"grace", s.drainGrace)
 	var opsDone chan struct{}
 	if s.opts.OpsDrain != nil {
 		opsDone = make(chan struct{})
-		octx, cancel := context.WithDeadline(context.Background(), deadline)
+		octx, cancel := context.WithDeadline(context.Background(), end)
 		go func() {
 			defer close(opsDone)
 			defer cancel()
 			s.opts.OpsDrain(octx)
 		}()
 	}
+	if n := s.waitLeases(func(time.Time) time.Time { return end }); n > 0 {
+		s.endGrace()
+		s.log.Warn("shutdown grace over: the holders left are told their lock is lost; each is released after the validity told to it",
+			"leases", n, "grace", s.drainGrace)
+		s.waitLeases(func(last time.Time) time.Time { return last })
+	}
+	s.endGrace()
+	s.endAll()
+	if opsDone != nil {
+		<-opsDone
+	}
+}
+
+// waitLeases waits until no lease is left, the instant until returns
+// (given the latest valid_until told to a holder) has passed, or the
+// drain is cut short. It returns the number of leases left.
+func (s *Server) waitLeases(until func(lastTold time.Time) time.Time) int {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
-	warned := false
-wait:
 	for {
 		s.mu.Lock()
 		n := len(s.leases)
@@ -356,28 +416,20 @@ wait:
 		ended := s.leaseEnded
 		s.mu.Unlock()
 		if n == 0 {
-			break
+			return 0
 		}
-		d := time.Until(last)
+		d := time.Until(until(last))
 		if d <= 0 {
-			break
-		}
-		if !warned && last.After(deadline) {
-			warned = true
-			s.log.Warn("shutdown grace ends before the validity told to a holder; waiting for that validity", "grace", grace, "wait", d.Round(time.Millisecond))
+			return n
 		}
 		t.Reset(d)
 		select {
 		case <-ended:
 		case <-t.C:
 		case <-s.hurry:
-			break wait
+			return n
 		}
 		t.Stop()
-	}
-	s.endAll()
-	if opsDone != nil {
-		<-opsDone
 	}
 }
 
@@ -400,7 +452,8 @@ func (s *Server) endAll() {
 // server's goroutines.
 func (s *Server) teardown() {
 	s.closeOnce.Do(func() {
-		s.stopCancel()
+		s.beginDrain()
+		s.endGrace()
 		s.mu.Lock()
 		s.closed = true
 		s.mu.Unlock()

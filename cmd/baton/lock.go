@@ -58,12 +58,24 @@ The lease is renewed in the background and the sidecar is long-polled for a
 loss. CMD gets BATON_OBJECT, BATON_LEASE_ID and BATON_FENCING_TOKEN (hand the
 token to the storage with every write; inherited values are replaced).
 
+The lease is bound to this process ("bind":"process"): if baton lock dies,
+the sidecar releases the lock at once (and the kernel kills CMD). Its
+validity is counted from when the acquire was sent plus the time the
+sidecar waited for the grant, so a long --wait does not shorten it.
+
 CMD runs in its own process group; signals go to that whole group:
   - the lock is lost (the sidecar says so), or the sidecar is unreachable
     and the last confirmed validity minus --kill-grace is reached: SIGTERM,
     then SIGKILL after --kill-grace, or 100ms before the end of the last
     confirmed validity if that comes first (at once if it ran out
     unconfirmed);
+  - ZooKeeper is unreachable (the sidecar reports the lock suspect: its
+    validity is no longer extended): SIGTERM at that validity minus
+    --kill-grace, SIGKILL 100ms before it; if ZooKeeper answers again
+    first, nothing is sent (or the SIGKILL is called off);
+  - the sidecar drains (SIGTERM to it, baton drain): the lock stays valid
+    until the end of sidecar.shutdown.grace; SIGTERM at that end minus
+    --kill-grace, SIGKILL 100ms before it, unless CMD finishes first;
   - SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to baton lock are forwarded
     (one that baton lock started with ignored, as under nohup, stays
     ignored for both).
@@ -75,12 +87,14 @@ terminal.
 Exit status:
   CMD's own       CMD exited (128+n if it died of signal n)
   75              lock not taken within --wait (see --conflict-exit-code)
-  76              lock lost while CMD ran
+  76              lock lost while CMD ran, or CMD stopped because the lock's
+                  validity was ending (ZooKeeper unreachable, sidecar
+                  draining or unreachable)
   69              sidecar or ZooKeeper unavailable
   64              usage error (bad flags or arguments, invalid configuration)
   126, 127        CMD cannot be run, CMD not found (no lock is taken)
   128+n           baton lock got signal n while waiting for the lock`,
-		Example: `  baton lock --wait 10s article-42 -- ./reindex.sh 42
+		Example: `  baton lock --wait 30s article-42 -- ./reindex.sh 42
   baton lock --type background --info "nightly" report-7 -- sh -c 'run-report --token "$BATON_FENCING_TOKEN"'`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -279,6 +293,15 @@ type holder struct {
 	killAt   time.Time // when SIGKILL goes to the group
 	killT    *time.Timer
 	released bool // the lease was released by someone else (CMD itself, with BATON_LEASE_ID)
+
+	// The end window: while the lease is suspect or draining its validity
+	// is not extended past a known instant; CMD gets SIGTERM at that
+	// instant minus the grace and SIGKILL 100ms before it.
+	window    string    // why the window is open ("" = it is not)
+	windowEnd time.Time // the instant
+	termAt    time.Time // when SIGTERM goes to the group (zero: not scheduled)
+	termT     *time.Timer
+	byWindow  bool // doomed by the window, not by a loss: called off if the lease is held again
 }
 
 // exitResult is how CMD ended.
@@ -330,7 +353,12 @@ func (h *holder) run(ctx context.Context, path string, argv []string, sigc <-cha
 	h.killT = time.NewTimer(time.Hour)
 	h.killT.Stop()
 	defer h.killT.Stop()
+	h.termT = time.NewTimer(time.Hour)
+	h.termT.Stop()
+	defer h.termT.Stop()
 	lost := h.lease.Lost()
+	changed := h.lease.Changed()
+	h.checkWindow()
 	// lastVU follows the lease's confirmed validity (zero once lost), so a
 	// loss can bound the kill grace by it.
 	lastVU := h.lease.ValidUntil()
@@ -346,10 +374,21 @@ wait:
 			if vu := h.lease.ValidUntil(); vu.After(lastVU) {
 				lastVU = vu
 			}
+			h.checkWindow() // the validity may have moved
+		case <-changed:
+			changed = h.lease.Changed()
+			h.checkWindow()
+		case <-h.termT.C:
+			h.termAt = time.Time{}
+			end := h.windowEnd
+			h.byWindow = h.doomed == nil
+			h.doom(fmt.Errorf("lock %q: %s, and the lock's validity ends in %v", h.obj, h.window,
+				time.Until(end).Round(time.Millisecond)), end.Add(-killMargin))
 		case s := <-sigc:
 			h.signal(s.(syscall.Signal))
 		case <-lost:
 			lost = nil
+			h.byWindow = false
 			err := h.lease.Err()
 			if errors.Is(err, client.ErrNoNode) {
 				// Released with the lease id (by CMD, most likely): CMD chose to
@@ -410,6 +449,62 @@ wait:
 		return exitWith(code, nil)
 	}
 	return nil
+}
+
+// checkWindow follows the lease's state: while it is suspect (ZooKeeper
+// unreachable) or draining (the sidecar shuts down) the validity is not
+// extended past a known instant, so CMD is scheduled SIGTERM at that
+// instant minus the kill grace (SIGKILL follows 100ms before the instant,
+// see doom). When the lease is held again first, the schedule is called
+// off — and a SIGKILL pending after a SIGTERM the window sent.
+func (h *holder) checkWindow() {
+	var end time.Time
+	var why string
+	switch h.lease.State() {
+	case api.StateSuspect:
+		end, why = h.lease.ValidUntil(), "ZooKeeper is unreachable (the sidecar reports the lock suspect: its validity is not extended)"
+	case api.StateDraining:
+		end, why = h.lease.DrainUntil(), "the sidecar is draining (shutting down): the lock is not valid past the end of its grace"
+	case api.StateHeld:
+		if h.window != "" {
+			fmt.Fprintf(h.g.stderr, "baton: lock %q is held again (%s no more)\n", h.obj, h.window)
+		}
+		h.window, h.windowEnd = "", time.Time{}
+		if !h.termAt.IsZero() {
+			h.termT.Stop()
+			h.termAt = time.Time{}
+		}
+		if h.byWindow && h.doomed != nil {
+			fmt.Fprintf(h.g.stderr, "baton: SIGKILL to the command called off: the lock is held\n")
+			h.killT.Stop()
+			h.doomed, h.byWindow, h.killAt = nil, false, time.Time{}
+		}
+		return
+	default: // lost or released: the loss path handles it
+		return
+	}
+	if end.IsZero() {
+		return
+	}
+	if h.window != why {
+		fmt.Fprintf(h.g.stderr, "baton: lock %q: %s; valid for %v more: the command gets SIGTERM in %v unless it finishes, SIGKILL in %v\n",
+			h.obj, why, time.Until(end).Round(time.Millisecond), max(0, time.Until(end.Add(-h.grace))).Round(time.Millisecond),
+			max(0, time.Until(end.Add(-killMargin))).Round(time.Millisecond))
+	}
+	h.window = why
+	if h.windowEnd.IsZero() || end.Before(h.windowEnd) {
+		h.windowEnd = end
+	}
+	if h.doomed != nil {
+		// SIGTERM already sent: SIGKILL no later than the end.
+		h.doom(h.doomed, h.windowEnd.Add(-killMargin))
+		return
+	}
+	termAt := h.windowEnd.Add(-h.grace)
+	if h.termAt.IsZero() || termAt.Before(h.termAt) {
+		h.termAt = termAt
+		h.termT.Reset(max(0, time.Until(termAt)))
+	}
 }
 
 // doom stops CMD because the lock is lost or cannot be confirmed: SIGTERM

@@ -423,6 +423,36 @@ func testLockRenews(t *testing.T, e *env, s *sidecarProc) {
 	}
 }
 
+// testLockLongWait (issue 9, item 1): `baton lock --wait 20s` behind a
+// holder that keeps the lock longer than the session timeout (5 s: longer
+// than any validity) is granted and runs its command to completion,
+// holding past another session timeout: exit 0. The old baton lock counted
+// the validity from the acquire's send time and reported the lock lost at
+// once (exit 76). Its own sidecar, with the default session timeout.
+func testLockLongWait(t *testing.T, e *env) {
+	s := e.startSidecar(t, "long-wait", map[string]string{"zookeeper.session.timeout": "5000"})
+	const obj = "long-wait"
+	first := start(t, "lock-first", nil, e.bin, "--socket", s.socket, "lock", obj, "--", "sh", "-c", "echo holding; sleep 6")
+	first.out.waitFor(t, 0, "holding", 30*time.Second)
+	t0 := time.Now()
+	second := start(t, "lock-second", nil, e.bin, "--socket", s.socket, "lock", "--wait", "20s", obj, "--",
+		"sh", "-c", "echo got it; sleep 6; echo done")
+	if code := first.wait(t, 30*time.Second); code != 0 {
+		t.Errorf("first holder: exit %d: %s", code, first.out.String())
+	}
+	second.out.waitFor(t, 0, "got it", 30*time.Second)
+	granted := time.Now()
+	code := second.wait(t, 30*time.Second)
+	t.Logf("granted after %v of waiting; exit %d after %v", granted.Sub(t0).Round(time.Millisecond), code, time.Since(granted).Round(time.Millisecond))
+	if out := second.out.String(); code != 0 || !strings.Contains(out, "done") {
+		t.Errorf("baton lock --wait 20s: exit %d, output %q; want 0 and the command run to completion", code, out)
+	}
+	if granted.Sub(t0) < 5*time.Second {
+		t.Errorf("granted after %v: the wait was not longer than the session timeout", granted.Sub(t0))
+	}
+	s.stop(t)
+}
+
 // testLockParentKilled: when `baton lock` is killed with SIGKILL the
 // sidecar releases its lease at once (its caller exited), and CMD is
 // killed with it (parent-death signal), so CMD never runs unlocked.

@@ -36,12 +36,16 @@ Logs go to stderr (log.level, log.format). Signals:
   SIGHUP           re-read the configuration: live keys apply at once, next
                    keys to later waits and ops, restart keys are logged and
                    kept until restart; an invalid file changes nothing.
-  SIGTERM, SIGINT  shut down: stop granting (503 ShuttingDown), refuse
-                   renewals (410 reason "shutdown"), wait until every lease
-                   is released or past the last validity told to its holder
-                   (sidecar.shutdown.grace bounds the wait for releases), let
-                   deliveries finish, then exit 0. A second signal releases
-                   every lease at once.
+  SIGTERM, SIGINT  drain (as 'baton drain' does): stop granting (503
+                   ShuttingDown), /readyz 503; keep renewing leases, but
+                   never valid past the end of sidecar.shutdown.grace (lease
+                   state "draining"); wait for the holders to release. At
+                   the end of the grace the holders left are told their lock
+                   is lost (410 reason "shutdown") and each lock is freed
+                   after the validity told to its holder. Deliveries in
+                   flight finish, or go back to the queue without counting
+                   an attempt. Then exit 0. A second signal releases every
+                   lease at once.
 
 Exit status 0 after a shutdown, 1 when the sidecar cannot start (invalid
 configuration, socket in use by a running sidecar, queue.dir locked by

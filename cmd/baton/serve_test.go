@@ -20,6 +20,7 @@ import (
 
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/client"
+	"github.com/batonhq/baton/testenv"
 )
 
 // TestLogSetup: log.level and log.format change live, also for loggers
@@ -285,69 +286,6 @@ func testKill9Takeover(t *testing.T, e *env, shared *sidecarProc) {
 	}
 }
 
-// testServeSIGTERM: SIGTERM with leases held: no new grants (503
-// ShuttingDown), renewals refused (410 reason shutdown), a released lock is
-// free at once, the sidecar exits 0 once the last lease's validity told to
-// its holder has passed (not before), and the lock is then free.
-func testServeSIGTERM(t *testing.T, e *env, shared *sidecarProc) {
-	ctx := context.Background()
-	s := e.startSidecar(t, "term", map[string]string{"sidecar.shutdown.grace": "30000"})
-	c := client.New(s.socket)
-	defer c.Close()
-	l1, err := c.Acquire(ctx, "term-1", client.WithoutRenewal(), client.WithLease(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l2, err := c.Acquire(ctx, "term-2", client.WithoutRenewal(), client.WithLease(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l2.Renew(ctx); err != nil {
-		t.Fatal(err)
-	}
-	vu2 := l2.ValidUntil()
-	t0 := time.Now()
-	s.signal(t, syscall.SIGTERM)
-	var renewErr error
-	waitCond(t, 10*time.Second, "renewals refused", func() bool {
-		renewErr = l1.Renew(ctx)
-		return renewErr != nil
-	})
-	if ae, ok := errors.AsType[*client.APIError](renewErr); !ok || ae.Status != 410 || ae.Reason != api.ReasonShutdown {
-		t.Errorf("renew during shutdown: %v, want 410 LockLost reason shutdown", renewErr)
-	}
-	_, err = c.Acquire(ctx, "term-3", client.WithWait(0))
-	if ae, ok := errors.AsType[*client.APIError](err); !ok || ae.Kind != api.ShuttingDown {
-		t.Errorf("acquire during shutdown: %v, want 503 ShuttingDown", err)
-	}
-	if err := l1.Release(ctx); err != nil {
-		t.Errorf("release during shutdown: %v", err)
-	}
-	if h := holderOf(t, shared.socket, "term-1"); h != nil {
-		t.Errorf("term-1 released during shutdown but still held: %+v", h)
-	}
-	if h := holderOf(t, shared.socket, "term-2"); h == nil {
-		t.Errorf("term-2 freed before its validity ended")
-	}
-	code := s.wait(t, 60*time.Second)
-	exited := time.Now()
-	t.Logf("SIGTERM → exit %d after %v; the unreleased lease's validity ended %v after SIGTERM",
-		code, exited.Sub(t0).Round(time.Millisecond), vu2.Sub(t0).Round(time.Millisecond))
-	if code != 0 {
-		t.Errorf("exit status %d after SIGTERM, want 0", code)
-	}
-	if exited.Before(vu2) {
-		t.Errorf("exited %v before the validity told to the holder ended", vu2.Sub(exited))
-	}
-	if late := exited.Sub(vu2); late > 5*time.Second {
-		t.Errorf("exited %v after the last validity ended, want promptly", late)
-	}
-	waitCond(t, 10*time.Second, "term-2 free after the exit", func() bool { return holderOf(t, shared.socket, "term-2") == nil })
-	if !strings.Contains(s.out.String(), "baton serve stopped") {
-		t.Errorf("no clean stop in the log:\n%s", s.out.String())
-	}
-}
-
 // testServeRefuses: `baton serve` exits 1 with a message naming the cause
 // when queue.dir is locked by another sidecar, when a sidecar answers on
 // its socket, and when the configuration is invalid.
@@ -501,49 +439,252 @@ func testLockSidecarFrozen(t *testing.T, e *env, shared *sidecarProc) {
 	fz.stop(t)
 }
 
-// testLockSidecarSIGTERM: the sidecar of a `baton lock` shuts down: the
-// long-poll reports the lease lost (reason shutdown), CMD gets SIGTERM at
-// once and, ignoring it, SIGKILL before the end of the validity the
-// sidecar told, so the lease is released by baton lock and not freed by the
-// sidecar at that end; the sidecar exits 0.
-func testLockSidecarSIGTERM(t *testing.T, e *env, shared *sidecarProc) {
-	st := e.startSidecar(t, "lterm", nil)
-	const obj = "lterm-obj"
-	r := startLock(st.socket, nil, obj, "--", "sh", "-c", `trap "echo got-TERM" TERM; echo "pid $$"; while :; do sleep 0.1; done`)
-	var pid int
-	if _, err := fmt.Sscanf(r.out.waitFor(t, 0, "\n", 30*time.Second), "pid %d", &pid); err != nil {
-		t.Fatal(err)
+// lockHolderScript is a CMD that prints its pid and lease id, runs a
+// SIGTERM trap (printing got-TERM) and otherwise never ends.
+const lockHolderScript = `trap 'echo got-TERM' TERM; echo "pid $$ lease $BATON_LEASE_ID"; while :; do sleep 0.1; done`
+
+// startHolder runs `baton lock [flags] obj -- sh -c lockHolderScript` as a
+// process against socket and returns it with CMD's pid and lease id.
+func startHolder(t *testing.T, e *env, name, socket, obj string, flags ...string) (p *proc, pid int, lease string) {
+	t.Helper()
+	args := append(append([]string{"--socket", socket, "lock"}, flags...), obj, "--", "sh", "-c", lockHolderScript)
+	p = start(t, name, nil, e.bin, args...)
+	line := p.out.waitFor(t, 0, "\n", 30*time.Second)
+	if _, err := fmt.Sscanf(line, "pid %d lease %s", &pid, &lease); err != nil {
+		t.Fatalf("%s: CMD printed %q: %v", name, line, err)
 	}
-	granted := acquireQueued(t, shared.socket, obj)
+	return p, pid, lease
+}
+
+// leaseOf returns the lease as the sidecar at socket answers it now.
+func leaseOf(t *testing.T, socket, id string) (int, api.Lease) {
+	t.Helper()
+	st, body := rawDo(t, socket, "GET", "/v1/leases/"+id)
+	var l api.Lease
+	if st == 200 {
+		if err := json.Unmarshal([]byte(body), &l); err != nil {
+			t.Fatalf("lease %s: %v: %s", id, err, body)
+		}
+	}
+	return st, l
+}
+
+// testLockZooKeeperStall (issue 9, item 2): ZooKeeper is frozen (SIGSTOP)
+// under `baton lock --kill-grace 2s`: the sidecar reports the lease
+// suspect with a valid_until it no longer extends; CMD gets SIGTERM at
+// valid_until − 2 s (its trap runs ≥ 1.5 s before SIGKILL) and SIGKILL no
+// later than that valid_until; the message says ZooKeeper is unreachable;
+// the other sidecar is granted the object only after that. On the old
+// baton lock SIGTERM and SIGKILL came together ("SIGKILL in 0s") when the
+// validity ran out, blaming the sidecar. Its own ZooKeeper: it is frozen.
+func testLockZooKeeperStall(t *testing.T, e *env) {
+	z := testenv.ZooKeeperT(t, testenv.ZKOptions{})
+	extra := map[string]string{"zookeeper.servers": z.ConnString(), "zookeeper.session.timeout": "9000"}
+	a := e.startSidecar(t, "stall-a", extra)
+	b := e.startSidecar(t, "stall-b", extra)
+	const obj = "stall-obj"
+	r, pid, lease := startHolder(t, e, "lock-stall", a.socket, obj, "--kill-grace", "2s")
+	granted := acquireQueued(t, b.socket, obj)
 
 	t0 := time.Now()
-	st.signal(t, syscall.SIGTERM)
-	r.out.waitFor(t, 0, "got-TERM", 10*time.Second)
+	if err := z.Pause(1); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = z.Resume(1)
+		}
+	}()
+	var vu time.Time // the valid_until the sidecar tells while suspect
+	waitCond(t, 20*time.Second, "the lease suspect", func() bool {
+		st, l := leaseOf(t, a.socket, lease)
+		if st == 200 && l.State == api.StateSuspect {
+			vu = l.ValidUntil.Time
+		}
+		return !vu.IsZero()
+	})
+	suspect := time.Now()
+	r.out.waitFor(t, 0, "got-TERM", 20*time.Second)
 	termed := time.Now()
-	waitCond(t, 30*time.Second, "CMD killed", func() bool { return !alive(pid) })
+	waitCond(t, 20*time.Second, "CMD killed", func() bool { return !alive(pid) })
 	killed := time.Now()
+	if err := z.Resume(1); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	code := r.wait(t, 30*time.Second)
 	g := <-granted
-	if g.err != nil {
-		t.Fatalf("shared sidecar acquire: %v", g.err)
+	if g.err != nil { // b's session may have expired in the freeze too: ask again
+		t.Logf("queued acquire on the other sidecar: %v; acquiring again", g.err)
+		c := client.New(b.socket)
+		defer c.Close()
+		l, err := c.Acquire(context.Background(), obj, client.WithWait(30*time.Second))
+		if err != nil {
+			t.Fatalf("other sidecar acquire after the freeze: %v", err)
+		}
+		g = grantResult{l, nil, time.Now()}
 	}
-	defer g.l.Release(context.Background())
-	code, _ := r.wait(t, 30*time.Second)
-	if sc := st.wait(t, 30*time.Second); sc != 0 {
-		t.Errorf("sidecar exit %d after SIGTERM, want 0", sc)
+	t.Logf("zookeeper frozen: suspect after %v, told valid until %v; CMD got SIGTERM at %v, died at %v (%v before the valid_until); the other sidecar acquired at %v",
+		suspect.Sub(t0).Round(time.Millisecond), vu.Sub(t0).Round(time.Millisecond), termed.Sub(t0).Round(time.Millisecond),
+		killed.Sub(t0).Round(time.Millisecond), vu.Sub(killed).Round(time.Millisecond), g.at.Sub(t0).Round(time.Millisecond))
+	stderr := r.out.String()
+	if code != exitLost {
+		t.Errorf("baton lock exit %d, want %d", code, exitLost)
 	}
-	t.Logf("sidecar SIGTERM: CMD got SIGTERM after %v, SIGKILL (dead) after %v; the other sidecar acquired after %v",
-		termed.Sub(t0).Round(time.Millisecond), killed.Sub(t0).Round(time.Millisecond), g.at.Sub(t0).Round(time.Millisecond))
-	if code != exitLost || !strings.Contains(r.err.String(), "shutdown") {
-		t.Errorf("baton lock exit %d, stderr %q; want 76 naming the shutdown", code, r.err.String())
+	if !strings.Contains(stderr, "ZooKeeper is unreachable") || strings.Contains(stderr, "SIGKILL in 0s") {
+		t.Errorf("baton lock output %q, want ZooKeeper named unreachable and a kill grace", stderr)
 	}
-	if termed.Sub(t0) > 2*time.Second {
-		t.Errorf("CMD got SIGTERM %v after the sidecar's, want at once", termed.Sub(t0))
+	if d := killed.Sub(termed); d < 1500*time.Millisecond {
+		t.Errorf("SIGKILL %v after SIGTERM, want ≥ 1.5 s of the 2 s kill grace", d)
 	}
-	// CMD was killed before the validity ended, so baton lock released the
-	// lease (after CMD died); the sidecar did not have to free it at the
-	// end of the validity, as it does for a holder that never releases.
-	if regexp.MustCompile(`msg="lease ended".*object=` + obj + `.*reason=shutdown`).MatchString(st.out.String()) {
-		t.Errorf("the sidecar freed the lock at the end of its validity: CMD was not stopped before:\n%s", st.out.String())
+	if killed.After(vu) {
+		t.Errorf("CMD died %v after the valid_until the sidecar told", killed.Sub(vu))
+	}
+	if !g.at.After(killed) {
+		t.Errorf("the other sidecar got the lock (%v) before CMD died (%v)", g.at.Sub(t0), killed.Sub(t0))
+	}
+	if err := g.l.Release(context.Background()); err != nil {
+		t.Errorf("release on the other sidecar: %v", err)
+	}
+	a.stop(t)
+	b.stop(t)
+}
+
+// testServeDrain (issue 9, item 3): SIGTERM of a sidecar with a 10 s grace
+// while holders run: it drains. /readyz 503 and a new acquire 503
+// ShuttingDown at once; leases say "draining" with the end of the grace;
+// `baton lock -- sleep 3` completes, exit 0; a `baton lock --kill-grace 2s`
+// whose CMD does not finish gets SIGTERM 2 s before the end of the grace
+// and SIGKILL before it (exit 76, naming the drain); a Go client holder
+// that never releases is told lost (reason shutdown) at the end of the
+// grace; the other sidecar gets each lock only after that; the sidecar
+// exits 0. On the old sidecar every holder was told "lost" at once.
+func testServeDrain(t *testing.T, e *env, shared *sidecarProc) {
+	ctx := context.Background()
+	const grace = 10 * time.Second
+	s := e.startSidecar(t, "drain", map[string]string{"sidecar.shutdown.grace": strconv.Itoa(int(grace.Milliseconds()))})
+	a := start(t, "lock-drain-a", nil, e.bin, "--socket", s.socket, "lock", "drain-a", "--", "sh", "-c", "echo started; sleep 3; echo finished")
+	a.out.waitFor(t, 0, "started", 30*time.Second)
+	b, pidB, leaseB := startHolder(t, e, "lock-drain-b", s.socket, "drain-b", "--kill-grace", "2s")
+	c := client.New(s.socket)
+	defer c.Close()
+	lc, err := c.Acquire(ctx, "drain-c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	grantedB := acquireQueued(t, shared.socket, "drain-b")
+	grantedC := acquireQueued(t, shared.socket, "drain-c")
+
+	t0 := time.Now()
+	s.signal(t, syscall.SIGTERM)
+	waitCond(t, 5*time.Second, "/readyz 503", func() bool {
+		st, _ := rawDo(t, s.socket, "GET", "/readyz")
+		return st == 503
+	})
+	if _, err := c.Acquire(ctx, "drain-new", client.WithWait(0)); err == nil {
+		t.Errorf("acquire during the drain granted")
+	} else if ae, ok := errors.AsType[*client.APIError](err); !ok || ae.Kind != api.ShuttingDown || ae.Status != 503 {
+		t.Errorf("acquire during the drain: %v, want 503 ShuttingDown", err)
+	}
+	waitCond(t, 5*time.Second, "the Go client sees draining", func() bool { return lc.State() == api.StateDraining })
+	if du := lc.DrainUntil(); du.After(t0.Add(grace)) || du.Before(t0.Add(grace-time.Second)) {
+		t.Errorf("DrainUntil %v after SIGTERM, want just under the %v grace", du.Sub(t0), grace)
+	}
+	if st, l := leaseOf(t, s.socket, leaseB); st != 200 || l.State != api.StateDraining || l.DrainEndsAt == nil ||
+		l.ValidUntil.After(l.DrainEndsAt.Time) {
+		t.Errorf("lease of baton lock during the drain: %d %+v", st, l)
+	}
+
+	if code := a.wait(t, 30*time.Second); code != 0 || !strings.Contains(a.out.String(), "finished") {
+		t.Errorf("baton lock -- sleep 3 during the drain: exit %d, output %q; want 0, finished", code, a.out.String())
+	}
+	finishedA := time.Now()
+	b.out.waitFor(t, 0, "got-TERM", 30*time.Second)
+	termedB := time.Now()
+	waitCond(t, 20*time.Second, "CMD of B killed", func() bool { return !alive(pidB) })
+	killedB := time.Now()
+	select {
+	case <-lc.Lost():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the Go client holder was not told lost")
+	}
+	lostC := time.Now()
+	gB, gC := <-grantedB, <-grantedC
+	for _, g := range []grantResult{gB, gC} {
+		if g.err != nil {
+			t.Fatalf("shared sidecar acquire: %v", g.err)
+		}
+		defer g.l.Release(ctx)
+	}
+	codeB := b.wait(t, 30*time.Second)
+	if code := s.wait(t, 30*time.Second); code != 0 {
+		t.Errorf("sidecar exit %d after the drain, want 0", code)
+	}
+	since := func(x time.Time) time.Duration { return x.Sub(t0).Round(time.Millisecond) }
+	t.Logf("drain (grace %v): A finished at %v; B got SIGTERM at %v, died at %v, taken over at %v; C told lost at %v, taken over at %v",
+		grace, since(finishedA), since(termedB), since(killedB), since(gB.at), since(lostC), since(gC.at))
+	if codeB != exitLost || !strings.Contains(b.out.String(), "draining") {
+		t.Errorf("baton lock B: exit %d, output %q; want 76 naming the drain", codeB, b.out.String())
+	}
+	if d := termedB.Sub(t0); d < grace-2*time.Second-time.Second {
+		t.Errorf("B got SIGTERM %v after the drain began, want about the grace minus its 2 s kill grace", d)
+	}
+	if d := killedB.Sub(termedB); d < 1500*time.Millisecond {
+		t.Errorf("B: SIGKILL %v after SIGTERM, want ≥ 1.5 s", d)
+	}
+	if killedB.After(t0.Add(grace)) {
+		t.Errorf("B's CMD died %v after the end of the grace", killedB.Sub(t0.Add(grace)))
+	}
+	if !gB.at.After(killedB) {
+		t.Errorf("drain-b granted elsewhere (%v) before B's CMD died (%v)", since(gB.at), since(killedB))
+	}
+	if err := lc.Err(); !errors.Is(err, client.ErrLockLost) || !strings.Contains(err.Error(), api.ReasonShutdown) {
+		t.Errorf("Go client holder: %v, want lost (shutdown)", err)
+	}
+	if lostC.Before(t0.Add(grace - 500*time.Millisecond)) {
+		t.Errorf("Go client holder told lost %v after the drain began, before the end of the grace", since(lostC))
+	}
+	if !gC.at.After(lostC) {
+		t.Errorf("drain-c granted elsewhere (%v) before its holder was told lost (%v)", since(gC.at), since(lostC))
+	}
+}
+
+// testDrainCommand: `baton drain` starts the drain (POST /v1/drain): the
+// holder sees "draining", /readyz is 503; baton drain waits while a lease
+// is held and exits 0 once the holder released and the sidecar stopped
+// (exit 0).
+func testDrainCommand(t *testing.T, e *env, shared *sidecarProc) {
+	ctx := context.Background()
+	s := e.startSidecar(t, "drain-cmd", map[string]string{"sidecar.shutdown.grace": "30000"})
+	c := client.New(s.socket)
+	defer c.Close()
+	l, err := c.Acquire(ctx, "drain-cmd-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := start(t, "baton-drain", nil, e.bin, "--socket", s.socket, "drain")
+	d.out.waitFor(t, 0, "draining: 1 leases held", 10*time.Second)
+	waitCond(t, 5*time.Second, "the holder sees draining", func() bool { return l.State() == api.StateDraining })
+	if err := c.Ready(ctx); !errors.Is(err, client.ErrUnavailable) {
+		t.Errorf("/readyz during the drain: %v, want 503", err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if d.done() {
+		t.Fatalf("baton drain exited while a lease is held: %s", d.out.String())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("release during the drain: %v", err)
+	}
+	if code := d.wait(t, 30*time.Second); code != 0 || !strings.Contains(d.out.String(), "sidecar stopped") {
+		t.Errorf("baton drain: exit %d, output %q", code, d.out.String())
+	}
+	if code := s.wait(t, 30*time.Second); code != 0 {
+		t.Errorf("sidecar exit %d after baton drain, want 0", code)
+	}
+	code, _, stderr := runBaton(t, "--socket", s.socket, "drain")
+	if code != exitUnavailable {
+		t.Errorf("baton drain without a sidecar: exit %d (%s), want %d", code, stderr, exitUnavailable)
 	}
 }
 
