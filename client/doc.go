@@ -1,5 +1,5 @@
 // Package client is the Go client of the Baton sidecar's HTTP API over its
-// unix socket (SPEC §3, §6).
+// unix socket (api/openapi.json).
 //
 //	c := client.New("/run/baton/baton.sock")
 //	defer c.Close()

@@ -6,7 +6,7 @@
 // permanent). [Publisher] writes it synchronously with acks=all: when
 // [Publisher.Publish] returns nil the broker has it, and only then may the
 // op become dead_lettered; an error leaves the op dlq_pending for a later
-// attempt. The message (SPEC §4):
+// attempt. The message (api/openapi.json, schema DeadLetter):
 //
 //   - key: the object; the Hash balancer puts one object's letters in one
 //     partition, so they keep their order;

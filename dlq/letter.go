@@ -28,7 +28,7 @@ const (
 // last_error carries the full message.
 const MaxHeaderErrorBytes = 4 << 10
 
-// timeLayout is RFC 3339 UTC with milliseconds (SPEC §3).
+// timeLayout is RFC 3339 UTC with milliseconds, as in the API.
 const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // ErrInvalidLetter is wrapped by every error of [Decode].

@@ -19,7 +19,7 @@ import (
 	"github.com/batonhq/baton/retry"
 )
 
-// Headers of a delivery (SPEC §4).
+// Headers of a delivery (api/openapi.json, webhook opDelivery).
 const (
 	HeaderOpID         = "Baton-Op-Id"
 	HeaderObject       = "Baton-Object"
@@ -179,7 +179,7 @@ func (d *Dispatcher) deliver(op queue.Op, g *lock.Grant, set *settings) outcome 
 	if le, ok := errors.AsType[*lostError](context.Cause(ctx)); ok {
 		// Lost because ZooKeeper became unavailable (the session's validity
 		// ran out, the session expired) or the engine closed: not the op's
-		// failure, no attempt is counted (SPEC §4). Lost for another reason
+		// failure, no attempt is counted (api/openapi.json, webhook opDelivery). Lost for another reason
 		// (the lock node deleted, revoked): a counted, retryable LockLost.
 		if errors.Is(le.err, lock.ErrClosed) || errors.Is(le.err, lock.ErrSessionLost) || errors.Is(le.err, lock.ErrUnavailable) {
 			return outcome{cutShort: true, err: le}

@@ -26,7 +26,7 @@ import (
 	"github.com/batonhq/baton/retry"
 )
 
-// TestHappyPath: 202, one delivery with the SPEC body and headers, the
+// TestHappyPath: 202, one delivery with the documented body and headers, the
 // payload byte for byte, the fencing token equal to the holder's token as
 // the sidecar reports it during the delivery, done; over TCP and over a unix
 // socket app URL.
@@ -127,7 +127,7 @@ func TestHappyPath(t *testing.T) {
 // TestLockHeldElsewhere: the object is held by another engine for the whole
 // test: every attempt fails with InstanceLockException, the waits between
 // attempts grow as configured, and after elastic.request.retry.count retries
-// the op is dead-lettered with the SPEC §4 key, value and headers, read
+// the op is dead-lettered with the documented key, value and headers, read
 // back with kafka-go and with kcat.
 func TestLockHeldElsewhere(t *testing.T) {
 	const retries = 3
@@ -226,7 +226,7 @@ func TestLockHeldElsewhere(t *testing.T) {
 	checkLetterValue(t, []byte(parts[2]), id, "held-obj", retries+1)
 }
 
-// checkLetterValue checks a dead letter's JSON value (SPEC §4).
+// checkLetterValue checks a dead letter's JSON value (api/openapi.json, schema DeadLetter).
 func checkLetterValue(t *testing.T, value []byte, id, object string, attempts int) {
 	t.Helper()
 	var v map[string]any

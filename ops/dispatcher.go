@@ -332,7 +332,7 @@ func (d *Dispatcher) Close() error {
 }
 
 // Handler returns the HTTP handler of /v1/ops, /v1/ops/{id} and
-// /v1/ops/{id}/replay (SPEC §3), for [sidecar.Server.SetOps].
+// /v1/ops/{id}/replay (api/openapi.json), for [sidecar.Server.SetOps].
 func (d *Dispatcher) Handler() http.Handler { return &handler{d: d} }
 
 // event describes one finished attempt (for tests).

@@ -276,7 +276,7 @@ func (d *Dispatcher) warnUnsendable(op queue.Op, err error) {
 	}
 }
 
-// letter is the dead letter of a dlq_pending op (SPEC §4).
+// letter is the dead letter of a dlq_pending op (api/openapi.json, schema DeadLetter).
 func (d *Dispatcher) letter(op queue.Op) dlq.Letter {
 	return dlq.Letter{
 		ID: op.ID, Object: op.Object, Info: op.Info, Payload: op.Payload, Seq: op.Seq,

@@ -1,4 +1,4 @@
-// Package ops is Baton's background-operations dispatcher (SPEC §4): it
+// Package ops is Baton's background-operations dispatcher: it
 // accepts ops over the sidecar's /v1/ops endpoints into the durable queue
 // (package queue), delivers each to the app at sidecar.app.url under the
 // object's background lock, retries failures with exponential backoff

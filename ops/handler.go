@@ -156,7 +156,7 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request, id string) erro
 	return nil
 }
 
-// toHTTPError maps the queue's errors to answers (SPEC §3).
+// toHTTPError maps the queue's errors to answers (api/openapi.json).
 func (h *handler) toHTTPError(err error) *httpError {
 	if he, ok := errors.AsType[*httpError](err); ok {
 		return he

@@ -62,7 +62,8 @@ const (
 	maxRetentionMS = 365 * 24 * 3600 * 1000 // queue.retention: one year
 )
 
-// defs is the key table in SPEC §1 order. Keep it in sync with the SPEC.
+// defs is the key table, in the order of the README's Properties table; keep
+// the two in sync.
 var defs = []keyDef{
 	{"zookeeper.servers", "localhost:2181", Restart,
 		"ZooKeeper host:port list with an optional chroot suffix, e.g. h1:2181,h2:2181/baton", false, setServers},
@@ -196,7 +197,7 @@ var reservedEnv = map[string]bool{
 	"BATON_FENCING_TOKEN": true,
 }
 
-// Keys returns every key in SPEC order, with its default, reload class and help.
+// Keys returns every key in key-table order, with its default, reload class and help.
 func Keys() []KeyInfo {
 	out := make([]KeyInfo, len(defs))
 	for i := range defs {

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// specDefaults is SPEC §1's table: key → default and reload class.
+// specDefaults is the README's Properties table: key → default and reload class.
 var specDefaults = []struct {
 	key, def string
 	class    Class

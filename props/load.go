@@ -418,7 +418,7 @@ func (c Change) String() string {
 // Reload loads the configuration again with opts and compares it with cur.
 // On any error it returns the error and nil: cur is never modified, so
 // nothing changes. Otherwise it returns the configuration to use from now
-// on and the keys whose value changed, in SPEC order. A changed Restart key
+// on and the keys whose value changed, in key-table order. A changed Restart key
 // is reported with Applied false, and next keeps cur's value and source for
 // it, so it is reported again on every reload until the restart. Values are
 // compared after parsing ("0660" and "660" are equal).

@@ -15,7 +15,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// State is an op's state (SPEC §3 GET /v1/ops/{id}).
+// State is an op's state (GET /v1/ops/{id}).
 type State string
 
 const (
@@ -36,12 +36,12 @@ func (s State) Finished() bool { return s == Done || s == DeadLettered }
 // blocks reports whether an op in state s holds back its object's later ops.
 func (s State) blocks() bool { return s == Queued || s == Running || s == Retrying }
 
-// Limits of an op's fields (SPEC §4).
+// Limits of an op's fields.
 const (
 	MaxIDLen        = 128       // characters of A-Z a-z 0-9 . _ : -
 	MaxObjectBytes  = 256       // UTF-8 bytes, no control characters
 	MaxPayloadBytes = 512 << 10 // raw JSON bytes (so a dead letter fits Kafka's 1 MiB default)
-	MaxInfoBytes    = 16 << 10  // UTF-8 bytes; Baton's own bound (the SPEC names none)
+	MaxInfoBytes    = 16 << 10  // UTF-8 bytes; Baton's own bound
 	MaxErrorBytes   = 4 << 10   // LastError is truncated to this (at a UTF-8 boundary)
 )
 

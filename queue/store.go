@@ -32,7 +32,7 @@ var (
 	ErrLocked          = errors.New("queue: directory in use by another sidecar")
 )
 
-// Defaults of Options (SPEC §1).
+// Defaults of Options (README, Properties).
 const (
 	DefaultMaxOps     = 100000
 	DefaultRetention  = 7 * 24 * time.Hour

@@ -71,7 +71,7 @@ func (e *Error) Unwrap() error { return e.Err }
 func (e *Error) Temporary() bool { return e.Class == Retryable }
 
 // InstanceLocker is implemented by errors that report a lock acquire that
-// timed out or was cancelled before the grant (SPEC's InstanceLockException).
+// timed out or was cancelled before the grant (the API's InstanceLockException).
 // The lock package's *InstanceLockError (and the Go client's) should
 // implement it as
 //

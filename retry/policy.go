@@ -10,7 +10,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 )
 
-// Defaults of the retry properties (SPEC §1).
+// Defaults of the retry properties (README, Properties).
 const (
 	DefaultInitialInterval = 500 * time.Millisecond // retry.initial.interval
 	DefaultMaxInterval     = 30 * time.Second       // retry.max.interval
@@ -102,7 +102,7 @@ func (p Policy) BackOff() *backoff.ExponentialBackOff {
 		RandomizationFactor: p.Randomization,
 		Multiplier:          p.Multiplier,
 		MaxInterval:         p.MaxInterval,
-		MaxElapsedTime:      0, // only the retry count ends retries (SPEC §4)
+		MaxElapsedTime:      0, // only the retry count ends retries
 		Stop:                backoff.Stop,
 		Clock:               backoff.SystemClock,
 	}

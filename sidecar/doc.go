@@ -1,4 +1,4 @@
-// Package sidecar is Baton's daemon: the HTTP API of SPEC §3 over a unix
+// Package sidecar is Baton's daemon: the HTTP API of api/openapi.json over a unix
 // socket, the leases it hands out for lock grants, and the lock engine
 // (package lock) that grants them.
 //

@@ -20,7 +20,7 @@ var (
 	tokenRE   = regexp.MustCompile(`"token":"\d+"`)
 )
 
-// TestEndpoints walks every endpoint and success status of SPEC §3 (ops:
+// TestEndpoints walks every endpoint and success status of the API (ops:
 // only 503 OpsDisabled) through the socket.
 func TestEndpoints(t *testing.T) {
 	root := testRoot(t)

@@ -35,7 +35,7 @@ import (
 	"github.com/batonhq/baton/props"
 )
 
-// Exit statuses (SPEC §5).
+// Exit statuses (README, `baton lock`).
 const (
 	exitOK          = 0
 	exitFailure     = 1  // the command failed, e.g. an invalid configuration

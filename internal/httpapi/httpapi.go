@@ -102,7 +102,7 @@ func jsonError(err error) error {
 		return BadRequest(te.Field, "want %s, got JSON %s", jsonKind(te.Type.String()), te.Value)
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return BadRequest(strings.Trim(name, `"`), "unknown field (see the API reference for the accepted fields)")
+		return BadRequest(strings.Trim(name, `"`), "unknown field (the accepted fields are in the API reference: GET /v1/openapi.json)")
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		return BadRequest("body", "malformed JSON: unexpected end of input")
