@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -131,26 +132,155 @@ func quoteCut(s string) string {
 
 // replayCounts is what a dlq replay did, beyond dlq.Counts.
 type replayCounts struct {
-	requeued  int // POST /v1/ops/{id}/replay accepted
-	submitted int // unknown to the sidecar: submitted anew
-	already   int // the op is already queued, running, retrying, done or dlq_pending
-	wouldDo   int // --dry-run
+	requeued   int // POST /v1/ops/{id}/replay accepted
+	submitted  int // unknown to the sidecar: submitted anew
+	already    int // the op is already queued, running, retrying, done or dlq_pending
+	superseded int // the op was accepted again after this letter (a newer letter exists)
+	capped     int // the op was replayed --max-replays times in this run already
+	wouldDo    int // --dry-run
+}
+
+// replayer hands letters to the sidecar. It skips a letter older than the
+// op's current acceptance (its seq / accepted_at: the op was replayed since,
+// and dead-lettered again or not; the newer letter is the one to act on)
+// and replays one op at most max times per run, so that --follow does not
+// loop forever on an op that keeps failing.
+type replayer struct {
+	c        *client.Client
+	max      int
+	replayed map[string]int
+	rc       replayCounts
+}
+
+func newReplayer(c *client.Client, max int) *replayer {
+	return &replayer{c: c, max: max, replayed: map[string]int{}}
+}
+
+// superseded reports whether the op as the sidecar has it was accepted after
+// the letter was written.
+func superseded(op *api.Op, lt dlq.Letter) bool {
+	acc := op.AcceptedAt.Time
+	if !acc.IsZero() && !lt.AcceptedAt.IsZero() && !acc.Equal(lt.AcceptedAt) {
+		return acc.After(lt.AcceptedAt)
+	}
+	return uint64(op.Seq) > lt.Seq
+}
+
+// replay hands one letter to the sidecar and says what happened, or returns
+// the refusal.
+func (rp *replayer) replay(ctx context.Context, lt dlq.Letter) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, clientTimeout)
+	defer cancel()
+	c, rc := rp.c, &rp.rc
+	cur, gerr := c.Op(ctx, lt.ID)
+	if ae, ok := errors.AsType[*client.APIError](gerr); gerr != nil && !(ok && ae.Status == http.StatusNotFound) {
+		return "", fmt.Errorf("op %s: reading its state: %w", lt.ID, gerr)
+	}
+	// The letter of the op's current acceptance can be read before the
+	// sidecar has recorded it as published (dlq_pending → dead_lettered):
+	// wait for that record rather than count the letter as handled.
+	for cur != nil && cur.State == api.OpDLQPending && uint64(cur.Seq) == lt.Seq && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+			if op, err := c.Op(ctx, lt.ID); err == nil {
+				cur = op
+			}
+		}
+	}
+	if cur != nil && cur.State != api.OpDeadLettered {
+		rc.already++
+		return fmt.Sprintf("skipped %s (object %s): already %s", lt.ID, lt.Object, cur.State), nil
+	}
+	if cur != nil && superseded(cur, lt) {
+		rc.superseded++
+		return fmt.Sprintf("skipped %s (object %s): letter of seq %d, the op was accepted again since (seq %d) and dead-lettered again: its newer letter counts",
+			lt.ID, lt.Object, lt.Seq, cur.Seq), nil
+	}
+	if n := rp.replayed[lt.ID]; n >= rp.max {
+		rc.capped++
+		return fmt.Sprintf("skipped %s (object %s): replayed %d time(s) in this run (--max-replays); it failed again: "+
+			"see its last error with baton ops get %s, replay it with baton ops replay %s", lt.ID, lt.Object, n, lt.ID, lt.ID), nil
+	}
+	if cur == nil {
+		if lt.Elided {
+			return "", fmt.Errorf("op %s is unknown to this sidecar and its letter has no payload (elided: %d bytes, sha256 %s): "+
+				"replay it on the sidecar that dead-lettered it (%s)", lt.ID, lt.PayloadBytes, lt.PayloadSHA256, orDash(lt.Sidecar))
+		}
+		ack, err := c.Submit(ctx, api.OpRequest{ID: lt.ID, Object: lt.Object, Info: lt.Info, Payload: lt.Payload})
+		if err != nil {
+			return "", fmt.Errorf("op %s unknown to the sidecar, submitting it failed: %w", lt.ID, err)
+		}
+		rp.replayed[lt.ID]++
+		rc.submitted++
+		return fmt.Sprintf("replayed %s (object %s): unknown to this sidecar, submitted anew (%s)", lt.ID, lt.Object, ack.State), nil
+	}
+	_, err := c.Replay(ctx, lt.ID)
+	if err == nil {
+		rp.replayed[lt.ID]++
+		rc.requeued++
+		return fmt.Sprintf("replayed %s (object %s): queued again", lt.ID, lt.Object), nil
+	}
+	ae, ok := errors.AsType[*client.APIError](err)
+	if ok && ae.Status == http.StatusConflict { // changed state since we read it
+		op, gerr := c.Op(ctx, lt.ID)
+		if gerr != nil {
+			return "", fmt.Errorf("op %s: %w (and reading its state failed: %v)", lt.ID, err, gerr)
+		}
+		if op.State == api.OpDeadLettered {
+			return "", fmt.Errorf("op %s: %w", lt.ID, err)
+		}
+		rc.already++
+		return fmt.Sprintf("skipped %s (object %s): already %s", lt.ID, lt.Object, op.State), nil
+	}
+	return "", fmt.Errorf("op %s: %w", lt.ID, err)
+}
+
+// replayAll runs a dlq replay: every letter r.Replay passes is handed to
+// the sidecar (or printed with DryRun). It returns the counts, the refusal
+// that stopped it (if any) and the reader's error.
+func replayAll(ctx context.Context, g *globals, r *dlq.Reader, rp *replayer, ro dlq.ReplayOptions) (counts dlq.Counts, refused, err error) {
+	counts, err = r.Replay(ctx, ro, func(lt dlq.Letter) error {
+		if ro.DryRun {
+			rp.rc.wouldDo++
+			_, werr := fmt.Fprintf(g.stdout, "would replay %s (object %s, %d attempts, %s)\n", lt.ID, lt.Object, lt.Attempts, orDash(lt.ErrorClass))
+			return werr
+		}
+		msg, err := rp.replay(ctx, lt)
+		if err != nil {
+			refused = err
+			return err
+		}
+		_, werr := fmt.Fprintln(g.stdout, msg)
+		return werr
+	})
+	rc := rp.rc
+	fmt.Fprintf(g.stdout, "read %d, replayed %d (%d queued again, %d submitted anew), already handled %d, superseded %d, capped %d, other objects %d, would replay %d, committed %d\n",
+		counts.Read, rc.requeued+rc.submitted, rc.requeued, rc.submitted, rc.already, rc.superseded, rc.capped, counts.Skipped, rc.wouldDo, counts.Committed)
+	return counts, refused, err
 }
 
 func newDLQReplayCmd(g *globals) *cobra.Command {
-	var ro dlq.ReplayOptions
+	var (
+		ro         dlq.ReplayOptions
+		maxReplays int
+	)
 	cmd := &cobra.Command{
-		Use:   "replay [--group G] [--object O] [--dry-run] [--follow]",
+		Use:   "replay [--group G] [--object O] [--dry-run] [--follow] [--max-replays N]",
 		Short: "Queue the dead letters again through the sidecar",
 		Long: `replay reads the dead-letter topic as consumer group G (default
 baton-dlq-replay), from the group's committed offsets, and hands each letter
 to the sidecar: POST /v1/ops/ID/replay, or, when the sidecar does not know
 the op (404; e.g. it was dead-lettered on another node or purged), POST
 /v1/ops with the letter's id, object, info and payload. A letter whose op
-is already queued, running, retrying, done or dlq_pending again (409: it
-was replayed before) needs nothing and counts as handled. The letter's
-offset is committed only after that, so a later replay in the same group
-resumes at the first letter not handled.
+is already queued, running, retrying, done or dlq_pending again (it was
+replayed before) needs nothing and counts as handled; so does a letter
+older than the op's current acceptance (the op was replayed since: a newer
+letter, if any, is the one that counts), and a letter of an op replayed
+--max-replays times (default 1) in this run already (it failed again: with
+--follow this ends the loop of replaying an op that keeps failing). The
+letter's offset is committed only after that, so a later replay in the same
+group resumes at the first letter not handled.
 
 It stops at the first refusal (sidecar unreachable, 503, 400, ...): exit
 status 1, with the counts. --object replays only that object's letters and
@@ -162,6 +292,9 @@ Exit status 0; 1 on a refusal or an invalid letter; 69 when Kafka cannot be
 reached.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if maxReplays < 1 {
+				return usageErrorf("--max-replays must be at least 1")
+			}
 			l, r, err := loadForDLQ(g)
 			if err != nil {
 				return err
@@ -172,24 +305,7 @@ reached.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 
-			var rc replayCounts
-			var refused error
-			counts, err := r.Replay(ctx, ro, func(lt dlq.Letter) error {
-				if ro.DryRun {
-					rc.wouldDo++
-					_, werr := fmt.Fprintf(g.stdout, "would replay %s (object %s, %d attempts, %s)\n", lt.ID, lt.Object, lt.Attempts, orDash(lt.ErrorClass))
-					return werr
-				}
-				msg, err := replayLetter(ctx, c, lt, &rc)
-				if err != nil {
-					refused = err
-					return err
-				}
-				_, werr := fmt.Fprintln(g.stdout, msg)
-				return werr
-			})
-			fmt.Fprintf(g.stdout, "read %d, replayed %d (%d queued again, %d submitted anew), already handled %d, other objects %d, would replay %d, committed %d\n",
-				counts.Read, rc.requeued+rc.submitted, rc.requeued, rc.submitted, rc.already, counts.Skipped, rc.wouldDo, counts.Committed)
+			_, refused, err := replayAll(ctx, g, r, newReplayer(c, maxReplays), ro)
 			switch {
 			case refused != nil:
 				return exitWith(exitFailure, fmt.Errorf("replay stopped: %w", unprefixed(refused)))
@@ -206,38 +322,6 @@ reached.`,
 	f.StringVar(&ro.Object, "object", "", "replay only the letters of object `O` (commits nothing)")
 	f.BoolVar(&ro.DryRun, "dry-run", false, "print what would be replayed; call nothing, commit nothing")
 	f.BoolVar(&ro.Follow, "follow", false, "keep replaying new letters until interrupted")
+	f.IntVar(&maxReplays, "max-replays", 1, "replay one op at most `N` times in this run")
 	return cmd
-}
-
-// replayLetter hands one letter to the sidecar and says what happened, or
-// returns the refusal.
-func replayLetter(ctx context.Context, c *client.Client, lt dlq.Letter, rc *replayCounts) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, clientTimeout)
-	defer cancel()
-	_, err := c.Replay(ctx, lt.ID)
-	if err == nil {
-		rc.requeued++
-		return fmt.Sprintf("replayed %s (object %s): queued again", lt.ID, lt.Object), nil
-	}
-	ae, ok := errors.AsType[*client.APIError](err)
-	switch {
-	case ok && ae.Status == http.StatusNotFound:
-		ack, err := c.Submit(ctx, api.OpRequest{ID: lt.ID, Object: lt.Object, Info: lt.Info, Payload: lt.Payload})
-		if err != nil {
-			return "", fmt.Errorf("op %s unknown to the sidecar, submitting it failed: %w", lt.ID, err)
-		}
-		rc.submitted++
-		return fmt.Sprintf("replayed %s (object %s): unknown to this sidecar, submitted anew (%s)", lt.ID, lt.Object, ack.State), nil
-	case ok && ae.Status == http.StatusConflict:
-		op, gerr := c.Op(ctx, lt.ID)
-		if gerr != nil {
-			return "", fmt.Errorf("op %s: %w (and reading its state failed: %v)", lt.ID, err, gerr)
-		}
-		if op.State == api.OpDeadLettered {
-			return "", fmt.Errorf("op %s: %w", lt.ID, err)
-		}
-		rc.already++
-		return fmt.Sprintf("skipped %s (object %s): already %s", lt.ID, lt.Object, op.State), nil
-	}
-	return "", fmt.Errorf("op %s: %w", lt.ID, err)
 }
