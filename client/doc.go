@@ -23,6 +23,9 @@
 // lost lease, an unknown or released lease, and an unreachable sidecar or
 // ZooKeeper; every other answer is an [*APIError] with the status and kind.
 //
-// The sidecar releases a lease when the process that acquired it exits, so
-// a lease lives no longer than the process that holds this Client.
+// Acquire sends "bind":"process": the sidecar releases a lease when the
+// process that acquired it exits, so a lease lives no longer than the
+// process that holds this Client. Lease.State tells whether the sidecar
+// reports the lock held, suspect (ZooKeeper unreachable: finish by
+// ValidUntil) or draining (the sidecar shuts down: finish by DrainUntil).
 package client

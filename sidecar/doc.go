@@ -15,12 +15,14 @@
 //
 // A lease names one grant. Its id is "<incarnation>.<128 random bits>" (hex):
 // unguessable, and an id of an earlier run of the sidecar is recognised and
-// answered 410 "sidecar restarted". A lease records the caller's pid
-// (SO_PEERCRED) and is released as soon as that process exits: the exit is
+// answered 410 "sidecar restarted". A lease acquired with "bind":"process"
+// records the caller's pid (SO_PEERCRED) and is released as soon as that
+// process exits: the exit is
 // seen through a pidfd (pidfd_open, Linux ≥ 5.3) registered with Go's
 // network poller, or, where pidfd is not available, by polling /proc/<pid>
-// every 200 ms. Callers whose pid is not visible (another pid namespace) and
-// callers inside the sidecar's own process rely on the lease alone.
+// every 200 ms. Callers whose pid is not visible (another pid namespace),
+// callers inside the sidecar's own process and leases acquired without
+// "bind" rely on the lease alone (released, expired or lost).
 //
 // valid_until = min(lease_expires_at, the engine's session deadline), and
 // valid_for_ms is the time left until it on the monotonic clock; while the
@@ -35,8 +37,17 @@
 //
 // GET /v1/leases/{id}?wait=lost&timeout_ms=N returns when the lease is lost
 // or released, or its state changes from the one it had when the poll
-// began (held → suspect, suspect → held), or after N ms (default 30 s):
-// a poll started while held returns as soon as the lease is no longer held.
+// began (held → suspect, suspect → held, held → draining), or after N ms
+// (default 30 s): a poll started while held returns as soon as the lease is
+// no longer held.
+//
+// # Drain
+//
+// SIGTERM (Run's ctx ending, Shutdown) and POST /v1/drain (Drain) start a
+// drain: no more grants (503 ShuttingDown), /readyz 503, leases renewed but
+// never valid past the end of sidecar.shutdown.grace (state "draining",
+// drain_ends_at); at that end the leases left are told lost (reason
+// "shutdown") and freed after the valid_until told to them. See Shutdown.
 //
 // # What is not guaranteed
 //
