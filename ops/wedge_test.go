@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/ops"
@@ -280,5 +281,51 @@ func TestAckedLetterRecordFault(t *testing.T) {
 	e.waitState(id, api.OpDeadLettered, 20*time.Second)
 	if n := len(e.lettersOf(id)); n != 1 {
 		t.Errorf("letters of %s on the topic = %d, want 1 (only the record is retried)", id, n)
+	}
+}
+
+// TestHotObjectDrain (issue 15 item 6): a backlog of 150 dead letters of
+// one object is published in a few produce requests (not one per letter),
+// in seq order.
+func TestHotObjectDrain(t *testing.T) {
+	const n = 150
+	e := newEnv(t, envOptions{})
+	e.app.SetRespond(func(context.Context, opstest.Delivery) int { return http.StatusBadRequest })
+	e.kafka.Proxy().BlackHole()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = e.submit(fmt.Sprintf(`{"id":"hot-%03d","object":"hot","payload":{"i":%d}}`, i, i))
+	}
+	waitFor(t, 60*time.Second, "all dlq_pending", func() bool { return e.metric("baton_dlq_pending", nil) == n })
+	var produces atomic.Int64
+	e.kafka.Cluster().ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		produces.Add(1)
+		return nil, nil, false // observe only
+	})
+	e.kafka.Proxy().Heal()
+	e.kafka.Proxy().ResetConnections()
+	waitFor(t, 60*time.Second, "all published", func() bool { return e.metric("baton_dlq_published_total", nil) == n })
+	t.Logf("%d letters of one object: %d produce requests", n, produces.Load())
+	if p := produces.Load(); p > n/10 {
+		t.Errorf("%d produce requests for %d letters of one object, want at most %d (batches, not one letter per round)", p, n, n/10)
+	}
+	msgs := readTopic(t, e.kafka.Addr(), e.cfg.DLQTopic)
+	var seqs []uint64
+	for _, m := range msgs {
+		var v struct {
+			Seq uint64 `json:"seq"`
+		}
+		if err := json.Unmarshal(m.Value, &v); err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, v.Seq)
+	}
+	if len(seqs) != n {
+		t.Fatalf("%d letters on the topic, want %d", len(seqs), n)
+	}
+	for i, sq := range seqs {
+		if sq != uint64(i+1) {
+			t.Fatalf("letter %d has seq %d, want %d: the object's letters out of order: %v", i, sq, i+1, seqs)
+		}
 	}
 }
