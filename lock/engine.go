@@ -183,6 +183,7 @@ type Health struct {
 	Held           int           // grants held
 	Waiting        int           // acquires waiting
 	CleanupPending int           // deletes waiting for a reconnect
+	Syncs          int64         // syncs the keeper sent in this session (see TickTime)
 }
 
 // Health reports the current session's state.
@@ -202,6 +203,7 @@ func (e *Engine) Health() Health {
 	h.Held = int(e.held.Load())
 	h.Waiting = int(e.waiting.Load())
 	h.CleanupPending = int(s.pending.Load())
+	h.Syncs = s.syncs.Load()
 	return h
 }
 

@@ -17,6 +17,7 @@ type Config struct {
 	ZKServers         []string      // zookeeper.servers: host:port list, without the chroot
 	ZKChroot          string        // chroot suffix of zookeeper.servers: "" or an absolute path like "/baton" (no trailing /)
 	ZKSessionTimeout  time.Duration // zookeeper.session.timeout (ms in the file)
+	ZKTickTime        time.Duration // zookeeper.tick.time: the servers' tickTime
 	ZKConnectionRetry int           // zookeeper.connection.retry
 	ZKConnectionDelay time.Duration // zookeeper.connection.delay
 

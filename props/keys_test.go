@@ -15,6 +15,7 @@ var specDefaults = []struct {
 }{
 	{"zookeeper.servers", "localhost:2181", Restart},
 	{"zookeeper.session.timeout", "5000", Restart},
+	{"zookeeper.tick.time", "2000", Restart},
 	{"zookeeper.connection.retry", "5", Live},
 	{"zookeeper.connection.delay", "1000", Live},
 	{"zookeeper.foreground.lock.prefix", "A", Restart},
@@ -59,7 +60,7 @@ func hostname() string {
 // defaultConfig is the typed form of specDefaults.
 func defaultConfig() Config {
 	return Config{
-		ZKServers: []string{"localhost:2181"}, ZKSessionTimeout: 5 * time.Second,
+		ZKServers: []string{"localhost:2181"}, ZKSessionTimeout: 5 * time.Second, ZKTickTime: 2 * time.Second,
 		ZKConnectionRetry: 5, ZKConnectionDelay: time.Second,
 		ForegroundPrefix: "A", BackgroundPrefix: "B",
 		ForegroundTimeout: 2 * time.Second, BackgroundTimeout: 2 * time.Second,

@@ -49,6 +49,7 @@ func TestEachKeyFromFile(t *testing.T) {
 			return slices.Equal(c.ZKServers, []string{"zk1:2181", "zk2:2182"}) && c.ZKChroot == "/baton/prod"
 		}},
 		{"zookeeper.session.timeout", "6000", func(c Config) bool { return c.ZKSessionTimeout == 6*time.Second }},
+		{"zookeeper.tick.time", "500", func(c Config) bool { return c.ZKTickTime == 500*time.Millisecond }},
 		{"zookeeper.connection.retry", "7", func(c Config) bool { return c.ZKConnectionRetry == 7 }},
 		{"zookeeper.connection.delay", "250", func(c Config) bool { return c.ZKConnectionDelay == 250*time.Millisecond }},
 		{"zookeeper.foreground.lock.prefix", "FG1", func(c Config) bool { return c.ForegroundPrefix == "FG1" }},
@@ -114,6 +115,8 @@ func TestBadValues(t *testing.T) {
 		want       string // the message after `file:3: key: `
 	}{
 		{"zookeeper.session.timeout", "5s", `"5s" is not a whole number of milliseconds`},
+		{"zookeeper.tick.time", "3000", `"3000" is not at most half of zookeeper.session.timeout (2500 ms)`},
+		{"zookeeper.tick.time", "50", `from 100 to 60000`},
 		{"zookeeper.session.timeout", "999", `"999" is not a whole number of milliseconds from 1000 to 600000`},
 		{"zookeeper.session.timeout", "-5", `"-5" is not a whole number of milliseconds`},
 		{"zookeeper.session.timeout", "99999999999999999999", `from 1000 to 600000`},

@@ -378,6 +378,17 @@ func crossCheck(c *Config, values map[string]string, sources map[string]Source) 
 			fail(highKey, fmt.Sprintf("at least %s (%d ms)", lowKey, low.Milliseconds()))
 		}
 	}
+	// ZooKeeper never negotiates a session shorter than 2 ticks, and Baton
+	// counts validity a tickTime back: a shorter session would grant
+	// nothing.
+	if c.ZKTickTime > 0 && c.ZKSessionTimeout > 0 && c.ZKSessionTimeout < 2*c.ZKTickTime {
+		const st, tt = "zookeeper.session.timeout", "zookeeper.tick.time"
+		if blame(sources, st, tt) == st {
+			fail(st, fmt.Sprintf("at least 2 × zookeeper.tick.time (%d ms)", 2*c.ZKTickTime.Milliseconds()))
+		} else {
+			fail(tt, fmt.Sprintf("at most half of zookeeper.session.timeout (%d ms)", c.ZKSessionTimeout.Milliseconds()/2))
+		}
+	}
 	ordered("sidecar.lease.default", "sidecar.lease.max", c.LeaseDefault, c.LeaseMax)
 	ordered("retry.initial.interval", "retry.max.interval", c.RetryInitial, c.RetryMax)
 	return errs

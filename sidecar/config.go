@@ -32,6 +32,7 @@ func EngineOptions(cfg props.Config, logger *slog.Logger) (lock.Options, error) 
 		Root:             cfg.LockRoot,
 		ObjectNode:       on,
 		SessionTimeout:   cfg.ZKSessionTimeout,
+		TickTime:         cfg.ZKTickTime,
 		ForegroundPrefix: cfg.ForegroundPrefix,
 		BackgroundPrefix: cfg.BackgroundPrefix,
 		ForegroundWait:   cfg.ForegroundTimeout,

@@ -65,6 +65,7 @@ func testConfig(t testing.TB, root, node string) props.Config {
 	cfg.ZKServers = zkServer.Servers()
 	cfg.LockRoot = root
 	cfg.ZKSessionTimeout = 4 * time.Second
+	cfg.ZKTickTime = testenv.DefaultTickTime
 	cfg.NodeID = node
 	cfg.SocketPath = shortSocket(t)
 	cfg.ShutdownGrace = 10 * time.Second

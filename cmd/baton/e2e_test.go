@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -245,6 +246,7 @@ func (e *env) sidecarProps(name string, extra map[string]string) map[string]stri
 		"zookeeper.servers":         e.zk.ConnString(),
 		"zookeeper.lock.root":       e2eRoot,
 		"zookeeper.session.timeout": "3000",
+		"zookeeper.tick.time":       strconv.Itoa(int(testenv.DefaultTickTime.Milliseconds())),
 		"sidecar.socket.path":       filepath.Join(e.dir, name+".sock"),
 		"sidecar.node.id":           name,
 		"queue.dir":                 filepath.Join(e.dir, name+"-queue"),
