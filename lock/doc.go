@@ -19,13 +19,23 @@
 // # What is guaranteed
 //
 // The engine never reports two grants of one object whose validity windows
-// overlap. A grant is valid until the session deadline: the send time of the
-// last request or ping the server acknowledged, plus the negotiated session
-// timeout, minus a safety margin, on Go's monotonic clock. The server cannot
-// expire the session (and so cannot hand privateLock to someone else) before
-// that deadline, because it counts from when it received the request, which
-// is later than its send. At the deadline the engine declares every grant of
-// the session lost, closes the session and opens a new one; a grant of an old
+// overlap. A grant is valid until the session deadline: base + the
+// negotiated session timeout − a safety margin, on Go's monotonic clock,
+// where base is a moment from which the leader is known to count the
+// session's expiry. Only the leader expires sessions, and it pushes a
+// session's expiry only when a follower's ping reply carries the session's
+// touches (every tickTime/2); a follower cut off from its leader keeps
+// answering its clients' pings by itself. So pings and reads move nothing:
+// when a write or a sync (forwarded to the leader) is answered, the base
+// moves to the send time of the newest request acknowledged at least
+// Options.TickTime before that write's send, a touch the leader has
+// provably processed (see session.acked). While a session has grants or
+// waiters it sends a sync every min(timeout/8, TickTime/2) to keep the base
+// moving; an idle session sends nothing. A handshake moves the base to the
+// connect request's send: the leader creates or revalidates (touches) the
+// session before the server answers. At the deadline the engine declares
+// every grant of the session lost, closes the session (once reconnected, so
+// that the server drops its nodes) and opens a new one; a grant of an old
 // session is never reported held again.
 //
 // A grant can still be lost at any time (a paused process does not notice its
@@ -33,19 +43,34 @@
 // storage, which must reject writes carrying a token lower than one it has
 // seen (Elasticsearch: version_type=external_gte with the token as version).
 //
+// # privateLock identity
+//
+// Every Baton privateLock has version 1 (created and given its data in one
+// multi), so a version identifies nothing. The multi that creates
+// privateLock also bumps the object node's data version, and every delete of
+// privateLock — release, give-back, cleanup retried after a lost reply —
+// is a multi that checks the object node still has the version our grant
+// set: any later Baton grant has bumped it. Our child is deleted only
+// after a read shows it is ours (session and request id). What remains: the
+// original plugin's grants do not bump the version, so a privateLock the
+// plugin created after someone else deleted ours (an operator, not a Baton
+// or plugin holder) could be deleted by our release; the plugin's own
+// privateLock has version 0, and the release deletes version 1 only.
+//
 // # Fast path
 //
 // An uncontended acquire costs one multi (create child, create privateLock,
-// set its data) when the engine can prove nobody else created a child since
-// it last saw the object empty but for its own nodes: ZooKeeper's sequence
-// suffix grows by one per create under the parent, so a suffix equal to the
-// one predicted from the engine's own creates proves there was none. The
-// proof holds for one incarnation of the object node: a container can be
-// reaped and created again by someone else, so a prediction carries the
-// node's czxid and a data watch on it, and ZooKeeper delivers that watch's
-// event before the answer to any later request. A mismatch (or a fired
-// watch) gives privateLock back without reporting a grant and turns the fast
-// path off for the object until the slow path sees it alone again.
+// set its data, bump the object's version) when the engine can prove nobody
+// else created a child since it last saw the object empty but for its own
+// nodes: ZooKeeper's sequence suffix grows by one per create under the
+// parent, so a suffix equal to the one predicted from the engine's own
+// creates proves there was none. The proof holds for one incarnation of the
+// object node: a container can be reaped and created again by someone else,
+// so a prediction carries the node's czxid, and the multi's setData on the
+// object node answers with the czxid of the node it applied to. A mismatch
+// gives privateLock back without reporting a grant and turns the fast path
+// off for the object until the slow path sees it alone again. No watch is
+// kept on idle objects.
 //
 // # Holder watch
 //
