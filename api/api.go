@@ -281,4 +281,7 @@ type Op struct {
 	NextAttemptAt Time   `json:"next_attempt_at"`
 	AcceptedAt    Time   `json:"accepted_at"`
 	Seq           int64  `json:"seq"`
+	// LetterNote, on a dead_lettered op, says how its dead letter differs
+	// from the op (e.g. published without its payload).
+	LetterNote string `json:"letter_note,omitempty"`
 }

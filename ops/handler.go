@@ -131,6 +131,7 @@ func (h *handler) get(w http.ResponseWriter, id string) error {
 	writeJSON(w, http.StatusOK, api.Op{
 		ID: op.ID, Object: op.Object, State: string(op.State), Attempts: op.Attempts, LastError: op.LastError,
 		NextAttemptAt: api.NewTime(op.NextAttemptAt), AcceptedAt: api.NewTime(op.AcceptedAt), Seq: int64(op.Seq),
+		LetterNote: op.LetterNote,
 	})
 	return nil
 }

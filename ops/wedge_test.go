@@ -142,6 +142,9 @@ func TestLetterOverTopicLimit(t *testing.T) {
 	if !strings.Contains(op.LetterNote, "without its payload") || string(op.Payload) != payload {
 		t.Errorf("op: letter_note %q, payload %d bytes; want the note and the payload kept", op.LetterNote, len(op.Payload))
 	}
+	if got := e.op(big).LetterNote; got != op.LetterNote {
+		t.Errorf("GET /v1/ops/%s letter_note = %q, want %q", big, got, op.LetterNote)
+	}
 	if got := e.metric("baton_dlq_payload_elided_total", nil); got != 1 {
 		t.Errorf("baton_dlq_payload_elided_total = %v, want 1", got)
 	}
