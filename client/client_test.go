@@ -3,13 +3,18 @@ package client_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/client"
+	"github.com/batonhq/baton/props"
+	"github.com/batonhq/baton/sidecar"
+	"github.com/batonhq/baton/testenv"
 )
 
 func TestAcquireRelease(t *testing.T) {
@@ -281,5 +286,75 @@ func TestErrors(t *testing.T) {
 	}
 	if err := zero.Ready(ctx); !errors.Is(err, client.ErrUnavailable) {
 		t.Errorf("zero Client without a sidecar at %s: %v", api.DefaultSocket, err)
+	}
+}
+
+// TestDrainSeenAtOnce: when the sidecar starts draining, the lease says so
+// at once (State draining, Changed fires) with DrainUntil counted from a
+// recent request — not from the send time of the long-poll that reported
+// the change, which may be long before — and never past the sidecar's
+// drain_ends_at. The holder that releases within the grace is never lost.
+func TestDrainSeenAtOnce(t *testing.T) {
+	cfg := props.Defaults()
+	cfg.ZKServers, cfg.LockRoot, cfg.NodeID = zkServers, lockRoot+"-drain", "sc-drain"
+	cfg.SocketPath = filepath.Join(t.TempDir(), "d.sock")
+	cfg.ZKSessionTimeout = 4 * time.Second
+	cfg.ShutdownGrace = 10 * time.Second
+	srv, err := sidecar.New(cfg, sidecar.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(context.Background()) }()
+	defer func() {
+		_ = srv.Close()
+		<-done
+	}()
+	c := client.New(cfg.SocketPath)
+	defer c.Close()
+	ctx := context.Background()
+	testenv.WaitFor(t, 30*time.Second, "sidecar ready", func() bool { return c.Ready(ctx) == nil })
+	l, err := c.Acquire(ctx, "drain-seen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Drain right after a renewal: the next one is about half a validity away.
+	first := l.Last().ValidUntil
+	testenv.WaitFor(t, 10*time.Second, "a renewal", func() bool { return !l.Last().ValidUntil.Equal(first.Time) })
+	changed := l.Changed()
+	t0 := time.Now()
+	d := srv.Drain()
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Changed did not fire on the drain")
+	}
+	testenv.WaitFor(t, 5*time.Second, "DrainUntil", func() bool { return !l.DrainUntil().IsZero() })
+	seen := time.Since(t0)
+	du := l.DrainUntil()
+	t.Logf("draining seen after %v; DrainUntil %v after the drain began (grace 10 s)", seen.Round(time.Millisecond), du.Sub(t0).Round(time.Millisecond))
+	if st := l.State(); st != api.StateDraining {
+		t.Errorf("State = %s, want draining", st)
+	}
+	if seen > 500*time.Millisecond {
+		t.Errorf("draining with its end seen %v after the drain began, want at once", seen)
+	}
+	if du.Round(0).After(d.EndsAt.Add(time.Millisecond)) || du.Sub(t0) < 9*time.Second {
+		t.Errorf("DrainUntil %v after the drain began (ends_at %v), want just under the 10 s grace", du.Sub(t0), d.EndsAt)
+	}
+	if vu := l.ValidUntil(); vu.After(du) {
+		t.Errorf("ValidUntil %v past DrainUntil %v", vu, du)
+	}
+	if err := l.Release(ctx); err != nil || l.Err() != nil {
+		t.Errorf("Release during the drain = %v, Err %v", err, l.Err())
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run = %v", err)
+		}
+		done <- nil
+	case <-time.After(10 * time.Second):
+		t.Errorf("the sidecar did not stop after its only holder released")
 	}
 }

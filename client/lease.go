@@ -32,8 +32,10 @@ type Lease struct {
 	lastSent   time.Time // send time of the request whose answer set validUntil
 	validUntil time.Time // local monotonic: send time + valid_for_ms
 	drainUntil time.Time // local monotonic: send time + drain_for_ms; zero unless draining
+	state      string    // the state of the latest answer received
 	lostErr    error
 	changed    chan struct{} // closed and replaced when the state changes
+	kick       chan struct{} // asks keep for a renewal now (a long-poll saw the state change)
 
 	lost     chan struct{}
 	lostOnce sync.Once
@@ -46,7 +48,7 @@ type Lease struct {
 func newLease(c *Client, v api.Lease, sent time.Time, o acquireOptions) *Lease {
 	l := &Lease{
 		c: c, id: v.LeaseID, object: v.Object, typ: v.Type, info: v.Info, node: v.Node, token: v.Token,
-		length: o.lease, lost: make(chan struct{}), changed: make(chan struct{}),
+		length: o.lease, lost: make(chan struct{}), changed: make(chan struct{}), kick: make(chan struct{}, 1),
 	}
 	if l.length <= 0 {
 		l.length = v.LeaseExpiresAt.Sub(v.AcquiredAt.Time)
@@ -126,7 +128,7 @@ func (l *Lease) State() string {
 	case l.lostErr != nil:
 		return api.StateLost
 	}
-	return l.last.State
+	return l.state
 }
 
 // Changed returns a channel closed at the next change of State (then call
@@ -148,14 +150,26 @@ func (l *Lease) DrainUntil() time.Time {
 	return l.drainUntil
 }
 
-// apply records an answer about the lease, requested at sent.
+// apply records an answer about the lease, requested at sent. The state is
+// the latest received; the validity (and the end of a drain) comes from the
+// answer to the latest request sent, counted from its send time: a
+// long-poll's answer may come long after it was sent, so a state change it
+// reports is followed by a renewal at once, for figures counted from a
+// recent send time.
 func (l *Lease) apply(v api.Lease, sent time.Time) {
 	l.mu.Lock()
-	if !sent.Before(l.lastSent) {
-		if v.State != l.last.State && l.changed != nil {
-			close(l.changed)
-			l.changed = make(chan struct{})
+	if v.State != l.state {
+		l.state = v.State
+		close(l.changed)
+		l.changed = make(chan struct{})
+		if sent.Before(l.lastSent) {
+			select {
+			case l.kick <- struct{}{}:
+			default:
+			}
 		}
+	}
+	if !sent.Before(l.lastSent) {
 		l.last, l.lastSent = v, sent
 		l.validUntil = sent.Add(time.Duration(v.ValidForMS) * time.Millisecond)
 		l.drainUntil = time.Time{}
@@ -239,7 +253,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.lostOnce.Do(func() { // not lost: released
 		l.mu.Lock()
 		l.validUntil, l.drainUntil = time.Time{}, time.Time{}
-		l.last.State = api.StateReleased
+		l.last.State, l.state = api.StateReleased, api.StateReleased
 		close(l.changed)
 		l.changed = make(chan struct{})
 		l.mu.Unlock()
@@ -269,6 +283,8 @@ func (l *Lease) keep() {
 		case <-l.ctx.Done():
 			return
 		case <-t.C:
+		case <-l.kick:
+			t.Stop()
 		}
 		if time.Until(l.ValidUntil()) <= 0 {
 			continue // reported as lost above
