@@ -32,6 +32,9 @@ import (
 var zkServer *testenv.ZooKeeper
 
 func TestMain(m *testing.M) {
+	if os.Getenv(envSoakChild) != "" {
+		os.Exit(soakChild()) // a sidecar process of TestSoak
+	}
 	os.Exit(testenv.Main("ops", &zkServer, m.Run, func() error { return goleak.Find(goleak.IgnoreCurrent()) }))
 }
 
