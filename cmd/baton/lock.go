@@ -462,9 +462,9 @@ func (h *holder) checkWindow() {
 	var why string
 	switch h.lease.State() {
 	case api.StateSuspect:
-		end, why = h.lease.ValidUntil(), "ZooKeeper is unreachable (the sidecar reports the lock suspect: its validity is not extended)"
+		end, why = h.lease.ValidUntil(), "ZooKeeper is unreachable (the sidecar reports the lock suspect: its validity is no longer extended)"
 	case api.StateDraining:
-		end, why = h.lease.DrainUntil(), "the sidecar is draining (shutting down): the lock is not valid past the end of its grace"
+		end, why = h.lease.DrainUntil(), "the sidecar is draining (shutting down): the lock is renewed until the end of its grace, not after"
 	case api.StateHeld:
 		if h.window != "" {
 			fmt.Fprintf(h.g.stderr, "baton: lock %q is held again (%s no more)\n", h.obj, h.window)
@@ -487,7 +487,7 @@ func (h *holder) checkWindow() {
 		return
 	}
 	if h.window != why {
-		fmt.Fprintf(h.g.stderr, "baton: lock %q: %s; valid for %v more: the command gets SIGTERM in %v unless it finishes, SIGKILL in %v\n",
+		fmt.Fprintf(h.g.stderr, "baton: lock %q: %s; it ends in %v: the command gets SIGTERM in %v unless it finishes, SIGKILL in %v\n",
 			h.obj, why, time.Until(end).Round(time.Millisecond), max(0, time.Until(end.Add(-h.grace))).Round(time.Millisecond),
 			max(0, time.Until(end.Add(-killMargin))).Round(time.Millisecond))
 	}
