@@ -17,6 +17,7 @@ help: ## this list
 deps: ## install what is missing on a fresh Debian machine (java, ZooKeeper, kcat); idempotent
 	@missing=""; \
 	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
+	command -v javac >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
 	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper zookeeper-bin"; \
 	command -v kcat >/dev/null || missing="$$missing kcat"; \
 	if [ -n "$$missing" ]; then \

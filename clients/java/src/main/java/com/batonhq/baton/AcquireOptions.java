@@ -1,0 +1,74 @@
+package com.batonhq.baton;
+
+import java.time.Duration;
+import java.util.Objects;
+
+/**
+ * How to acquire: type (foreground by default), info recorded in the lock's node, how long to wait
+ * (default: the sidecar's {@code zookeeper.<type>.task.timeout}), lease length (default: the
+ * sidecar's {@code sidecar.lease.default}), whether the lease is renewed in the background (default
+ * yes). A mutable builder; {@link BatonClient#acquire} copies what it needs.
+ */
+public final class AcquireOptions {
+    LockTypes type = LockTypes.FOREGROUND_LOCK;
+    String info = "";
+    Duration wait;
+    Duration lease;
+    boolean renew = true;
+    Boolean bindProcess;
+
+    /** Foreground, no info, the sidecar's defaults, renewed in the background. */
+    public static AcquireOptions defaults() {
+        return new AcquireOptions();
+    }
+
+    public AcquireOptions type(LockTypes t) {
+        this.type = Objects.requireNonNull(t, "type");
+        return this;
+    }
+
+    /** Recorded in the lock's node for inspection (at most 4 KiB). */
+    public AcquireOptions info(String info) {
+        this.info = info == null ? "" : info;
+        return this;
+    }
+
+    /**
+     * Bounds the wait (at most 10 minutes); {@code Duration.ZERO} tries once: granted only if first
+     * in line and free at once. Rounded up to whole milliseconds. null = the type's timeout from the
+     * sidecar's properties.
+     */
+    public AcquireOptions maxWait(Duration d) {
+        if (d != null && d.isNegative()) throw new IllegalArgumentException("wait: negative");
+        this.wait = d;
+        return this;
+    }
+
+    /** The lease length: the lock is released if not renewed within it. null = the sidecar's default. */
+    public AcquireOptions lease(Duration d) {
+        if (d != null && (d.isNegative() || d.isZero())) throw new IllegalArgumentException("lease: must be positive");
+        this.lease = d;
+        return this;
+    }
+
+    /** Whether the lease is renewed and watched for loss in the background (default true). */
+    public AcquireOptions renew(boolean on) {
+        this.renew = on;
+        return this;
+    }
+
+    /**
+     * Whether to send {@code "bind":"process"}: the sidecar releases the lease as soon as this JVM
+     * exits. Default: sent when the sidecar's API has it (see README).
+     */
+    public AcquireOptions bindToProcess(boolean on) {
+        this.bindProcess = on;
+        return this;
+    }
+
+    static long ceilMillis(Duration d) {
+        long ms = d.toMillis();
+        if (Duration.ofMillis(ms).compareTo(d) < 0) ms++;
+        return ms;
+    }
+}
