@@ -170,11 +170,23 @@ func (p *Publisher) Limit(ctx context.Context) int {
 	return limit
 }
 
-// forgetLimit makes the next Limit ask the broker again.
-func (p *Publisher) forgetLimit() {
+// minLimit is the lowest limit lower ever sets.
+const minLimit = 4 << 10
+
+// lower records that the broker refused a produce of total bytes as too
+// large: the limit is taken below it for limitTTL, whatever the broker
+// describes (it may not describe the topic at all: no DescribeConfigs
+// permission). Rounds then get smaller and a letter larger than the real
+// limit gets elided (see Fit) instead of being refused again.
+func (p *Publisher) lower(total int) {
 	p.mu.Lock()
-	p.limitAt = time.Time{}
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	cur := p.limit
+	if cur == 0 || time.Since(p.limitAt) >= limitTTL {
+		cur = p.max
+	}
+	p.limit, p.limitAt = max(min(cur, total-1), minLimit), time.Now()
+	p.log.Warn("the broker refused dead letters as too large; sending smaller rounds", "refused_bytes", total, "limit", p.limit)
 }
 
 // topicLimit asks the broker for the topic's max.message.bytes (the
@@ -269,6 +281,10 @@ func (p *Publisher) PublishBatch(ctx context.Context, letters []Letter) error {
 		}
 		msgs[i] = m
 	}
+	total := 0
+	for _, m := range msgs {
+		total += MessageSize(m)
+	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	err := p.w.WriteMessages(ctx, msgs...)
@@ -276,15 +292,19 @@ func (p *Publisher) PublishBatch(ctx context.Context, letters []Letter) error {
 	if errors.As(err, &we) && len(we) == len(letters) {
 		for _, e := range we {
 			if errors.Is(e, kafka.MessageSizeTooLarge) {
-				p.forgetLimit()
+				p.lower(total)
+				break
 			}
 		}
 		return &BatchError{Errs: we}
 	}
+	if errors.Is(err, kafka.MessageSizeTooLarge) {
+		p.lower(total)
+	}
 	var tl kafka.MessageTooLargeError
 	if errors.As(err, &tl) {
 		// kafka-go refused one message before sending anything.
-		p.forgetLimit()
+		p.lower(MessageSize(tl.Message) + 1)
 		errs := make([]error, len(letters))
 		for i, m := range msgs {
 			errs[i] = fmt.Errorf("dlq: not sent: letter %q is too large (%d bytes, limit %d)", letters[i].ID, MessageSize(m), p.max)
