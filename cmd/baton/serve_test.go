@@ -447,7 +447,14 @@ const lockHolderScript = `trap 'echo got-TERM' TERM; echo "pid $$ lease $BATON_L
 // process against socket and returns it with CMD's pid and lease id.
 func startHolder(t *testing.T, e *env, name, socket, obj string, flags ...string) (p *proc, pid int, lease string) {
 	t.Helper()
-	args := append(append([]string{"--socket", socket, "lock"}, flags...), obj, "--", "sh", "-c", lockHolderScript)
+	return startHolderScript(t, e, name, socket, obj, lockHolderScript, flags...)
+}
+
+// startHolderScript is startHolder with another script, which must first
+// print "pid $$ lease $BATON_LEASE_ID".
+func startHolderScript(t *testing.T, e *env, name, socket, obj, script string, flags ...string) (p *proc, pid int, lease string) {
+	t.Helper()
+	args := append(append([]string{"--socket", socket, "lock"}, flags...), obj, "--", "sh", "-c", script)
 	p = start(t, name, nil, e.bin, args...)
 	line := p.out.waitFor(t, 0, "\n", 30*time.Second)
 	if _, err := fmt.Sscanf(line, "pid %d lease %s", &pid, &lease); err != nil {
@@ -482,6 +489,26 @@ func testLockZooKeeperStall(t *testing.T, e *env) {
 	extra := map[string]string{"zookeeper.servers": z.ConnString(), "zookeeper.session.timeout": "9000"}
 	a := e.startSidecar(t, "stall-a", extra)
 	b := e.startSidecar(t, "stall-b", extra)
+
+	// A short freeze: ZooKeeper answers again before the SIGTERM is due
+	// (validity − 1 s): nothing is sent, the command runs to its end.
+	short, _, shortLease := startHolderScript(t, e, "lock-short-stall", a.socket, "short-stall",
+		`trap 'echo got-TERM' TERM; echo "pid $$ lease $BATON_LEASE_ID"; sleep 14; echo finished`, "--kill-grace", "1s")
+	if err := z.Pause(1); err != nil {
+		t.Fatal(err)
+	}
+	waitCond(t, 20*time.Second, "the lease suspect", func() bool {
+		st, l := leaseOf(t, a.socket, shortLease)
+		return st == 200 && l.State == api.StateSuspect
+	})
+	if err := z.Resume(1); err != nil {
+		t.Fatal(err)
+	}
+	if code := short.wait(t, 30*time.Second); code != 0 || !strings.Contains(short.out.String(), "finished") ||
+		strings.Contains(short.out.String(), "got-TERM") || !strings.Contains(short.out.String(), "held again") {
+		t.Errorf("short freeze: baton lock exit %d, output %q; want 0, no SIGTERM, the lock held again", code, short.out.String())
+	}
+
 	const obj = "stall-obj"
 	r, pid, lease := startHolder(t, e, "lock-stall", a.socket, obj, "--kill-grace", "2s")
 	granted := acquireQueued(t, b.socket, obj)
