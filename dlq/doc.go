@@ -12,7 +12,9 @@
 //     partition, so they keep their order;
 //   - value: the [Letter] JSON: id, object, info, payload, seq, accepted_at,
 //     attempts, last_error, error_class, first_attempt_at, sidecar (times
-//     RFC 3339 UTC with milliseconds);
+//     RFC 3339 UTC with milliseconds), not HTML-escaped; a letter too large
+//     for the topic ([Publisher.Limit]) is sent by [Fit] without its payload
+//     (payload_elided, payload_bytes, payload_sha256);
 //   - headers: baton-op-id, baton-object, baton-error-class,
 //     baton-error-message, baton-attempts, baton-sidecar.
 //

@@ -30,7 +30,9 @@
 // POSTs {"id","object","info","payload","attempt","token","seq",
 // "accepted_at"} with the Baton-* headers to the app, and releases the lock
 // when the app answers, sidecar.app.timeout passes, or the grant ends (the
-// delivery is then cancelled: a retryable LockLost failure). The payload is
+// delivery is then cancelled: a retryable LockLost failure, unless the grant
+// ended because ZooKeeper became unavailable — session lost — which counts
+// nothing, see below). The payload is
 // sent byte for byte as accepted. Baton-Fencing-Token is the grant's token.
 // Baton-Lease-Id is "op:<id>:<attempt>": a worker's grant has no HTTP lease,
 // so it names the attempt; /v1/leases does not know it.
@@ -41,11 +43,17 @@
 // Other 4xx → dlq_pending at once. ZooKeeper unavailable (no session, or the
 // acquire failed with lock.ErrUnavailable / lock.ErrSessionLost, or the wait
 // ran out while disconnected) → the op goes back to queued without counting
-// the attempt, and every worker pauses until the engine is connected again
+// the attempt (so does a delivery cut short because the session was lost
+// meanwhile), and every worker pauses until the engine is connected again
 // (checked every 100ms; each worker gives back at most the one op it
 // claimed). Drain's deadline and Close also give back the ops whose
 // delivery they cut short. An attempt cut short by a crash is not counted
 // either (the queue requeues running ops at open).
+//
+// Recording an outcome (done, retrying, dlq_pending, queued again) is
+// retried with backoff (50ms doubling to 2s) until it succeeds or the hard
+// stop: a failing disk delays an op, it does not leave it running and its
+// object blocked until a restart.
 //
 // Submissions are accepted (fsynced) as long as the queue is open, also
 // while the sidecar drains at shutdown: they are delivered after the next
@@ -55,13 +63,20 @@
 //
 // One loop publishes dlq_pending ops (the op plus attempts, last_error,
 // error_class, first_attempt_at, sidecar = sidecar.node.id; key = object)
-// and then marks them dead_lettered. Each round publishes at most one
-// letter per object, the lowest seq, so an object's letters reach the topic
-// in order. While Kafka is unreachable the ops stay dlq_pending on disk and
-// the loop retries with a backoff from 100ms to 5s. A crash between the
-// broker's acknowledgement and the dead_lettered record publishes the letter
-// again after the restart: delivery to the topic is at least once, and the
-// op id identifies duplicates.
+// and then marks them dead_lettered. Each letter is sized against the
+// topic's message limit (dlq.Publisher.Limit) and, when too large, sent
+// without its payload (dlq.Fit; the op's letter_note says so). A round
+// sends up to 64 letters adding up to no more than the limit, whole runs of
+// objects in seq order: kafka-go makes one record batch per partition,
+// which the broker takes or refuses whole, so an object's letters reach the
+// topic in order. A letter that cannot be sent in any form stays
+// dlq_pending without holding back other objects. While Kafka is
+// unreachable the ops stay dlq_pending on disk and the loop retries with a
+// backoff from 100ms to 5s. A letter the broker acknowledged whose record
+// failed is remembered and only its record is retried. A crash between the
+// acknowledgement and the record publishes the letter again after the
+// restart: delivery to the topic is at least once, and the op id identifies
+// duplicates.
 //
 // # What is not guaranteed
 //

@@ -7,6 +7,8 @@
 //     one fsync (bbolt's DB.Batch group commit); nothing runs with NoSync.
 //   - Each op gets a per-object accept sequence (Seq, from 1, never reused
 //     for that object, even after its ops are purged).
+//   - Runnable ops are claimed on one timeline: a queued op at its
+//     AcceptedAt, a retrying one at its NextAttemptAt, earliest first.
 //   - Per object, ops are claimed in Seq order: a later op waits while an
 //     earlier one is queued, running or retrying (or being accepted);
 //     dlq_pending and dead_lettered ops do not block. Ops of other objects
@@ -21,7 +23,12 @@
 //   - The op id is the idempotency key: resubmitting the same body returns
 //     the existing op (created=false), a different body is [ErrConflict].
 //     Finished ops (done, dead_lettered) stay queryable and idempotent for
-//     the retention, then [Store.Purge] deletes them.
+//     the retention, then [Store.Purge] deletes them. A done op's payload
+//     is deleted at once (its body hash stays); a dead_lettered op keeps it
+//     for replay.
+//   - Disk: bbolt reuses freed pages but never shrinks its file; [Open]
+//     compacts a file of 4 MiB or more that is at least half free into a
+//     new one (bbolt's Compact, then rename). [Stats] reports the size.
 //
 // Life of an op:
 //
