@@ -76,6 +76,7 @@ func TestJava(t *testing.T) {
 	t.Run("background-op", e.testOps)
 	t.Run("process-exit-releases", e.testProcessExit)
 	t.Run("plugin-app-imports-changed", e.testPluginApp)
+	t.Run("stalled-sidecar-holder-told-first", e.testStall) // last: it stops the sidecar for a while
 }
 
 func setup(t *testing.T) *env {
@@ -675,4 +676,58 @@ func diffLines(a, b string) []string {
 		}
 	}
 	return out
+}
+
+// testStall: while a Java holder holds a lock, the sidecar is stopped
+// (SIGSTOP): no renewal or long-poll answers, and ZooKeeper expires the
+// sidecar's session, deleting privateLock (after which another sidecar could
+// be granted the object). The Java holder must be told, by its own count
+// of the validity, before that deletion.
+func (e *env) testStall(t *testing.T) {
+	const object = "java-stalled"
+	esc, err := lock.EscapeObject(object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zc := testenv.Client(t, e.zk.Servers())
+	p := e.startJava(t, "com.batonhq.baton.it.IntegrationTest", "stall", object)
+	held := p.line(t, "HELD ", time.Minute)
+	path := lockRoot + "/" + esc + "/privateLock"
+	if ok, _, err := zc.Exists(path); err != nil || !ok {
+		t.Fatalf("%s: exists %v, %v", path, ok, err)
+	}
+	if err := e.sidecar.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	cont := func() { _ = e.sidecar.Process.Signal(syscall.SIGCONT) }
+	defer cont()
+	var gone time.Time
+	for deadline := time.Now().Add(60 * time.Second); gone.IsZero(); time.Sleep(5 * time.Millisecond) {
+		ok, _, err := zc.Exists(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			gone = time.Now()
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%s still there 60s after the sidecar was stopped", path)
+		}
+	}
+	cont()
+	f := fields(p.line(t, "LOST ", time.Minute))
+	told := time.UnixMilli(atoi(t, f["at_ms"]))
+	t.Logf("%s; sidecar stopped, holder told after %v, privateLock gone after %v (reason %s)",
+		held, told.Sub(stopped).Round(time.Millisecond), gone.Sub(stopped).Round(time.Millisecond), f["reason"])
+	if !told.Before(gone) {
+		t.Fatalf("the Java holder was told at %v, not before privateLock was gone at %v", told, gone)
+	}
+	if f["reason"] != "validity_ran_out" {
+		t.Errorf("reason %q, want validity_ran_out (nothing could answer)", f["reason"])
+	}
+	testenv.WaitFor(t, time.Minute, "the sidecar ready again", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return client.New(e.socket).Ready(ctx) == nil
+	})
 }

@@ -365,7 +365,8 @@ public final class Lease implements AutoCloseable {
             left = leftNanos();
             if (left <= 0) continue; // reported as lost above
             try {
-                renew(Math.max(left / 1_000_000L, 100));
+                // bounded by the validity left, so an unanswered renewal never delays the loss report
+                renew(Math.max(left / 1_000_000L, 1));
             } catch (LockLostException | NoSuchLeaseException e) {
                 return; // markLost done by renew
             } catch (InterruptedIOException e) {

@@ -45,6 +45,7 @@ public final class IntegrationTest {
             case "lost" -> lost(args[1], args[2]);
             case "ops" -> ops(args[1], args[2]);
             case "hold-and-exit" -> holdAndExit(args[1]);
+            case "stall" -> stall(args[1]);
             default -> fail("unknown scenario " + args[0]);
         }
         System.out.flush();
@@ -243,6 +244,26 @@ public final class IntegrationTest {
         say("DONE " + op.id() + " attempts=" + op.attempts() + " seq=" + op.seq());
         OpAck again = client.submit(id, object, "java op", payload);
         say("AGAIN " + again.state() + " duplicate=" + again.duplicate());
+    }
+
+    /**
+     * Holds a lock while the Go test stops the sidecar (SIGSTOP): with no confirmation coming, the
+     * holder must be told when its validity runs out, before ZooKeeper expires the sidecar's session
+     * and could grant the lock elsewhere. Prints the wall-clock time it was told.
+     */
+    static void stall(String object) throws Exception {
+        Lease l = client.acquire(object, AcquireOptions.defaults().lease(Duration.ofMinutes(1)));
+        CountDownLatch told = new CountDownLatch(1);
+        long[] at = new long[1];
+        AtomicReference<LockLostException> why = new AtomicReference<>();
+        l.addLostListener(e -> {
+            at[0] = System.currentTimeMillis();
+            why.set(e);
+            told.countDown();
+        });
+        say("HELD " + l.token() + " valid_for_ms=" + l.validFor().toMillis());
+        if (!told.await(90, TimeUnit.SECONDS)) fail("not told of the loss within 90 s");
+        say("LOST at_ms=" + at[0] + " reason=" + why.get().reason().replace(' ', '_'));
     }
 
     /** Takes a lock and dies without releasing it: the sidecar must free it at once (bind process). */
