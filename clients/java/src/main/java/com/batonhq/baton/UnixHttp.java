@@ -8,6 +8,7 @@ import java.net.SocketTimeoutException;
 import java.net.StandardProtocolFamily;
 import java.net.UnixDomainSocketAddress;
 import java.nio.ByteBuffer;
+import java.nio.channels.ClosedByInterruptException;
 import java.nio.channels.SelectionKey;
 import java.nio.channels.Selector;
 import java.nio.channels.SocketChannel;
@@ -56,6 +57,17 @@ final class UnixHttp {
      * IOExceptions when the socket fails.
      */
     Response exchange(String method, String target, String body, long timeoutMillis) throws IOException {
+        try {
+            return exchange0(method, target, body, timeoutMillis);
+        } catch (ClosedByInterruptException e) {
+            // an interrupt that reached a channel operation rather than the selector: same meaning
+            InterruptedIOException ie = new InterruptedIOException("interrupted");
+            ie.initCause(e);
+            throw ie;
+        }
+    }
+
+    private Response exchange0(String method, String target, String body, long timeoutMillis) throws IOException {
         long deadline = System.nanoTime() + Math.max(1, timeoutMillis) * 1_000_000L;
         byte[] req = request(method, target, body);
         for (int attempt = 0; ; attempt++) {
@@ -189,7 +201,7 @@ final class UnixHttp {
                 while (out.hasRemaining()) {
                     if (ch.write(out) == 0) await(SelectionKey.OP_WRITE, deadline);
                 }
-            } catch (InterruptedIOException e) {
+            } catch (InterruptedIOException | ClosedByInterruptException e) {
                 throw e;
             } catch (IOException e) {
                 throw new StaleException(); // the peer closed it: the request was not read
@@ -299,7 +311,7 @@ final class UnixHttp {
                 boolean more;
                 try {
                     more = fill(deadline);
-                } catch (InterruptedIOException e) {
+                } catch (InterruptedIOException | ClosedByInterruptException e) {
                     throw e;
                 } catch (IOException e) {
                     if (first && !any) throw new StaleException(); // reset by a peer that had closed it

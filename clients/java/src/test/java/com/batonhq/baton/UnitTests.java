@@ -282,6 +282,10 @@ public final class UnitTests {
             long deadline = System.nanoTime() + 5_000_000_000L;
             while (f.closedByClient.get() == closedBefore && System.nanoTime() < deadline) Thread.sleep(5);
             check(f.closedByClient.get() > closedBefore, "the connection was closed, so the sidecar drops the wait");
+
+            Thread.currentThread().interrupt(); // already interrupted: the channel operation itself refuses
+            expect(InterruptedException.class, () -> c.acquire("P1", AcquireOptions.defaults()));
+            check(!Thread.interrupted(), "InterruptedException thrown, interrupt status consumed");
         }
     }
 
