@@ -111,6 +111,10 @@ func (rt *router) match(r *http.Request) methods {
 		return nil
 	}
 	switch segs[1] {
+	case "openapi.json":
+		if n == 2 {
+			return openapiRoute
+		}
 	case "drain":
 		if n == 2 {
 			return rt.drain
