@@ -52,8 +52,8 @@ func (r *request) sweepLater() {
 }
 
 func (r *request) run(ctx context.Context, p prediction) (*Grant, error) {
-	if p.seq >= 0 {
-		g, err, done := r.fast(ctx, p)
+	if p.seq >= 0 || !p.contended {
+		g, err, done := r.direct(ctx, p)
 		if done {
 			return g, err
 		}
@@ -61,52 +61,95 @@ func (r *request) run(ctx context.Context, p prediction) (*Grant, error) {
 	return r.slow(ctx)
 }
 
-// fast tries the one-multi acquire. done=false means: continue on the slow
-// path (r.node may already hold our child).
-func (r *request) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
+// direct tries to be granted with one multi (create our child and
+// privateLock) and, unless a prediction proves we are alone, one listing
+// after it: "create, then verify". ZooKeeper answers a session's requests in
+// order, so the listing shows at least what the multi did; if no child sorts
+// ahead of ours then, we hold privateLock and are first in order, exactly
+// the plugin's grant condition (a request arriving later waits behind us, as
+// it would after the plugin's list-then-create). Otherwise privateLock goes
+// back at once (its rightful holder watches it) and we wait in line with the
+// child we have. Uncontended: 1 round trip with a prediction, 2 without (the
+// plugin's algorithm needs 3). done=false: continue on the slow path (r.node
+// may hold our child).
+func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool) {
 	ops := append([]any{
 		&zk.CreateRequest{Path: r.objPath + "/" + r.prefix + "-", Data: r.data, Acl: r.e.acl, Flags: zk.FlagEphemeralSequential},
 	}, r.grantOps()...)
-	res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return r.s.conn.Multi(ops...) },
-		func(res []zk.MultiResponse, err error) {
-			switch {
-			case err == nil: // granted after we gave up: undo
-				r.s.addCleanup(
-					cleanup{kind: cleanPL, objPath: r.objPath, objVersion: res[3].Stat.Version},
-					cleanup{kind: cleanChild, objPath: r.objPath, node: path.Base(res[0].String), reqID: r.reqID})
-			case isConnErr(err):
-				r.sweepLater()
-			}
-		})
+	var res []zk.MultiResponse
+	var err error
+	for range 2 {
+		res, err = zcall(ctx, func() ([]zk.MultiResponse, error) { return r.s.conn.Multi(ops...) },
+			func(res []zk.MultiResponse, err error) {
+				switch {
+				case err == nil: // granted after we gave up: undo
+					r.s.addCleanup(
+						cleanup{kind: cleanPL, objPath: r.objPath, objVersion: res[3].Stat.Version},
+						cleanup{kind: cleanChild, objPath: r.objPath, node: path.Base(res[0].String), reqID: r.reqID})
+				case isConnErr(err):
+					r.sweepLater()
+				}
+			})
+		if !errors.Is(err, zk.ErrNoNode) {
+			break
+		}
+		// No object node (new, or a reaped container): create it, try once more.
+		if _, err := r.e.ensureObject(ctx, r.s, r.objPath); err != nil {
+			return nil, r.fail(ctx, err), true
+		}
+	}
 	switch {
 	case err == nil:
 		child := path.Base(res[0].String)
 		seq, _ := seqOf(child)
 		st, obj := res[2].Stat, res[3].Stat
-		if seq == p.seq && obj.Czxid == p.czxid {
+		if p.seq >= 0 && seq == p.seq && obj.Czxid == p.czxid {
 			r.e.observe(func(o Observer) { o.FastPath(true) })
 			r.objCzxid = p.czxid
 			g, err := r.grant(ctx, child, seq, st, obj.Version, seq+2)
 			return g, err, true
 		}
-		// Someone created a child since we last saw the object empty (or
-		// the object node was renewed): they may be ahead of us. Give
-		// privateLock back without granting.
-		r.e.observe(func(o Observer) { o.FastPath(false) })
-		r.e.log.Debug("fast path off: sequence mismatch or object renewed", "object", r.object, "want", p.seq, "got", seq)
-		r.node, r.seq = child, seq
+		if p.seq >= 0 {
+			r.e.observe(func(o Observer) { o.FastPath(false) })
+			r.e.log.Debug("fast path off: sequence mismatch or object renewed", "object", r.object, "want", p.seq, "got", seq)
+		}
+		r.node, r.seq, r.objCzxid = child, seq, obj.Czxid
+		// Verify: is anyone ahead of us now?
+		kids, err := zcall(ctx, func() ([]string, error) {
+			c, _, err := r.s.conn.Children(r.objPath)
+			return c, err
+		}, nil)
+		if err == nil {
+			queue, _ := sortedQueue(kids)
+			if len(queue) > 0 && queue[0] == child {
+				next := int64(-1)
+				if len(queue) == 1 && r.e.objAlone(r.name) {
+					next = seq + 2 // anchors the prediction: our child's create, then privateLock's
+				}
+				g, err := r.grant(ctx, child, seq, st, obj.Version, next)
+				return g, err, true
+			}
+			r.e.objContended(r.name)
+		}
+		// Someone sorts ahead of us (or the listing failed): give
+		// privateLock back without granting and wait in line.
 		giveBack := cleanup{kind: cleanPL, objPath: r.objPath, objVersion: obj.Version}
-		if _, err := zcall(context.WithoutCancel(ctx), func() (struct{}, error) {
+		if _, gerr := zcall(context.WithoutCancel(ctx), func() (struct{}, error) {
 			return struct{}{}, giveBack.run(r.s)
-		}, nil); err != nil {
+		}, nil); gerr != nil {
 			r.s.addCleanup(giveBack)
+		}
+		if err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+			return nil, r.fail(ctx, err), true
 		}
 		return nil, nil, false
 	case errors.Is(err, zk.ErrNodeExists): // privateLock held: nothing was created
-		r.e.observe(func(o Observer) { o.FastPath(false) })
+		if p.seq >= 0 {
+			r.e.observe(func(o Observer) { o.FastPath(false) })
+		}
+		r.e.objContended(r.name)
 		return nil, nil, false
-	case errors.Is(err, zk.ErrNoNode): // object node reaped: the slow path creates it
-		r.e.observe(func(o Observer) { o.FastPath(false) })
+	case errors.Is(err, zk.ErrNoNode): // the object keeps vanishing: the slow path copes
 		return nil, nil, false
 	case isConnErr(err):
 		r.uncertain = true
@@ -114,9 +157,7 @@ func (r *request) fast(ctx context.Context, p prediction) (*Grant, error, bool) 
 			return nil, r.fail(ctx, err), true
 		}
 		return nil, nil, false
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return nil, r.fail(ctx, err), true // the orphan handler undoes a late success
-	default:
+	default: // including the wait running out with the multi in flight (the orphan handler undoes it)
 		return nil, r.fail(ctx, err), true
 	}
 }

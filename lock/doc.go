@@ -72,6 +72,15 @@
 // off for the object until the slow path sees it alone again. No watch is
 // kept on idle objects.
 //
+// Without a prediction an acquire still tries the one multi, then lists the
+// children ("create, then verify"): ZooKeeper answers a session's requests in
+// order, so the listing shows at least what the multi did, and if no child
+// sorts ahead of ours we hold privateLock while first in order, the plugin's
+// grant condition. Otherwise privateLock goes back at once and the request
+// waits in line with its child. Two round trips instead of the plugin's three
+// (create, list, create privateLock); an object where others were seen goes
+// straight to the plugin's steps until the engine sees itself alone there.
+//
 // # Holder watch
 //
 // A holder watches its privateLock (deleted by anyone else: lost), armed

@@ -63,7 +63,8 @@ type Engine struct {
 // answers with the czxid of the node it applied to: a renewed node is seen in
 // the multi's own answer, before anything is reported.
 type objState struct {
-	active  int    // this engine's acquires in flight or held
+	active    int  // this engine's acquires in flight or held
+	contended bool // others were seen here: skip create-then-verify until we are seen alone again
 	predict int64  // sequence number the next create gets if nobody else creates; -1 unknown
 	gen     uint64 // session generation the prediction was made in
 	czxid   int64  // creation zxid of the object node the prediction belongs to
@@ -71,8 +72,9 @@ type objState struct {
 
 // prediction is what objEnter hands to one request.
 type prediction struct {
-	seq   int64 // -1: none
-	czxid int64
+	seq       int64 // -1: none
+	czxid     int64
+	contended bool
 }
 
 func (st *objState) invalidate() { st.predict = -1 }
@@ -305,9 +307,18 @@ func (e *Engine) objEnter(name string, gen uint64) prediction {
 		st.invalidate() // our own concurrent creates are not accounted for
 	}
 	if st.predict < 0 {
-		return prediction{seq: -1}
+		return prediction{seq: -1, contended: st.contended || st.active > 1 || e.opts.DisableFastPath}
 	}
 	return prediction{seq: st.predict, czxid: st.czxid}
+}
+
+// objContended notes that others were seen on the object.
+func (e *Engine) objContended(name string) {
+	e.objMu.Lock()
+	defer e.objMu.Unlock()
+	if st := e.objs[name]; st != nil {
+		st.contended = true
+	}
 }
 
 // objLeave ends a local acquire. next, if ≥ 0, is the sequence number the
@@ -324,9 +335,9 @@ func (e *Engine) objLeave(name string, next int64, gen uint64, czxid int64) {
 	if st.active != 0 || next < 0 || e.opts.DisableFastPath {
 		st.invalidate()
 	} else {
-		st.predict, st.gen, st.czxid = next, gen, czxid
+		st.predict, st.gen, st.czxid, st.contended = next, gen, czxid, false
 	}
-	if st.active == 0 && st.predict < 0 {
+	if st.active == 0 && st.predict < 0 && !st.contended {
 		delete(e.objs, name)
 	}
 	if len(e.objs) > 65536 { // bound the cache: forget idle predictions

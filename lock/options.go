@@ -52,7 +52,9 @@ type Options struct {
 	// deleted by someone else (an operator, a misbehaving client); session
 	// loss is reported independently of it.
 	HolderWatchDelay time.Duration
-	// DisableFastPath turns the one-multi uncontended acquire off.
+	// DisableFastPath turns the one-multi acquires off (with a prediction,
+	// and create-then-verify without one): every acquire follows the
+	// plugin's create-child, list, create-privateLock steps.
 	DisableFastPath bool
 	// Dialer opens TCP connections; default net.DialTimeout.
 	Dialer func(network, addr string, timeout time.Duration) (net.Conn, error)

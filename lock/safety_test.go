@@ -514,3 +514,44 @@ func TestKeeperSyncsOnlyWhileBusy(t *testing.T) {
 	}
 	release(t, g)
 }
+
+// Issue 10, create-then-verify: a request that creates privateLock without a
+// prediction is granted only if no child sorts ahead of its own when it
+// lists. Here a foreground node (a plugin client's, waiting, not yet holding)
+// sorts ahead of a background request: the request must give privateLock
+// back and wait, never be granted ahead of it; once the foreground node goes,
+// it is granted.
+func TestVerifyNeverGrantsAheadOfWaiter(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root)
+	conn := rawConn(t, zkServer.Servers())
+	for i := range 20 {
+		obj := fmt.Sprintf("V-%d", i)
+		name, _ := lock.EscapeObject(obj)
+		objPath := path.Join(root, name)
+		for _, p := range []string{"/t", root, objPath} {
+			if _, err := conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+				t.Fatal(err)
+			}
+		}
+		fg, err := conn.Create(objPath+"/A-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.Acquire(context.Background(), obj, lock.Background, lock.AcquireOptions{Wait: 300 * time.Millisecond})
+		var ile *lock.InstanceLockError
+		if !errors.As(err, &ile) {
+			t.Fatalf("%s: background acquire behind a waiting foreground node = %v, want InstanceLockError", obj, err)
+		}
+		if _, _, err := conn.Get(objPath + "/privateLock"); !errors.Is(err, zk.ErrNoNode) {
+			t.Fatalf("%s: privateLock left behind after the verify: %v", obj, err)
+		}
+		if err := conn.Delete(fg, -1); err != nil {
+			t.Fatal(err)
+		}
+		release(t, acquire(t, e, obj, lock.Background, lock.AcquireOptions{}))
+		if err := conn.Delete(objPath, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
