@@ -63,11 +63,11 @@ type Engine struct {
 // answers with the czxid of the node it applied to: a renewed node is seen in
 // the multi's own answer, before anything is reported.
 type objState struct {
-	active    int  // this engine's acquires in flight or held
-	contended bool // others were seen here: skip create-then-verify until we are seen alone again
-	predict int64  // sequence number the next create gets if nobody else creates; -1 unknown
-	gen     uint64 // session generation the prediction was made in
-	czxid   int64  // creation zxid of the object node the prediction belongs to
+	active    int    // this engine's acquires in flight or held
+	contended bool   // others were seen here: skip create-then-verify until we are seen alone again
+	predict   int64  // sequence number the next create gets if nobody else creates; -1 unknown
+	gen       uint64 // session generation the prediction was made in
+	czxid     int64  // creation zxid of the object node the prediction belongs to
 }
 
 // prediction is what objEnter hands to one request.
