@@ -26,7 +26,10 @@ func (d *Dispatcher) work(n int) {
 		if d.soft.Err() != nil || !d.waitConnected() {
 			return
 		}
-		op, err := d.store.Next(d.soft) // claims a runnable op even if soft has ended: checked above
+		// Claims a runnable op even if soft has ended (checked above), and
+		// only while the engine is connected: no op is claimed that cannot
+		// be locked.
+		op, err := d.store.NextWhen(d.soft, d.connected, pausePoll)
 		if err != nil {
 			if d.soft.Err() != nil || errors.Is(err, queue.ErrClosed) {
 				return
@@ -46,6 +49,26 @@ func (d *Dispatcher) work(n int) {
 // workers do not claim ops they cannot lock (no attempt is counted while
 // ZooKeeper is unavailable). It returns false on the soft stop.
 func (d *Dispatcher) waitConnected() bool {
+	if d.connected() {
+		return true
+	}
+	t := time.NewTicker(pausePoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.soft.Done():
+			return false
+		case <-t.C:
+			if d.connected() {
+				return true
+			}
+		}
+	}
+}
+
+// connected reports whether the engine has a ZooKeeper session, logging
+// when the workers pause and resume.
+func (d *Dispatcher) connected() bool {
 	if d.eng.Health().Connected {
 		d.resumed()
 		return true
@@ -57,19 +80,7 @@ func (d *Dispatcher) waitConnected() bool {
 			d.log.Info("workers wait for the first zookeeper session")
 		}
 	}
-	t := time.NewTicker(pausePoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-d.soft.Done():
-			return false
-		case <-t.C:
-			if d.eng.Health().Connected {
-				d.resumed()
-				return true
-			}
-		}
-	}
+	return false
 }
 
 func (d *Dispatcher) resumed() {

@@ -164,7 +164,13 @@ func (s *Store) Claim(ctx context.Context, now time.Time) (Op, error) {
 // It wakes on submits, on transitions and at the earliest NextAttemptAt; it
 // does not poll. It returns ctx's error when ctx ends and ErrClosed after
 // Close.
-func (s *Store) Next(ctx context.Context) (Op, error) {
+func (s *Store) Next(ctx context.Context) (Op, error) { return s.NextWhen(ctx, nil, 0) }
+
+// NextWhen is Next claiming only while ready reports true (e.g. "ZooKeeper
+// is connected", so that no op is claimed that cannot be locked): while it
+// reports false nothing is claimed, and it is asked again on every change
+// and at least every poll. A nil ready is Next.
+func (s *Store) NextWhen(ctx context.Context, ready func() bool, poll time.Duration) (Op, error) {
 	if err := s.enter(); err != nil {
 		return Op{}, err
 	}
@@ -176,9 +182,27 @@ func (s *Store) Next(ctx context.Context) (Op, error) {
 		}
 	}()
 	for {
-		op, ok, changed, wait, err := s.tryClaim(s.now())
-		if err != nil || ok {
-			return op, err
+		var (
+			op      Op
+			ok      bool
+			changed <-chan struct{}
+			wait    time.Duration
+			err     error
+		)
+		if ready == nil || ready() {
+			op, ok, changed, wait, err = s.tryClaim(s.now())
+			if err != nil || ok {
+				return op, err
+			}
+		} else {
+			s.mu.Lock()
+			closed := s.closed
+			changed = s.changed
+			s.mu.Unlock()
+			if closed {
+				return Op{}, ErrClosed
+			}
+			wait = max(poll, time.Millisecond)
 		}
 		var tick <-chan time.Time
 		if wait > 0 {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -189,4 +190,38 @@ func TestListDLQPendingRuns(t *testing.T) {
 	check(0, 10)
 	check(7, 7)
 	check(3, 3)
+}
+
+// TestNextWhen: nothing is claimed while ready reports false; once it
+// reports true the op is claimed (within the poll).
+func TestNextWhen(t *testing.T) {
+	s := open(t, t.TempDir(), queue.Options{})
+	submit(t, s, "n1", "o")
+	var ready atomic.Bool
+	got := make(chan string, 1)
+	go func() {
+		op, err := s.NextWhen(t.Context(), ready.Load, 10*time.Millisecond)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		got <- op.ID
+	}()
+	select {
+	case id := <-got:
+		t.Fatalf("NextWhen returned %s while not ready", id)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if op := get(t, s, "n1"); op.State != queue.Queued {
+		t.Fatalf("n1 = %s while not ready, want queued", op.State)
+	}
+	ready.Store(true)
+	select {
+	case id := <-got:
+		if id != "n1" {
+			t.Fatalf("NextWhen = %s, want n1", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("NextWhen did not claim within 5s of ready")
+	}
 }
