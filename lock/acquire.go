@@ -13,19 +13,20 @@ import (
 
 // request is one Acquire in progress.
 type request struct {
-	e       *Engine
-	s       *session
-	object  string
-	name    string
-	typ     Type
-	info    string
-	reqID   string
-	start   time.Time
-	objPath string
-	plPath  string
-	prefix  string
-	data    []byte
-	tryOnce bool
+	e        *Engine
+	s        *session
+	object   string
+	name     string
+	typ      Type
+	info     string
+	reqID    string
+	start    time.Time
+	objPath  string
+	plPath   string
+	prefix   string
+	data     []byte
+	tryOnce  bool
+	onSignal func(Signal)
 
 	node     string // our child, once created
 	seq      int64

@@ -31,7 +31,15 @@ type cleanup struct {
 	objPath    string
 	node       string // child name: cleanChild, cleanRelease
 	objVersion int32  // object node's data version at our grant: cleanPL, cleanRelease
+	plVersion  int32  // privateLock's data version: 1, more after signals; 0 = plVersion
 	reqID      string // cleanChild, cleanSweep
+}
+
+func (c cleanup) plv() int32 {
+	if c.plVersion == 0 {
+		return plVersion
+	}
+	return c.plVersion
 }
 
 type cleanupKind int
@@ -71,15 +79,16 @@ func (c cleanup) run(s *session) error {
 	case cleanChild:
 		return s.deleteOwnChild(c.objPath+"/"+c.node, c.reqID)
 	case cleanPL:
-		return s.deleteOwnPL(c.objPath, c.objVersion)
+		return s.deleteOwnPL(c.objPath, c.objVersion, c.plv())
 	case cleanRelease:
-		_, err := s.conn.Multi(releaseOps(c.objPath, c.node, c.objVersion)...)
+		_, err := s.conn.Multi(releaseOps(c.objPath, c.node, c.objVersion, c.plv())...)
 		if err == nil || !gone(err) {
 			return err
 		}
 		// Not applied as a whole: privateLock or our child may be gone
-		// already, or privateLock is someone else's. Delete what is ours.
-		if err := s.deleteOwnPL(c.objPath, c.objVersion); err != nil {
+		// already, privateLock may carry a newer signal, or it is someone
+		// else's. Delete what is ours.
+		if err := s.deleteOwnPL(c.objPath, c.objVersion, -1); err != nil {
 			return err
 		}
 		return s.deleteOwnChild(c.objPath+"/"+c.node, c.reqID)
@@ -91,18 +100,35 @@ func (c cleanup) run(s *session) error {
 
 // releaseOps deletes privateLock and our child in one multi that applies
 // only while no other Baton grant has happened on the object since ours.
-func releaseOps(objPath, node string, objVersion int32) []any {
+func releaseOps(objPath, node string, objVersion, plv int32) []any {
 	return []any{
 		&zk.CheckVersionRequest{Path: objPath, Version: objVersion},
-		&zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: plVersion},
+		&zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: plv},
 		&zk.DeleteRequest{Path: objPath + "/" + node, Version: -1},
 	}
 }
 
-func (s *session) deleteOwnPL(objPath string, objVersion int32) error {
+// deleteOwnPL deletes privateLock while the object node still has the
+// version our grant set. plv is privateLock's version: 1 unless signals were
+// written into it; -1 reads it first and accepts only a Baton privateLock
+// (version ≥ 1; the plugin's has version 0).
+func (s *session) deleteOwnPL(objPath string, objVersion, plv int32) error {
+	if plv < 0 {
+		_, st, err := s.conn.Get(objPath + "/" + privateLock)
+		if gone(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if st.Version < plVersion {
+			return nil // not a Baton privateLock
+		}
+		plv = st.Version
+	}
 	_, err := s.conn.Multi(
 		&zk.CheckVersionRequest{Path: objPath, Version: objVersion},
-		&zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: plVersion},
+		&zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: plv},
 	)
 	if gone(err) {
 		return nil

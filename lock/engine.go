@@ -52,6 +52,38 @@ type Engine struct {
 
 	waiting atomic.Int64
 	held    atomic.Int64
+
+	dialMu   sync.Mutex
+	dialErr  string    // last connection error, "" after a success
+	dialWarn time.Time // when it was last logged at WARN
+}
+
+// dialFailed records a failed connection attempt: logged at WARN the first
+// time and then at most every 30 s while it keeps failing (go-zookeeper
+// retries about every second), naming the server and the error.
+func (e *Engine) dialFailed(addr string, err error) {
+	e.dialMu.Lock()
+	msg := err.Error()
+	warn := e.dialErr != msg || time.Since(e.dialWarn) >= 30*time.Second
+	e.dialErr = msg
+	if warn {
+		e.dialWarn = time.Now()
+	}
+	e.dialMu.Unlock()
+	if warn {
+		e.log.Warn("cannot connect to zookeeper; retrying", "server", addr, "servers", strings.Join(e.servers, ","), "err", err)
+	}
+}
+
+// dialOK logs the recovery after failed attempts.
+func (e *Engine) dialOK(addr string) {
+	e.dialMu.Lock()
+	failed := e.dialErr != ""
+	e.dialErr, e.dialWarn = "", time.Time{}
+	e.dialMu.Unlock()
+	if failed {
+		e.log.Info("connected to zookeeper again", "server", addr)
+	}
 }
 
 // objState is the engine's local knowledge of one object, for the fast path.
@@ -186,6 +218,7 @@ type Health struct {
 	Waiting        int           // acquires waiting
 	CleanupPending int           // deletes waiting for a reconnect
 	Syncs          int64         // syncs the keeper sent in this session (see TickTime)
+	LastError      string        // the last connection error while it keeps failing; "" once connected
 }
 
 // Health reports the current session's state.
@@ -206,6 +239,9 @@ func (e *Engine) Health() Health {
 	h.Waiting = int(e.waiting.Load())
 	h.CleanupPending = int(s.pending.Load())
 	h.Syncs = s.syncs.Load()
+	e.dialMu.Lock()
+	h.LastError = e.dialErr
+	e.dialMu.Unlock()
 	return h
 }
 
@@ -220,14 +256,18 @@ type AcquireOptions struct {
 	TryOnce bool
 	// RequestID identifies the request in its nodes; default random.
 	RequestID string
+	// OnSignal, if set, is called (from the grant's holder watch; it must
+	// not block) when a Signal reaches the grant. See Engine.Signal.
+	OnSignal func(Signal)
 }
 
 type nodeData struct {
-	V       int    `json:"v"`
-	Req     string `json:"req"`
-	Sidecar string `json:"sidecar"`
-	Type    string `json:"type"`
-	Info    string `json:"info,omitempty"`
+	V       int     `json:"v"`
+	Req     string  `json:"req"`
+	Sidecar string  `json:"sidecar"`
+	Type    string  `json:"type"`
+	Info    string  `json:"info,omitempty"`
+	Signal  *Signal `json:"signal,omitempty"` // privateLock only: see Engine.Signal
 }
 
 func newRequestID() string {
@@ -282,6 +322,7 @@ func (e *Engine) Acquire(ctx context.Context, object string, typ Type, o Acquire
 	r := &request{
 		e: e, s: s, object: object, name: name, typ: typ, info: o.Info, reqID: o.RequestID,
 		start: start, objPath: e.root + "/" + name, prefix: prefix, data: data, tryOnce: o.TryOnce,
+		onSignal: o.OnSignal,
 	}
 	r.plPath = r.objPath + "/" + privateLock
 	g, err := r.run(wctx, e.objEnter(name, s.gen))

@@ -34,6 +34,7 @@ type Node struct {
 	Token     int64     // holder only: privateLock's creation zxid
 	Since     time.Time // creation time (server clock)
 	Session   int64     // ephemeral owner
+	Signal    *Signal   // holder only: the last Signal written to it, if any
 }
 
 // InstanceLockError reports an acquire that gave up before the grant: its wait

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -25,13 +26,16 @@ type Grant struct {
 	plPath     string
 	token      int64
 	objVersion int32 // the object node's data version our grant set: identifies our privateLock
+	onSignal   func(Signal)
 	acquiredAt time.Time
 	waited     time.Duration
 	next       int64 // fast-path prediction to store after release; -1 none
 	objCzxid   int64 // the object node the prediction belongs to
 
 	mu        sync.Mutex
-	state     State // Held while not finished; Lost or Released when done
+	plVersion int32   // privateLock's data version as last seen: 1, more after signals
+	signal    *Signal // the last signal seen
+	state     State   // Held while not finished; Lost or Released when done
 	cause     error
 	releasing bool
 	ctx       context.Context // cancelled, with the cause, when the grant ends
@@ -48,7 +52,7 @@ func (r *request) grant(ctx context.Context, node string, seq int64, st *zk.Stat
 		e: r.e, s: r.s, object: r.object, name: r.name, typ: r.typ, info: r.info, reqID: r.reqID,
 		node: node, seq: seq, objPath: r.objPath, plPath: r.plPath,
 		token: st.Czxid, objVersion: objVersion, acquiredAt: now, waited: now.Sub(r.start), next: next,
-		objCzxid: r.objCzxid,
+		objCzxid: r.objCzxid, plVersion: st.Version, onSignal: r.onSignal,
 	}
 	g.ctx, g.cancel = context.WithCancelCause(context.Background())
 	if !r.s.register(g) { // the session ended while we were being granted
@@ -196,7 +200,10 @@ func (g *Grant) lose(cause error) {
 }
 
 func (g *Grant) releaseCleanup() cleanup {
-	return cleanup{kind: cleanRelease, objPath: g.objPath, node: g.node, objVersion: g.objVersion, reqID: g.reqID}
+	g.mu.Lock()
+	plv := g.plVersion
+	g.mu.Unlock()
+	return cleanup{kind: cleanRelease, objPath: g.objPath, node: g.node, objVersion: g.objVersion, plVersion: plv, reqID: g.reqID}
 }
 
 // watch follows privateLock while the grant lasts: deletion by anyone else,
@@ -211,7 +218,10 @@ func (g *Grant) watch() {
 			return
 		default:
 		}
-		_, st, ev, err := g.s.conn.GetW(g.plPath)
+		data, st, ev, err := g.s.conn.GetW(g.plPath)
+		if err == nil && st.Czxid == g.token {
+			g.noteData(data, st.Version)
+		}
 		switch {
 		case err == nil && st.Czxid != g.token:
 			if !g.isReleasing() { // after our own release the next holder's is expected
@@ -249,6 +259,38 @@ func (g *Grant) watch() {
 			}
 		}
 	}
+}
+
+// noteData records privateLock's version and delivers a new signal.
+func (g *Grant) noteData(data []byte, version int32) {
+	var d nodeData
+	_ = json.Unmarshal(data, &d)
+	g.mu.Lock()
+	g.plVersion = version
+	var fresh *Signal
+	if d.Signal != nil && (g.signal == nil || *d.Signal != *g.signal) {
+		sig := *d.Signal
+		g.signal, fresh = &sig, &sig
+	}
+	held := g.state == Held
+	g.mu.Unlock()
+	if fresh != nil && held {
+		g.e.log.Info("signal for a held lock", "object", g.object, "token", g.token, "kind", fresh.Kind, "from", fresh.From, "reason", fresh.Reason)
+		if g.onSignal != nil {
+			g.onSignal(*fresh)
+		}
+	}
+}
+
+// LastSignal returns the last Signal written to this grant's privateLock, if
+// any (see Engine.Signal).
+func (g *Grant) LastSignal() (Signal, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.signal == nil {
+		return Signal{}, false
+	}
+	return *g.signal, true
 }
 
 func (g *Grant) isReleasing() bool {
@@ -290,8 +332,11 @@ func (g *Grant) Release(ctx context.Context) error {
 		return nil
 	}
 	child := g.objPath + "/" + g.node
+	g.mu.Lock()
+	plv := g.plVersion
+	g.mu.Unlock()
 	_, err := zcall(ctx, func() ([]zk.MultiResponse, error) {
-		return g.s.conn.Multi(releaseOps(g.objPath, g.node, g.objVersion)...)
+		return g.s.conn.Multi(releaseOps(g.objPath, g.node, g.objVersion, plv)...)
 	}, func(_ []zk.MultiResponse, err error) {
 		if err != nil && (isConnErr(err) || notSent(err)) {
 			g.s.addCleanup(g.releaseCleanup())
@@ -305,12 +350,18 @@ func (g *Grant) Release(ctx context.Context) error {
 		}
 		return nil
 	case gone(err):
-		// privateLock is not ours any more, or our node is gone: find out
-		// which, delete only what is ours.
+		// privateLock is not ours any more, carries a signal we have not
+		// seen yet, or our node is gone: find out which, delete only what
+		// is ours.
 		_, st, gerr := g.s.conn.Get(g.plPath)
 		if gerr == nil && st.Czxid == g.token && st.EphemeralOwner == g.s.sessionID() {
-			// privateLock is ours; our node was deleted by someone else
-			if err := g.s.deleteOwnPL(g.objPath, g.objVersion); err == nil {
+			// privateLock is ours (at a newer version, or our node was
+			// deleted by someone else)
+			if _, err := g.s.conn.Multi(releaseOps(g.objPath, g.node, g.objVersion, st.Version)...); err == nil {
+				g.finish(Released, nil)
+				return nil
+			}
+			if err := g.s.deleteOwnPL(g.objPath, g.objVersion, st.Version); err == nil {
 				g.s.addCleanup(cleanup{kind: cleanChild, objPath: g.objPath, node: g.node, reqID: g.reqID})
 				g.finish(Released, nil)
 				return nil

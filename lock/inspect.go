@@ -113,7 +113,7 @@ func toNode(name string, data []byte, st *zk.Stat) Node {
 	n := Node{Name: name, Since: time.UnixMilli(st.Ctime).UTC(), Session: st.EphemeralOwner}
 	var d nodeData
 	if json.Unmarshal(data, &d) == nil && d.V == 1 && d.Req != "" {
-		n.Known, n.RequestID, n.Sidecar, n.Type, n.Info = true, d.Req, d.Sidecar, d.Type, d.Info
+		n.Known, n.RequestID, n.Sidecar, n.Type, n.Info, n.Signal = true, d.Req, d.Sidecar, d.Type, d.Info, d.Signal
 	}
 	return n
 }

@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -58,6 +59,10 @@ type Options struct {
 	DisableFastPath bool
 	// Dialer opens TCP connections; default net.DialTimeout.
 	Dialer func(network, addr string, timeout time.Duration) (net.Conn, error)
+	// TLS, when set, runs every connection over TLS (the servers'
+	// secureClientPort, Netty connection factory). An empty ServerName
+	// verifies each server's certificate against its host.
+	TLS *tls.Config
 	// Logger receives structured logs; nil discards.
 	Logger *slog.Logger
 	// Observer receives events for metrics; nil ignores them.

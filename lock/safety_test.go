@@ -555,3 +555,55 @@ func TestVerifyNeverGrantsAheadOfWaiter(t *testing.T) {
 		}
 	}
 }
+
+// Engine.Signal: any engine can write a signal into the holder's
+// privateLock; the holder's engine delivers it (through the holder watch) and
+// the grant still releases cleanly afterwards. A plugin holder is refused,
+// no holder is ErrNoNode.
+func TestSignalReachesHolder(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e1 := newEngine(t, zkServer.Servers(), root)
+	e2 := newEngine(t, zkServer.Servers(), root)
+	conn := rawConn(t, zkServer.Servers())
+	got := make(chan lock.Signal, 4)
+	g := acquire(t, e1, "SG1", lock.Background, lock.AcquireOptions{OnSignal: func(s lock.Signal) { got <- s }})
+	time.Sleep(50 * time.Millisecond) // the holder watch is armed
+	sent := time.Now()
+	h, err := e2.Signal(context.Background(), "SG1", 0, lock.Signal{Kind: "revoke", Reason: "stuck", Who: "uid=0"})
+	if err != nil || h.Token != g.Token() {
+		t.Fatalf("Signal = %v, %v; want the holder with token %d", h, err, g.Token())
+	}
+	select {
+	case s := <-got:
+		t.Logf("signal delivered %v after it was sent", time.Since(sent).Round(time.Millisecond))
+		if s.Kind != "revoke" || s.Reason != "stuck" || s.From == "" {
+			t.Errorf("delivered %+v", s)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("signal not delivered within 2s")
+	}
+	st, err := e2.Inspect(context.Background(), "SG1")
+	if err != nil || st.Holder == nil || st.Holder.Signal == nil || st.Holder.Signal.Kind != "revoke" {
+		t.Errorf("Inspect after the signal: %+v, %v", st, err)
+	}
+	if _, err := e2.Signal(context.Background(), "SG1", g.Token()+1, lock.Signal{Kind: "revoke"}); !errors.Is(err, lock.ErrNoNode) {
+		t.Errorf("Signal with another token = %v, want ErrNoNode", err)
+	}
+	release(t, g)
+	waitFor(t, 5*time.Second, "nodes deleted", func() bool { return len(children(t, conn, root, "SG1")) == 0 })
+	if _, err := e2.Signal(context.Background(), "SG1", 0, lock.Signal{Kind: "revoke"}); !errors.Is(err, lock.ErrNoNode) {
+		t.Errorf("Signal without a holder = %v, want ErrNoNode", err)
+	}
+	// A plugin holder: privateLock without Baton's data.
+	p := &pluginLock{conn: conn, objPath: path.Join(root, "SG2")}
+	if _, err := p.lock(context.Background(), "A"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e2.Signal(context.Background(), "SG2", 0, lock.Signal{Kind: "revoke"}); !errors.Is(err, lock.ErrNotSignallable) {
+		t.Errorf("Signal to a plugin holder = %v, want ErrNotSignallable", err)
+	}
+	if err := p.unlock(); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Delete(path.Join(root, "SG2"), -1)
+}

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -61,9 +62,14 @@ func newSession(e *Engine, gen uint64) (*session, error) {
 	}
 	dialer := func(network, addr string, timeout time.Duration) (net.Conn, error) {
 		c, err := e.opts.Dialer(network, addr, timeout)
+		if err == nil && e.opts.TLS != nil {
+			c, err = tlsClient(c, addr, timeout, e.opts.TLS)
+		}
 		if err != nil {
+			e.dialFailed(addr, err)
 			return nil, err
 		}
+		e.dialOK(addr)
 		return &trackedConn{Conn: c, sink: s}, nil
 	}
 	conn, _, err := zk.Connect(e.servers, e.opts.SessionTimeout,
@@ -88,6 +94,25 @@ func newSession(e *Engine, gen uint64) (*session, error) {
 	e.wg.Go(s.cleaner)
 	e.wg.Go(s.keeper)
 	return s, nil
+}
+
+// tlsClient runs the TLS handshake on c, bounded by timeout.
+func tlsClient(c net.Conn, addr string, timeout time.Duration, base *tls.Config) (net.Conn, error) {
+	cfg := base.Clone()
+	if cfg.ServerName == "" {
+		host, _, _ := net.SplitHostPort(addr)
+		cfg.ServerName = host
+	}
+	tc := tls.Client(c, cfg)
+	if timeout > 0 {
+		_ = c.SetDeadline(time.Now().Add(timeout))
+	}
+	if err := tc.Handshake(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("tls handshake with %s: %w", addr, err)
+	}
+	_ = c.SetDeadline(time.Time{})
+	return tc, nil
 }
 
 // notifyLocked wakes everyone waiting on a change. s.mu must be held.

@@ -18,6 +18,11 @@ type Config struct {
 	ZKChroot          string        // chroot suffix of zookeeper.servers: "" or an absolute path like "/baton" (no trailing /)
 	ZKSessionTimeout  time.Duration // zookeeper.session.timeout (ms in the file)
 	ZKTickTime        time.Duration // zookeeper.tick.time: the servers' tickTime
+	ZKTLSEnabled      string        // zookeeper.tls.enabled: "true" or "false"
+	ZKTLSCAFile       string        // zookeeper.tls.ca.file
+	ZKTLSCertFile     string        // zookeeper.tls.cert.file
+	ZKTLSKeyFile      string        // zookeeper.tls.key.file
+	ZKTLSServerName   string        // zookeeper.tls.server.name
 	ZKConnectionRetry int           // zookeeper.connection.retry
 	ZKConnectionDelay time.Duration // zookeeper.connection.delay
 

@@ -26,6 +26,11 @@ var specDefaults = []struct {
 	{"zookeeper.lock.root", "/baton/locks", Restart},
 	{"zookeeper.object.node", "container", Restart},
 	{"zookeeper.auth.digest", "", Restart},
+	{"zookeeper.tls.enabled", "false", Restart},
+	{"zookeeper.tls.ca.file", "", Restart},
+	{"zookeeper.tls.cert.file", "", Restart},
+	{"zookeeper.tls.key.file", "", Restart},
+	{"zookeeper.tls.server.name", "", Restart},
 	{"sidecar.socket.path", "/run/baton/baton.sock", Restart},
 	{"sidecar.socket.mode", "0660", Restart},
 	{"sidecar.node.id", hostname(), Restart},
@@ -60,7 +65,7 @@ func hostname() string {
 // defaultConfig is the typed form of specDefaults.
 func defaultConfig() Config {
 	return Config{
-		ZKServers: []string{"localhost:2181"}, ZKSessionTimeout: 5 * time.Second, ZKTickTime: 2 * time.Second,
+		ZKServers: []string{"localhost:2181"}, ZKSessionTimeout: 5 * time.Second, ZKTickTime: 2 * time.Second, ZKTLSEnabled: "false",
 		ZKConnectionRetry: 5, ZKConnectionDelay: time.Second,
 		ForegroundPrefix: "A", BackgroundPrefix: "B",
 		ForegroundTimeout: 2 * time.Second, BackgroundTimeout: 2 * time.Second,

@@ -1,6 +1,7 @@
 package props
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -78,6 +79,22 @@ func setEnum(field func(*Config) *string, allowed ...string) func(*Config, strin
 			}
 		}
 		return expected("one of %s", strings.Join(allowed, ", "))
+	}
+}
+
+// setFile takes a path to a file that must exist and be readable now (a
+// secret's content stays in the file; only the path is kept); "" = unset.
+func setFile(field func(*Config) *string) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		if v != "" {
+			f, err := os.Open(v)
+			if err != nil {
+				return expected("a readable file (%v)", errors.Unwrap(err))
+			}
+			f.Close()
+		}
+		*field(c) = v
+		return nil
 	}
 }
 

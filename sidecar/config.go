@@ -1,12 +1,30 @@
 package sidecar
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 
+	"github.com/batonhq/baton/internal/tlsfiles"
 	"github.com/batonhq/baton/lock"
 	"github.com/batonhq/baton/props"
 )
+
+// zkTLS builds the ZooKeeper TLS configuration, or nil when TLS is off.
+func zkTLS(cfg props.Config) (*tls.Config, error) {
+	if cfg.ZKTLSEnabled != "true" {
+		return nil, nil
+	}
+	c, err := tlsfiles.Files{
+		CA: cfg.ZKTLSCAFile, Cert: cfg.ZKTLSCertFile, Key: cfg.ZKTLSKeyFile, ServerName: cfg.ZKTLSServerName,
+		CAKey: "zookeeper.tls.ca.file", CertKey: "zookeeper.tls.cert.file", KeyKey: "zookeeper.tls.key.file",
+		ServerNameKey: "zookeeper.tls.server.name",
+	}.Config()
+	if err != nil {
+		return nil, fmt.Errorf("sidecar: %w", err)
+	}
+	return c, nil
+}
 
 // EngineOptions maps the configuration to the lock engine's options. It is
 // the one place where properties become engine settings. The engine's
@@ -26,6 +44,10 @@ func EngineOptions(cfg props.Config, logger *slog.Logger) (lock.Options, error) 
 	if len(cfg.ZKServers) == 0 {
 		return lock.Options{}, fmt.Errorf("sidecar: zookeeper.servers: empty")
 	}
+	tlsCfg, err := zkTLS(cfg)
+	if err != nil {
+		return lock.Options{}, err
+	}
 	return lock.Options{
 		Servers:          append([]string(nil), cfg.ZKServers...),
 		Chroot:           cfg.ZKChroot,
@@ -33,6 +55,7 @@ func EngineOptions(cfg props.Config, logger *slog.Logger) (lock.Options, error) 
 		ObjectNode:       on,
 		SessionTimeout:   cfg.ZKSessionTimeout,
 		TickTime:         cfg.ZKTickTime,
+		TLS:              tlsCfg,
 		ForegroundPrefix: cfg.ForegroundPrefix,
 		BackgroundPrefix: cfg.BackgroundPrefix,
 		ForegroundWait:   cfg.ForegroundTimeout,
