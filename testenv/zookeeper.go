@@ -55,6 +55,7 @@ type ZKOptions struct {
 	JarDir       string        // where Debian's zookeeper jars live; default /usr/share/java
 	Heap         string        // JVM -Xmx; default "128m"
 	JVMFlags     []string      // extra JVM arguments, e.g. "-Dzookeeper.extendedTypesEnabled=true"
+	ExtraJars    []string      // more jars from JarDir on the classpath, e.g. NettyJars for a secureClientPort
 	StartTimeout time.Duration // bound on start and Restart until the node(s) serve; default 60s
 	StopTimeout  time.Duration // grace between SIGTERM and SIGKILL in Stop; default 3s
 }
@@ -114,6 +115,11 @@ func (o *ZKOptions) setDefaults() error {
 // server off; slf4j-log4j12 + log4j-1.2 is the logging binding Debian builds for.
 var zkJars = []string{"zookeeper.jar", "zookeeper-jute.jar", "slf4j-api.jar", "slf4j-log4j12.jar", "log4j-1.2.jar", "metrics-core.jar", "snappy-java.jar"}
 
+// NettyJars are what ZooKeeper's Netty connection factory (TLS client
+// ports) needs from Debian's libnetty-java, a dependency of libzookeeper-java.
+var NettyJars = []string{"netty-buffer.jar", "netty-codec.jar", "netty-common.jar", "netty-handler.jar",
+	"netty-resolver.jar", "netty-transport.jar", "netty-transport-native-epoll.jar", "netty-transport-native-unix-common.jar"}
+
 // ZooKeeper is a running standalone server or ensemble of real ZooKeeper
 // processes (Debian's package run with plain java) on loopback ports.
 // Methods are safe for concurrent use.
@@ -168,6 +174,13 @@ func StartZooKeeper(opts ZKOptions) (*ZooKeeper, error) {
 	java, cp, err := checkInstall(opts.Java, opts.JarDir)
 	if err != nil {
 		return nil, err
+	}
+	for _, j := range opts.ExtraJars {
+		p := filepath.Join(opts.JarDir, j)
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrNotInstalled, err)
+		}
+		cp += ":" + p
 	}
 	owner, err := self()
 	if err != nil {
