@@ -9,7 +9,7 @@ GOTEST_TIMEOUT ?= 14m
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS := openjdk-17-jre-headless zookeeper zookeeper-bin kcat
 
-.PHONY: help deps build test test-short run bench peers chaos fuzz lint cover clean
+.PHONY: help deps build test test-short run bench peers chaos fuzz lint cover clean deploy-test
 
 help: ## this list
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -37,9 +37,12 @@ test: deps ## vet + every test with -race against real ZooKeeper and the in-proc
 test-short: ## the quick tests (skips ensembles and long fault tests)
 	$(GO) test -race -short -count=1 $(PKGS)
 
-run: deps ## baton dev: ZooKeeper + in-process Kafka broker + sidecar, printing what it overrides
-	$(GO) build -tags dev -o bin/baton-dev ./cmd/baton
-	exec bin/baton-dev dev $(ARGS)
+run: deps ## baton dev: ZooKeeper, broker, demo app and sidecar; prints exports and a tour (bin/baton = whole CLI + dev; ARGS=... adds flags)
+	$(GO) build -tags dev -o bin/baton ./cmd/baton
+	exec bin/baton dev $(ARGS)
+
+deploy-test: ## docker-compose.yml in a real Docker engine (installs docker.io, builds images via debootstrap): lock, delivery, dead letter
+	bash deploy/test/run.sh
 
 bench: deps ## benchmarks with figures (engine, socket, queue, dlq, dispatcher)
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./lock ./sidecar ./queue ./dlq ./ops
