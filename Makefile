@@ -5,6 +5,7 @@ GO ?= go
 PKGS ?= ./...
 FUZZTIME ?= 30s
 BENCHTIME ?= 2000x
+WAITERS ?= 1000
 GOTEST_TIMEOUT ?= 14m
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS := openjdk-17-jre-headless zookeeper zookeeper-bin kcat
@@ -14,18 +15,19 @@ APT_PKGS := openjdk-17-jre-headless zookeeper zookeeper-bin kcat
 help: ## this list
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
 
-deps: ## install what is missing on a fresh Debian machine (java, ZooKeeper, kcat); idempotent
+deps: ## install what is missing on a fresh Debian machine (java, ZooKeeper, kcat, iptables for the partition test); idempotent
 	@missing=""; \
 	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	command -v javac >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
 	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper zookeeper-bin"; \
 	command -v kcat >/dev/null || missing="$$missing kcat"; \
+	command -v iptables >/dev/null || missing="$$missing iptables"; \
 	if [ -n "$$missing" ]; then \
 	  echo "deps: installing$$missing"; \
 	  t0=$$(date +%s); \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null && \
 	  echo "deps: installed in $$(( $$(date +%s) - t0 )) s"; \
-	else echo "deps: java, zookeeper and kcat present"; fi
+	else echo "deps: java, zookeeper, kcat and iptables present"; fi
 
 build: ## build bin/baton (release build: no dev command)
 	$(GO) build -o bin/baton ./cmd/baton
@@ -44,8 +46,11 @@ run: deps ## baton dev: ZooKeeper, broker, demo app and sidecar; prints exports 
 deploy-test: ## docker-compose.yml in a real Docker engine (installs docker.io, builds images via debootstrap): lock, delivery, dead letter
 	bash deploy/test/run.sh
 
-bench: deps ## benchmarks with figures (engine, socket, queue, dlq, dispatcher)
+bench: deps ## benchmarks with figures (engine, socket, queue, dlq, dispatcher), the waiter probe on one baton serve (WAITERS=10000 for the issue's) and its cost per request against a raw echo
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./lock ./sidecar ./queue ./dlq ./ops
+	$(GO) build -o bin/baton ./cmd/baton && $(GO) build -o bin/baton-bench ./cmd/baton-bench
+	bin/baton-bench probe --baton bin/baton --waiters $(WAITERS)
+	bin/baton-bench reqcost --baton bin/baton
 
 peers: deps ## Baton vs Curator, kazoo and go-zookeeper's lock in one run (../shared/peers)
 	bash cmd/baton-bench/peers.sh

@@ -4,13 +4,32 @@
 // Curator, kazoo and go-zookeeper's lock on the same ZooKeeper in one run.
 //
 //	baton-bench WORKLOAD --zk HOST:PORT --root /bench/RUNID [--clients N] [--ops M]
-//	            [--objects K] [--waiters W] [--warmup U] [--impl baton|baton-engine]
+//	            [--objects K] [--waiters W] [--warmup U] [--impl IMPL] [--baton PATH]
+//	baton-bench probe   [--zk HOST:PORT] [--waiters 1000] [--objects 1000] [--baton PATH]
+//	baton-bench reqcost [--zk HOST:PORT] [--n 5000] [--baton PATH]
 //
-// --impl baton (default): every client is an application connection to its
-// own sidecar (an in-process sidecar.Server with its own ZooKeeper session
-// and unix socket), through the Go client: acquire and release are HTTP
-// requests over the socket. --impl baton-engine uses the lock engine
-// directly, one engine (session) per client. It prints one JSON line.
+// Implementations (--impl):
+//
+//   - baton (default): every client is an application connection to its
+//     own sidecar (an in-process sidecar.Server with its own ZooKeeper
+//     session and unix socket), through the Go client.
+//   - baton-engine: the lock engine directly, one engine (session) per client.
+//   - baton-http: Baton as deployed: one `baton serve` process per client,
+//     driven by Go's stock net/http client over the unix socket.
+//   - baton-client: one `baton serve` process per client, driven by Baton's
+//     Go client (package client).
+//   - baton-shared: one `baton serve` process (one ZooKeeper session) for all
+//     clients, each client a Go client of its own (many threads on one node).
+//
+// The clients always live in this process, so the overlap detector sees
+// every holder; only the sidecars of the process impls are processes. The
+// processes get zookeeper.session.timeout=15000, zookeeper.tick.time = the
+// server's tickTime (conf four-letter word, else $ZK_TICK, else 2000) and no
+// sidecar.app.url. It prints one JSON line.
+//
+// probe is the 10,000-waiter probe and reqcost the per-request sidecar
+// cost against a raw echo server (see probe.go, reqcost.go); without --zk
+// they start their own ZooKeeper (testenv, Debian's zookeeper).
 package main
 
 import (
@@ -45,7 +64,7 @@ import (
 const sessionTimeout = 15 * time.Second
 
 type config struct {
-	impl, workload, zkAddr, root           string
+	impl, workload, zkAddr, root, baton    string
 	clients, ops, objects, waiters, warmup int
 }
 
@@ -72,12 +91,21 @@ type result struct {
 
 func main() {
 	if len(os.Args) < 2 || strings.HasPrefix(os.Args[1], "-") {
-		fmt.Fprintln(os.Stderr, "usage: baton-bench W1|W2|W3|W4|W5 --zk HOST:PORT --root PATH [flags]")
+		fmt.Fprintln(os.Stderr, "usage: baton-bench W1|W2|W3|W4|W5 --zk HOST:PORT --root PATH [flags]; baton-bench probe|reqcost [flags]")
 		os.Exit(64)
+	}
+	switch os.Args[1] {
+	case "probe":
+		os.Exit(probeMain(os.Args[2:]))
+	case "reqcost":
+		os.Exit(reqcostMain(os.Args[2:]))
+	case "echo-server":
+		os.Exit(echoServerMain(os.Args[2:]))
 	}
 	cfg := config{workload: os.Args[1]}
 	fs := flag.NewFlagSet("baton-bench", flag.ExitOnError)
-	fs.StringVar(&cfg.impl, "impl", "baton", "baton (through the sidecar socket) or baton-engine (the engine directly)")
+	fs.StringVar(&cfg.impl, "impl", "baton", "baton, baton-engine, baton-http, baton-client or baton-shared (see the package doc)")
+	fs.StringVar(&cfg.baton, "baton", "", "the baton executable for the process impls (default $BATON_BIN, ./baton beside this executable, PATH)")
 	fs.StringVar(&cfg.zkAddr, "zk", "127.0.0.1:2181", "ZooKeeper address")
 	fs.StringVar(&cfg.root, "root", "/bench", "lock root for this run")
 	fs.IntVar(&cfg.clients, "clients", 8, "clients for W2/W3")
@@ -119,8 +147,16 @@ type session interface {
 }
 
 type env struct {
-	cfg config
-	dir string
+	cfg  config
+	dir  string
+	bin  string // baton executable (process impls)
+	tick int    // ZooKeeper tickTime in ms (process impls)
+	sharedState
+}
+
+// processImpl says whether impl runs `baton serve` processes.
+func processImpl(impl string) bool {
+	return impl == "baton-http" || impl == "baton-client" || impl == "baton-shared"
 }
 
 func (e *env) newSessions(n int) ([]session, error) {
@@ -146,6 +182,9 @@ var sessionSeq atomic.Int64
 
 func (e *env) newSession(int) (session, error) {
 	i := sessionSeq.Add(1)
+	if processImpl(e.cfg.impl) {
+		return e.newProcSession(i)
+	}
 	lo := lock.Options{Servers: []string{e.cfg.zkAddr}, Root: e.cfg.root, SessionTimeout: sessionTimeout,
 		NodeID: "bench-" + strconv.FormatInt(i, 10), ForegroundWait: time.Minute}
 	if e.cfg.impl == "baton-engine" {
@@ -246,7 +285,7 @@ func (l *clientLocker) Lock() (err error) {
 func (l *clientLocker) Unlock() error { return l.l.Release(context.Background()) }
 
 func run(cfg config) (result, error) {
-	if cfg.impl != "baton" && cfg.impl != "baton-engine" {
+	if cfg.impl != "baton" && cfg.impl != "baton-engine" && !processImpl(cfg.impl) {
 		return result{}, fmt.Errorf("unknown --impl %q", cfg.impl)
 	}
 	dir, err := os.MkdirTemp("", "bb")
@@ -255,6 +294,17 @@ func run(cfg config) (result, error) {
 	}
 	defer os.RemoveAll(dir)
 	e := &env{cfg: cfg, dir: dir}
+	if processImpl(cfg.impl) {
+		if e.bin, err = batonBin(cfg.baton); err != nil {
+			return result{}, err
+		}
+		e.tick = tickTime(cfg.zkAddr)
+		defer func() {
+			if e.shared != nil {
+				e.shared.stop()
+			}
+		}()
+	}
 	switch cfg.workload {
 	case "W1":
 		return e.w1()

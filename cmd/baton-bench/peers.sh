@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
 # peers.sh — Baton beside Curator, kazoo and go-zookeeper's lock, one run, one
 # ZooKeeper: copies the shared peers harness (read-only in ../shared/peers)
-# to a temp dir, builds it and baton-bench, and runs run_all.sh with both.
+# to a temp dir, builds it, baton-bench and baton, and runs run_all.sh with
+# Baton's implementations beside the peers:
+#   baton          in-process sidecars (sidecar.Server), Baton's Go client
+#   baton-engine   the lock engine directly
+#   baton-http     one `baton serve` process per client, Go's stock net/http client
+#   baton-client   one `baton serve` process per client, Baton's Go client
+#   baton-shared   one `baton serve` process for all clients (W2/W3: 8 app
+#                  clients on one node), Baton's Go client
 #
-#   cmd/baton-bench/peers.sh            # all workloads, REPS=3 (about 8 min)
+#   cmd/baton-bench/peers.sh            # all workloads, REPS=3 (about 25 min on a busy 2-core VM)
 #   WORKLOADS="W1 W4" REPS=5 cmd/baton-bench/peers.sh
-# Env as run_all.sh (REPS, WORKLOADS, PARAMS, ZK_PORT); OUT defaults to ./bench-results/<time>.
+#   BATON_IMPLS="http client" cmd/baton-bench/peers.sh   # a subset of Baton's
+# Env as run_all.sh (REPS, WORKLOADS, PARAMS, ZK_PORT); OUT defaults to
+# ./bench-results/<time>; BATON_SRC builds baton and baton-bench from
+# another tree (e.g. a `git archive HEAD` export).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 peers=${PEERS_DIR:-$top/../shared/peers}
@@ -25,15 +35,23 @@ cp -r "$peers/." "$work/"
 chmod -R u+w "$work"
 ZK_SH=${ZK_SH:-$(cd "$peers/../tools" && pwd)/zk.sh}
 (cd "$work" && ./build.sh >&2)
-go build -C "$top" -o "$work/baton/baton-bench" ./cmd/baton-bench
-cat >"$work/baton/engine" <<'SH'
+src=${BATON_SRC:-$top}
+go build -C "$src" -o "$work/baton/baton-bench" ./cmd/baton-bench
+go build -C "$src" -o "$work/baton/baton" ./cmd/baton
+baton_impls=""
+for b in ${BATON_IMPLS:-inproc engine http client shared}; do
+  if [[ $b = inproc ]]; then baton_impls="$baton_impls $work/baton/baton-bench"; continue; fi
+  impl=baton-$b
+  cat >"$work/baton/$b" <<SH
 #!/usr/bin/env bash
-w=$1; shift; exec "$(dirname "$0")/baton-bench" "$w" --impl baton-engine "$@"
+w=\$1; shift; exec "\$(dirname "\$0")/baton-bench" "\$w" --impl $impl --baton "\$(dirname "\$0")/baton" "\$@"
 SH
-chmod +x "$work/baton/engine"
+  chmod +x "$work/baton/$b"
+  baton_impls="$baton_impls $work/baton/$b"
+done
 export OUT=${OUT:-$top/bench-results/$(date +%Y%m%dT%H%M%S)}
 mkdir -p "$OUT"
 cd "$work"
-IMPLS=${IMPLS:-"./curator/bench ./kazoo/bench ./gozk/bench ./gozk/raw $work/baton/baton-bench $work/baton/engine"} \
+IMPLS=${IMPLS:-"./curator/bench ./kazoo/bench ./gozk/bench ./gozk/raw$baton_impls"} \
   ZK_SH=$ZK_SH ./run_all.sh
 cat "$OUT/summary.md"

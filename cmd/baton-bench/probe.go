@@ -1,0 +1,338 @@
+package main
+
+// probe: many concurrent waiting acquires on one `baton serve` process —
+// its memory while they wait and at its peak, how fast the queue drains
+// (handoffs/s) on one object and spread over many, and whether ZooKeeper's
+// znode count is back to its baseline afterwards.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/batonhq/baton/client"
+	"github.com/batonhq/baton/testenv"
+)
+
+type probeResult struct {
+	Probe         string  `json:"probe"`
+	Waiters       int     `json:"waiters"`
+	Objects       int     `json:"objects"`
+	Conns         int     `json:"conns"` // HTTP connections held open by the waiting acquires
+	QueueS        float64 `json:"queue_s"`
+	RSSIdleMiB    float64 `json:"rss_idle_mib"`
+	RSSWaitingMiB float64 `json:"rss_waiting_mib"`
+	RSSPeakMiB    float64 `json:"rss_peak_mib"`
+	RSSAfterMiB   float64 `json:"rss_after_mib"`
+	DrainS        float64 `json:"drain_s"`
+	HandoffsPerS  float64 `json:"handoffs_per_s"`
+	Overlaps      int64   `json:"overlaps"`
+	Errors        int64   `json:"errors"`
+	ZnodesBase    int64   `json:"znodes_baseline"`
+	ZnodesWaiting int64   `json:"znodes_waiting"`
+	ZnodesAfter   int64   `json:"znodes_after"`
+	ZnodesBack    bool    `json:"znodes_back_to_baseline"`
+	PktsPerHand   float64 `json:"pkts_per_handoff"`
+	Error         string  `json:"error,omitempty"`
+}
+
+// startZK starts a standalone ZooKeeper (tickTime 2 s, like zk.sh) when no
+// --zk was given; stop is a no-op otherwise.
+func startZK(addr string) (string, func(), error) {
+	if addr != "" {
+		return addr, func() {}, nil
+	}
+	z, err := testenv.StartZooKeeper(testenv.ZKOptions{TickTime: 2 * time.Second, Heap: "512m"})
+	if err != nil {
+		return "", nil, err
+	}
+	return z.Servers()[0], func() { _ = z.Stop() }, nil
+}
+
+func probeMain(args []string) int {
+	fs := flag.NewFlagSet("probe", flag.ExitOnError)
+	zkAddr := fs.String("zk", "", "ZooKeeper address (default: start one with testenv)")
+	bat := fs.String("baton", "", "the baton executable")
+	phases := fs.String("phases", "one,spread", "one: all waiters on one object; spread: over --objects")
+	waiters := fs.Int("waiters", 1000, "concurrent waiting acquires (the issue's probe: 10000)")
+	objects := fs.Int("objects", 1000, "objects of the spread phase")
+	batch := fs.Int("batch", 500, "waiters started at once (the socket's listen backlog bounds parallel dials)")
+	znodeWait := fs.Duration("znode-wait", 20*time.Second, "how long to wait for the znode count to come back to its baseline")
+	_ = fs.Parse(args)
+	bin, err := batonBin(*bat)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "probe:", err)
+		return 1
+	}
+	addr, stop, err := startZK(*zkAddr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "probe: zookeeper:", err)
+		return 1
+	}
+	defer stop()
+	rc := 0
+	for _, ph := range strings.Split(*phases, ",") {
+		k := 1
+		if ph == "spread" {
+			k = *objects
+		}
+		p := &prober{bin: bin, zk: addr, waiters: *waiters, objects: k, batch: *batch, znodeWait: *znodeWait}
+		res := p.run()
+		out, _ := json.Marshal(res)
+		fmt.Println(string(out))
+		if res.Error != "" || res.Overlaps != 0 || res.Errors != 0 {
+			rc = 1
+		}
+	}
+	return rc
+}
+
+type prober struct {
+	bin                       string
+	zk                        string
+	waiters, objects, batch   int
+	znodeWait                 time.Duration
+	sc                        *sidecarProc
+	c                         *client.Client
+	overlaps, errs, completed atomic.Int64
+}
+
+func (p *prober) run() (res probeResult) {
+	res = probeResult{Probe: "waiters", Waiters: p.waiters, Objects: p.objects, Conns: p.waiters}
+	if p.objects == 1 {
+		res.Probe = "waiters-one-object"
+	} else {
+		res.Probe = "waiters-spread"
+	}
+	if err := p.do(&res); err != nil {
+		res.Error = err.Error()
+	}
+	res.Overlaps, res.Errors = p.overlaps.Load(), p.errs.Load()
+	return res
+}
+
+func (p *prober) do(res *probeResult) error {
+	dir, err := os.MkdirTemp("", "bbp")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	root := fmt.Sprintf("/baton-probe/%d-%d", time.Now().UnixNano(), p.objects)
+	// the root exists before the baseline: what is left after must be 0
+	raw, err := rawZK(p.zk)
+	if err != nil {
+		return err
+	}
+	defer raw.Close()
+	if err := mkdirs(raw, root); err != nil {
+		return err
+	}
+	if res.ZnodesBase, err = mntr(p.zk, "zk_znode_count"); err != nil {
+		return err
+	}
+	props := map[string]string{
+		"zookeeper.servers":         p.zk,
+		"zookeeper.session.timeout": "15000",
+		"zookeeper.tick.time":       strconv.Itoa(tickTime(p.zk)),
+		"zookeeper.lock.root":       root,
+		"sidecar.max.waiters":       strconv.Itoa(2*p.waiters + p.objects + 16),
+	}
+	if p.sc, err = startSidecar(p.bin, dir, "probe", props); err != nil {
+		return err
+	}
+	defer p.sc.stop()
+	defer func() {
+		if p.errs.Load() > 0 {
+			b, _ := os.ReadFile(p.sc.log)
+			n := 0
+			for line := range strings.Lines(string(b)) { // the sidecar's own lines, not the failed requests
+				if !strings.Contains(line, `msg="request failed"`) && n < 40 {
+					fmt.Fprint(os.Stderr, "probe: baton serve: ", line)
+					n++
+				}
+			}
+		}
+	}()
+	p.c = client.New(p.sc.socket)
+	defer p.c.Close()
+	ctx := context.Background()
+	res.RSSIdleMiB = procMiB(p.sc.pid(), "VmRSS")
+
+	objs := make([]string, p.objects)
+	holders := make([]atomic.Int64, p.objects)
+	for k := range objs {
+		objs[k] = "probe/" + strconv.Itoa(k)
+	}
+	// gates: one holder per object, through the same sidecar
+	gates := make([]*client.Lease, p.objects)
+	if err := parallel(p.objects, 32, func(k int) error {
+		var err error
+		gates[k], err = p.c.Acquire(ctx, objs[k], client.WithWait(time.Minute), client.WithoutRenewal(), client.WithLease(10*time.Minute))
+		return err
+	}); err != nil {
+		return fmt.Errorf("gates: %w", err)
+	}
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	t0 := time.Now()
+	for started := 0; started < p.waiters; {
+		n := min(p.batch, p.waiters-started)
+		for i := started; i < started+n; i++ {
+			k := i % p.objects
+			wg.Go(func() {
+				l, err := p.c.Acquire(ctx, objs[k], client.WithWait(10*time.Minute), client.WithoutRenewal())
+				if err != nil {
+					p.errs.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+					return
+				}
+				if holders[k].Add(1) != 1 {
+					p.overlaps.Add(1)
+				}
+				holders[k].Add(-1)
+				if err := l.Release(ctx); err != nil {
+					p.errs.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+				}
+				p.completed.Add(1)
+			})
+		}
+		started += n
+		if err := p.waitWaiting(started, res.ZnodesBase); err != nil {
+			return err
+		}
+	}
+	res.QueueS = time.Since(t0).Seconds()
+	res.RSSWaitingMiB = procMiB(p.sc.pid(), "VmRSS")
+	res.ZnodesWaiting, _ = mntr(p.zk, "zk_znode_count")
+	if p.completed.Load() != 0 || p.errs.Load() != 0 {
+		return fmt.Errorf("%d waiters finished before the gates opened (errors: %v)", p.completed.Load(), firstErr.Load())
+	}
+	pk0, _ := mntr(p.zk, "zk_packets_received")
+	start := time.Now()
+	var gerr error
+	go func() {
+		gerr = parallel(p.objects, 32, func(k int) error { return gates[k].Release(ctx) })
+	}()
+	wg.Wait()
+	drain := time.Since(start)
+	pk1, _ := mntr(p.zk, "zk_packets_received")
+	if gerr != nil {
+		return fmt.Errorf("gate release: %w", gerr)
+	}
+	res.DrainS = drain.Seconds()
+	res.HandoffsPerS = float64(p.completed.Load()) / drain.Seconds()
+	if p.completed.Load() > 0 {
+		res.PktsPerHand = float64(pk1-pk0) / float64(p.completed.Load())
+	}
+	res.RSSPeakMiB = procMiB(p.sc.pid(), "VmHWM")
+	res.RSSAfterMiB = procMiB(p.sc.pid(), "VmRSS")
+	// containers are reaped by the server (testenv: every 100 ms; a stock
+	// server: znode.container.checkIntervalMs, 60 s)
+	deadline := time.Now().Add(p.znodeWait)
+	for {
+		res.ZnodesAfter, err = mntr(p.zk, "zk_znode_count")
+		if err == nil && res.ZnodesAfter <= res.ZnodesBase {
+			res.ZnodesBack = true
+			break
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if v := firstErr.Load(); v != nil {
+		return errors.New(v.(string))
+	}
+	return nil
+}
+
+// waitWaiting polls /healthz until n acquires wait in the sidecar
+// (zookeeper.waiting) and ZooKeeper holds a node for each of them (beside
+// every object's node and its gate's node).
+func (p *prober) waitWaiting(n int, base int64) error {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		h, err := p.c.Health(ctx)
+		cancel()
+		if err == nil && h.ZooKeeper.Waiting >= n {
+			if z, err := mntr(p.zk, "zk_znode_count"); err == nil && z >= base+int64(n+2*p.objects) {
+				return nil
+			}
+		}
+		if p.errs.Load() > 0 {
+			return fmt.Errorf("waiters failed while queueing (%d errors)", p.errs.Load())
+		}
+		if time.Now().After(deadline) {
+			w := -1
+			if h != nil {
+				w = h.ZooKeeper.Waiting
+			}
+			return fmt.Errorf("only %d of %d acquires waiting after 5 min (%v)", w, n, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// parallel runs f(0..n-1) on at most par goroutines; the first error wins.
+func parallel(n, par int, f func(int) error) error {
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	errs := make([]error, par)
+	for w := range par {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := f(i); err != nil && errs[w] == nil {
+					errs[w] = err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// procMiB reads a kB field (VmRSS, VmHWM) of /proc/PID/status in MiB.
+func procMiB(pid int, field string) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return -1
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				kb, _ := strconv.ParseFloat(f[0], 64)
+				return kb / 1024
+			}
+		}
+	}
+	return -1
+}
+
+// mkdirs creates path's persistent nodes.
+func mkdirs(c *zk.Conn, path string) error {
+	cur := ""
+	for _, seg := range strings.Split(strings.TrimPrefix(path, "/"), "/") {
+		cur += "/" + seg
+		if _, err := c.Create(cur, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return fmt.Errorf("create %s: %w", cur, err)
+		}
+	}
+	return nil
+}

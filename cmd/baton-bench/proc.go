@@ -1,0 +1,345 @@
+package main
+
+// Baton as deployed: `baton serve` processes, driven over their unix
+// sockets by a stock net/http client (baton-http) or by Baton's Go client
+// (baton-client, baton-shared). The clients live in this process (so the
+// overlap detector sees every holder); only the sidecars are processes.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/batonhq/baton/client"
+)
+
+// sidecarProc is one `baton serve` process with its own properties file,
+// socket, queue directory and ZooKeeper session.
+type sidecarProc struct {
+	cmd    *exec.Cmd
+	socket string
+	log    string
+	exited chan struct{}
+}
+
+// batonBin finds the baton executable: --baton, $BATON_BIN, bin/baton
+// beside this executable's directory, then PATH.
+func batonBin(flagValue string) (string, error) {
+	for _, p := range []string{flagValue, os.Getenv("BATON_BIN")} {
+		if p != "" {
+			return filepath.Abs(p)
+		}
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "baton")
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath("baton")
+	if err != nil {
+		return "", errors.New("no baton executable: build it (go build -o bin/baton ./cmd/baton) and pass --baton PATH")
+	}
+	return p, nil
+}
+
+// tickTime is the ZooKeeper server's tickTime: the conf four-letter word,
+// else $ZK_TICK (the peers harness's zk.sh setting), else 2000 ms.
+func tickTime(zkAddr string) int {
+	if out, err := fourLetter(zkAddr, "conf"); err == nil {
+		for line := range strings.Lines(out) {
+			if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok && k == "tickTime" {
+				if n, err := strconv.Atoi(v); err == nil && n > 0 {
+					return n
+				}
+			}
+		}
+	}
+	if n, err := strconv.Atoi(os.Getenv("ZK_TICK")); err == nil && n > 0 {
+		return n
+	}
+	return 2000
+}
+
+func fourLetter(addr, cmd string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.WriteString(conn, cmd); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(conn)
+	return string(b), err
+}
+
+// mntr reads one integer of the mntr four-letter word.
+func mntr(addr, key string) (int64, error) {
+	out, err := fourLetter(addr, "mntr")
+	if err != nil {
+		return 0, err
+	}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == key {
+			return strconv.ParseInt(f[1], 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s in mntr", key)
+}
+
+// startSidecar writes name.properties in dir and starts `baton serve`; it
+// returns once /readyz answers 200 (ZooKeeper session up).
+func startSidecar(bin, dir, name string, props map[string]string) (*sidecarProc, error) {
+	sock := filepath.Join(dir, name+".sock")
+	p := map[string]string{
+		"sidecar.socket.path":    sock,
+		"sidecar.socket.mode":    "0600",
+		"sidecar.node.id":        name,
+		"sidecar.shutdown.grace": "0",
+		"queue.dir":              filepath.Join(dir, name+"-queue"),
+		"log.level":              "warn",
+	}
+	maps.Copy(p, props)
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(p)) {
+		fmt.Fprintf(&b, "%s=%s\n", k, p[k])
+	}
+	cfg := filepath.Join(dir, name+".properties")
+	if err := os.WriteFile(cfg, []byte(b.String()), 0o600); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(dir, name+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "serve", "--config", cfg)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the bench
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	logf.Close()
+	s := &sidecarProc{cmd: cmd, socket: sock, log: logPath, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(s.exited) }()
+	c := client.New(sock)
+	defer c.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Ready(ctx)
+		cancel()
+		if err == nil {
+			return s, nil
+		}
+		select {
+		case <-s.exited:
+			return nil, fmt.Errorf("baton serve %s exited: %s", name, s.tail())
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return nil, fmt.Errorf("baton serve %s not ready within 60s: %v; %s", name, err, s.tail())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (s *sidecarProc) pid() int { return s.cmd.Process.Pid }
+
+func (s *sidecarProc) tail() string {
+	b, _ := os.ReadFile(s.log)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// stop: SIGTERM (shutdown grace 0: the leases left are released at once),
+// SIGKILL after 10 s.
+func (s *sidecarProc) stop() {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
+}
+
+// sidecarProps are the properties of a bench sidecar: the issue's shape of
+// an application node (15 s session, the server's tickTime, no app URL).
+func (e *env) sidecarProps() map[string]string {
+	return map[string]string{
+		"zookeeper.servers":         e.cfg.zkAddr,
+		"zookeeper.session.timeout": "15000",
+		"zookeeper.tick.time":       strconv.Itoa(e.tick),
+		"zookeeper.lock.root":       e.cfg.root,
+	}
+}
+
+// procSession is one client of its own `baton serve` process (or, for
+// baton-shared, of the one shared process: then it does not own it).
+type procSession struct {
+	sc   *sidecarProc
+	own  bool
+	c    *client.Client // baton-client, baton-shared
+	http *http.Client   // baton-http
+}
+
+func (e *env) newProcSession(i int64) (session, error) {
+	var sc *sidecarProc
+	own := e.cfg.impl != "baton-shared"
+	if own {
+		var err error
+		if sc, err = startSidecar(e.bin, e.dir, "s"+strconv.FormatInt(i, 10), e.sidecarProps()); err != nil {
+			return nil, err
+		}
+	} else {
+		e.sharedOnce.Do(func() {
+			p := e.sidecarProps()
+			p["sidecar.max.waiters"] = "100000"
+			e.shared, e.sharedErr = startSidecar(e.bin, e.dir, "shared", p)
+		})
+		if e.sharedErr != nil {
+			return nil, e.sharedErr
+		}
+		sc = e.shared
+	}
+	s := &procSession{sc: sc, own: own}
+	if e.cfg.impl == "baton-http" {
+		s.http = unixHTTPClient(sc.socket)
+	} else {
+		s.c = client.New(sc.socket)
+	}
+	return s, nil
+}
+
+// unixHTTPClient is Go's stock net/http client, dialing the unix socket.
+func unixHTTPClient(sock string) *http.Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		},
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 1024,
+		IdleConnTimeout:     time.Minute,
+	}
+	return &http.Client{Transport: tr}
+}
+
+func (s *procSession) locker(obj string) locker {
+	if s.http != nil {
+		return &httpLocker{c: s.http, obj: obj}
+	}
+	return &clientLocker{c: s.c, obj: obj}
+}
+
+func (s *procSession) close() {
+	if s.c != nil {
+		s.c.Close()
+	}
+	if s.http != nil {
+		s.http.CloseIdleConnections()
+	}
+	if s.own {
+		s.sc.stop()
+	}
+}
+
+// httpLocker speaks the HTTP API with net/http: POST
+// /v1/locks/{object}/acquire, DELETE /v1/leases/{id}.
+type httpLocker struct {
+	c     *http.Client
+	obj   string
+	lease string
+}
+
+var acquireBody = []byte(`{"wait_ms":60000}`)
+
+func (l *httpLocker) Lock() error {
+	var v struct {
+		LeaseID string `json:"lease_id"`
+	}
+	if err := httpDo(l.c, http.MethodPost, "/v1/locks/"+url.PathEscape(l.obj)+"/acquire", acquireBody, &v); err != nil {
+		return err
+	}
+	if v.LeaseID == "" {
+		return errors.New("acquire: no lease_id in the answer")
+	}
+	l.lease = v.LeaseID
+	return nil
+}
+
+func (l *httpLocker) Unlock() error {
+	var v struct {
+		Released bool `json:"released"`
+	}
+	if err := httpDo(l.c, http.MethodDelete, "/v1/leases/"+url.PathEscape(l.lease), nil, &v); err != nil {
+		return err
+	}
+	if !v.Released {
+		return errors.New("release: released is false")
+	}
+	return nil
+}
+
+// httpDo sends one request and decodes a 200 answer into out.
+func httpDo(c *http.Client, method, path string, body []byte, out any) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, "http://baton"+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(b))
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+// sharedState is what the baton-shared sessions share.
+type sharedState struct {
+	sharedOnce sync.Once
+	shared     *sidecarProc
+	sharedErr  error
+}
