@@ -47,10 +47,28 @@ func (c *Client) init() {
 		}
 		c.tr = &transport{dial: func(ctx context.Context) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
+			conn, err := d.DialContext(ctx, "unix", sock)
+			if err != nil {
+				return nil, &dialError{err}
+			}
+			return conn, nil
 		}}
 	})
 }
+
+// socket is the socket c connects to.
+func (c *Client) socket() string {
+	if c.Socket == "" {
+		return api.DefaultSocket
+	}
+	return c.Socket
+}
+
+// dialError marks a failure to open a connection.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
 
 // Close stops the background renewal of every lease of c (without
 // releasing them: they end at their lease expiry, or when this process
@@ -94,14 +112,26 @@ func (c *Client) send(ctx context.Context, method, path string, in, out any) (in
 		if ctx.Err() != nil {
 			return 0, fmt.Errorf("client: %s %s: %w", method, path, context.Cause(ctx))
 		}
-		return 0, fmt.Errorf("client: %s %s: %w: %w", method, path, ErrUnavailable, err)
+		var de *dialError
+		dial := errors.As(err, &de)
+		if dial {
+			err = de.err
+		}
+		return 0, &UnreachableError{Request: method + " " + path, Socket: c.socket(), Dial: dial, Err: err}
+	}
+	notBaton := func() error {
+		return &NotBatonError{Request: method + " " + path, Socket: c.socket(), Status: resp.StatusCode,
+			ContentType: resp.Header.Get("Content-Type"), Body: b[:min(len(b), 200)]}
 	}
 	if resp.StatusCode >= 300 {
-		return resp.StatusCode, decodeError(resp.StatusCode, b)
+		if err := decodeError(resp.StatusCode, b); err != nil {
+			return resp.StatusCode, err
+		}
+		return resp.StatusCode, notBaton()
 	}
 	if out != nil && len(bytes.TrimSpace(b)) > 0 {
 		if err := json.Unmarshal(b, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("client: %s %s: decoding the answer: %w", method, path, err)
+			return resp.StatusCode, notBaton()
 		}
 	}
 	return resp.StatusCode, nil
@@ -237,6 +267,9 @@ func (c *Client) Lock(ctx context.Context, object string, fn func(ctx context.Co
 	defer rcancel()
 	rerr := l.Release(rctx)
 	if lerr := l.Err(); lerr != nil {
+		if errors.Is(ferr, ErrLockLost) || errors.Is(ferr, ErrNoNode) {
+			return ferr // fn returned the loss (e.g. context.Cause of its ctx): told once
+		}
 		return errors.Join(ferr, lerr)
 	}
 	return errors.Join(ferr, rerr)

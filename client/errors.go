@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/batonhq/baton/api"
@@ -22,6 +24,55 @@ var (
 	ErrUnavailable = errors.New("client: sidecar or zookeeper unavailable")
 )
 
+// UnreachableError is a request that got no answer: nothing listens on the
+// socket, or the connection failed. errors.Is matches ErrUnavailable and
+// the cause (e.g. fs.ErrNotExist for a socket file that does not exist).
+type UnreachableError struct {
+	Request string // "POST /v1/locks/x/acquire"
+	Socket  string
+	Dial    bool // the connection could not be opened
+	Err     error
+}
+
+func (e *UnreachableError) Error() string {
+	cause := e.Err.Error()
+	var oe *net.OpError
+	if errors.As(e.Err, &oe) && oe.Err != nil {
+		cause = oe.Err.Error() // "connect: no such file or directory": the socket is named already
+	}
+	if e.Dial {
+		return fmt.Sprintf("client: %s: no sidecar answers at %s: %s", e.Request, e.Socket, cause)
+	}
+	return fmt.Sprintf("client: %s: connection to the sidecar at %s failed: %s", e.Request, e.Socket, cause)
+}
+
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// Is reports ErrUnavailable.
+func (e *UnreachableError) Is(target error) bool { return target == ErrUnavailable }
+
+// NotBatonError is an answer that is not the Baton API's: something else
+// listens on the socket. errors.Is matches ErrUnavailable.
+type NotBatonError struct {
+	Request     string
+	Socket      string
+	Status      int
+	ContentType string
+	Body        []byte // the start of the answer
+}
+
+func (e *NotBatonError) Error() string {
+	ct := e.ContentType
+	if ct == "" {
+		ct = "no content type"
+	}
+	return fmt.Sprintf("client: %s: %s does not answer as a Baton sidecar: HTTP %d, %s, body %.80q",
+		e.Request, e.Socket, e.Status, ct, e.Body)
+}
+
+// Is reports ErrUnavailable.
+func (e *NotBatonError) Is(target error) bool { return target == ErrUnavailable }
+
 // APIError is an error answer of the sidecar. errors.Is matches
 // ErrLockLost (410), ErrNoNode (404 NoNode) and ErrUnavailable (any 503).
 type APIError struct {
@@ -34,7 +85,7 @@ type APIError struct {
 
 func (e *APIError) Error() string {
 	s := fmt.Sprintf("baton: %d %s: %s", e.Status, e.Kind, e.Message)
-	if e.Reason != "" {
+	if e.Reason != "" && !strings.Contains(e.Message, e.Reason) {
 		s += " (reason: " + e.Reason + ")"
 	}
 	return s
@@ -77,12 +128,12 @@ func (e *InstanceLockError) Error() string {
 // classification.
 func (e *InstanceLockError) InstanceLock() bool { return true }
 
-// decodeError turns an error answer into an error value.
+// decodeError turns an error answer into an error value; nil if body is
+// not the API's error shape (the caller reports a *NotBatonError).
 func decodeError(status int, body []byte) error {
 	var b api.Error
 	if err := json.Unmarshal(body, &b); err != nil || b.Kind == "" {
-		k := http.StatusText(status)
-		return &APIError{Status: status, Kind: k, Message: fmt.Sprintf("unexpected answer: %.200q", body)}
+		return nil
 	}
 	if b.Kind == api.InstanceLockException {
 		e := &InstanceLockError{Object: b.Object, Type: b.Type, Holder: b.Holder, Message: b.Message}

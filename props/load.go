@@ -231,7 +231,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 				se.File = file
 				return nil, se
 			}
-			return nil, fmt.Errorf("props: read %w", err) // *fs.PathError names the file
+			return nil, fileError(opts, file, err)
 		}
 		seen := map[string]int{}
 		for _, pr := range p.Properties {
@@ -348,6 +348,35 @@ func (l *Loaded) hasUnknownWarning(name string) bool {
 		}
 	}
 	return false
+}
+
+// FileError is a properties file that cannot be read. Error reads
+// "--config /x/y.properties: no such file" when the file was given with
+// --config (LoadOptions.File), else "FILE: <cause>".
+type FileError struct {
+	File   string
+	Config bool // given as --config
+	Err    error
+}
+
+func (e *FileError) Error() string {
+	cause := e.Err.Error()
+	if pe, ok := errors.AsType[*fs.PathError](e.Err); ok {
+		cause = pe.Err.Error() // the path is named already
+	}
+	if errors.Is(e.Err, fs.ErrNotExist) {
+		cause = "no such file"
+	}
+	if e.Config {
+		return "--config " + e.File + ": " + cause
+	}
+	return e.File + ": " + cause
+}
+
+func (e *FileError) Unwrap() error { return e.Err }
+
+func fileError(opts LoadOptions, file string, err error) error {
+	return &FileError{File: file, Config: opts.File != "", Err: err}
 }
 
 // chooseFile returns the file to read, "" for none.

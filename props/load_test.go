@@ -125,7 +125,8 @@ func TestBadValues(t *testing.T) {
 		{"zookeeper.tls.ca.file", "/nonexistent/ca.pem", `"/nonexistent/ca.pem" is not a readable file (no such file or directory)`},
 		{"zookeeper.tls.enabled", "yes", `"yes" is not one of true, false`},
 		{"zookeeper.session.timeout", "999", `"999" is not a whole number of milliseconds from 1000 to 600000`},
-		{"zookeeper.session.timeout", "-5", `"-5" is not a whole number of milliseconds`},
+		{"zookeeper.session.timeout", "-5", `"-5" is not a whole number of milliseconds from 1000 to 600000`},
+		{"zookeeper.session.timeout", "-1", `"-1" is not a whole number of milliseconds from 1000 to 600000`},
 		{"zookeeper.session.timeout", "99999999999999999999", `from 1000 to 600000`},
 		{"zookeeper.connection.delay", "0", `from 1 to 600000`},
 		{"zookeeper.connection.retry", "1.5", `"1.5" is not a whole number`},
@@ -216,7 +217,7 @@ func TestAllErrorsReported(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("errors at %q, want %q (err: %v)", got, want, err)
 	}
-	wantMsg := path + `:1: zookeeper.session.timeout: "5s" is not a whole number of milliseconds`
+	wantMsg := path + `:1: zookeeper.session.timeout: "5s" is not a whole number of milliseconds from 1000 to 600000`
 	if first := strings.SplitN(err.Error(), "\n", 2)[0]; first != wantMsg {
 		t.Errorf("first line %q, want %q", first, wantMsg)
 	}
@@ -280,9 +281,9 @@ func TestSourceLabelsInErrors(t *testing.T) {
 		want string
 	}{
 		{"env", LoadOptions{NoFile: true, Env: []string{"BATON_ZOOKEEPER_SESSION_TIMEOUT=5s"}},
-			`env BATON_ZOOKEEPER_SESSION_TIMEOUT: zookeeper.session.timeout: "5s" is not a whole number of milliseconds`},
+			`env BATON_ZOOKEEPER_SESSION_TIMEOUT: zookeeper.session.timeout: "5s" is not a whole number of milliseconds from 1000 to 600000`},
 		{"set", LoadOptions{NoFile: true, Set: []string{"zookeeper.session.timeout=5s"}},
-			`--set zookeeper.session.timeout: "5s" is not a whole number of milliseconds`},
+			`--set zookeeper.session.timeout: "5s" is not a whole number of milliseconds from 1000 to 600000`},
 		{"flag", LoadOptions{NoFile: true, Flags: []Flag{{"--socket", "sidecar.socket.path", ""}}},
 			`--socket sidecar.socket.path: "" is not a unix socket path of 1 to 107 bytes`},
 		{"set without =", LoadOptions{NoFile: true, Set: []string{"log.level"}},
@@ -438,7 +439,7 @@ func TestReloadFailureChangesNothing(t *testing.T) {
 	if err == nil || next != nil || changes != nil {
 		t.Fatalf("Reload = %v, %v, %v; want only an error", next, changes, err)
 	}
-	if want := path + `:2: queue.max.ops: "lots" is not a whole number`; err.Error() != want {
+	if want := path + `:2: queue.max.ops: "lots" is not a whole number from 1 to 100000000`; err.Error() != want {
 		t.Errorf("Reload error = %q, want %q", err, want)
 	}
 	if !reflect.DeepEqual(cur.Config, before.Config) || !reflect.DeepEqual(cur.Values, beforeValues) {

@@ -34,7 +34,7 @@ func digits(s string) bool {
 func setMS(field func(*Config) *time.Duration, lo, hi int64) func(*Config, string) error {
 	return func(c *Config, v string) error {
 		if !digits(v) {
-			return expected("a whole number of milliseconds")
+			return expected("a whole number of milliseconds from %d to %d", lo, hi)
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < lo || n > hi {
@@ -48,7 +48,7 @@ func setMS(field func(*Config) *time.Duration, lo, hi int64) func(*Config, strin
 func setInt(field func(*Config) *int, lo, hi int) func(*Config, string) error {
 	return func(c *Config, v string) error {
 		if !digits(v) {
-			return expected("a whole number")
+			return expected("a whole number from %d to %d", lo, hi)
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil || n < lo || n > hi {

@@ -28,6 +28,9 @@ invalid, with every error on stderr as FILE:LINE: KEY: "VALUE" is not ...`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			l, err := g.loadProps()
+			if fe, ok := unreadableConfig(err); ok {
+				return exitWith(exitFailure, fe)
+			}
 			if err != nil {
 				n := 1
 				if j, ok := err.(interface{ Unwrap() []error }); ok {

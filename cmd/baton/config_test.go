@@ -77,7 +77,7 @@ func TestConfigCheckBadFile(t *testing.T) {
 		t.Errorf("stdout %q, want nothing", stdout)
 	}
 	for _, want := range []string{
-		`baton.properties:2: zookeeper.session.timeout: "5s" is not a whole number of milliseconds` + "\n",
+		`baton.properties:2: zookeeper.session.timeout: "5s" is not a whole number of milliseconds from 1000 to 600000` + "\n",
 		`baton.properties:3: zookeeper.background.lock.prefix: "A-B" is not a node-name prefix of letters and digits ([A-Za-z0-9]+)` + "\n",
 		"baton: invalid configuration: 2 errors\n",
 	} {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -92,7 +94,10 @@ Exit status:
                   draining or unreachable)
   69              sidecar or ZooKeeper unavailable
   64              usage error (bad flags or arguments, invalid configuration)
-  126, 127        CMD cannot be run, CMD not found (no lock is taken)
+  127             CMD not found: not on $PATH, or a path that does not exist
+                  (no lock is taken; as POSIX shells do)
+  126             CMD found but cannot be run: not executable, a directory
+                  (no lock is taken)
   128+n           baton lock got signal n while waiting for the lock`,
 		Example: `  baton lock --wait 30s article-42 -- ./reindex.sh 42
   baton lock --type background --info "nightly" report-7 -- sh -c 'run-report --token "$BATON_FENCING_TOKEN"'`,
@@ -161,6 +166,9 @@ var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, sys
 
 func runLock(ctx context.Context, g *globals, obj string, argv []string, f lockFlags) error {
 	l, err := g.loadProps()
+	if fe, ok := unreadableConfig(err); ok {
+		return exitWith(exitUsage, fe)
+	}
 	if err != nil {
 		fmt.Fprintln(g.stderr, err)
 		return exitWith(exitUsage, errors.New("invalid configuration"))
@@ -170,10 +178,12 @@ func runLock(ctx context.Context, g *globals, obj string, argv []string, f lockF
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
-		if errors.Is(err, exec.ErrNotFound) {
-			return exitWith(exitNotFound, err)
+		// As POSIX shells do: 127 when CMD is not found (not on $PATH, or a
+		// path that does not exist), 126 when it exists but cannot be run.
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			return exitWith(exitNotFound, fmt.Errorf("%s: command not found (%w); no lock taken", argv[0], err))
 		}
-		return exitWith(exitCannotExec, err)
+		return exitWith(exitCannotExec, fmt.Errorf("%s: cannot be run (%w); no lock taken", argv[0], err))
 	}
 
 	// Signals are caught from here on: while waiting they abandon the wait,
@@ -239,7 +249,7 @@ func acquireForLock(ctx context.Context, c *client.Client, obj string, f lockFla
 				return nil, exitWith(128+sigNum(got), fmt.Errorf("lock %q: interrupted by %v while waiting", obj, got))
 			}
 			if r.err != nil {
-				return nil, acquireExit(r.err, f.conflictCode)
+				return nil, acquireExit(r.err, f)
 			}
 			return r.l, nil
 		}
@@ -247,15 +257,48 @@ func acquireForLock(ctx context.Context, c *client.Client, obj string, f lockFla
 }
 
 // acquireExit maps an acquire error to the exit status of SPEC §5.
-func acquireExit(err error, conflict int) error {
+func acquireExit(err error, f lockFlags) error {
+	if msg, ok := sidecarUnreachable(err); ok {
+		return exitWith(exitUnavailable, msg)
+	}
 	err = unprefixed(err)
 	if _, ok := errors.AsType[*client.InstanceLockError](err); ok {
-		return exitWith(conflict, err)
+		return exitWith(f.conflictCode, err)
 	}
 	if ae, ok := errors.AsType[*client.APIError](err); ok && ae.Status >= 400 && ae.Status < 500 {
-		return exitWith(exitUsage, err) // the sidecar rejected the request: bad object name, lease too long, ...
+		if flag, ok := lockFlagOf[ae.Field]; ok {
+			// The sidecar names its API field; the user gave a flag.
+			return exitWith(exitUsage, &trimmedError{msg: flag + ": " + flagProblem(ae, f), err: err})
+		}
+		return exitWith(exitUsage, err) // the sidecar rejected the request: bad object name, ...
 	}
 	return exitWith(exitUnavailable, err)
+}
+
+// lockFlagOf maps the fields of an acquire request the sidecar may reject
+// to the flags of `baton lock` that set them.
+var lockFlagOf = map[string]string{"lease_ms": "--lease", "wait_ms": "--wait", "type": "--type", "info": "--info"}
+
+// rangeRE finds the range in the sidecar's "… out of range: want 1 to
+// 60000 milliseconds".
+var rangeRE = regexp.MustCompile(`want (\d+) to (\d+) milliseconds`)
+
+// flagProblem says what the sidecar found wrong with a flag's value.
+func flagProblem(ae *client.APIError, f lockFlags) string {
+	m := rangeRE.FindStringSubmatch(ae.Message)
+	if m == nil {
+		return "rejected by the sidecar: " + ae.Message
+	}
+	lo, _ := strconv.ParseInt(m[1], 10, 64)
+	hi, _ := strconv.ParseInt(m[2], 10, 64)
+	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+	switch ae.Field {
+	case "lease_ms":
+		return fmt.Sprintf("%v is not between %v and %v (the sidecar's sidecar.lease.max)", f.lease, ms(lo), ms(hi))
+	case "wait_ms":
+		return fmt.Sprintf("%v is not between %v and %v", f.wait, ms(lo), ms(hi))
+	}
+	return fmt.Sprintf("not between %v and %v", ms(lo), ms(hi))
 }
 
 // sigNum returns a signal's number (0 if it is not a syscall.Signal).

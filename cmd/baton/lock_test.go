@@ -213,7 +213,7 @@ func testLockExitStatuses(t *testing.T, e *env, s *sidecarProc) {
 		{"CMD killed by SIGTERM", "", []string{"ex-term", "--", "sh", "-c", "kill -TERM $$"}, 128 + 15, ""},
 		{"CMD not found", "", []string{"ex-nf", "--", "no-such-command-baton"}, 127, "executable file not found"},
 		{"CMD not executable", "", []string{"ex-nx", "--", notExec}, 126, "permission denied"},
-		{"no sidecar", none, []string{"ex-ns", "--", "true"}, exitUnavailable, "unavailable"},
+		{"no sidecar", none, []string{"ex-ns", "--", "true"}, exitUnavailable, "no sidecar answers at " + none},
 		{"no --", "", []string{"ex-u", "true"}, exitUsage, "missing -- before the command"},
 		{"no CMD", "", []string{"ex-u", "--"}, exitUsage, "missing CMD after --"},
 		{"no OBJECT", "", []string{"--", "true"}, exitUsage, "missing OBJECT"},
@@ -226,7 +226,7 @@ func testLockExitStatuses(t *testing.T, e *env, s *sidecarProc) {
 		{"bad conflict code", "", []string{"--conflict-exit-code", "300", "ex-u", "--", "true"}, exitUsage, "--conflict-exit-code: 300"},
 		{"unknown flag", "", []string{"--bogus", "ex-u", "--", "true"}, exitUsage, "unknown flag: --bogus"},
 		{"bad object name (sidecar 400)", "", []string{"bad\x01name", "--", "true"}, exitUsage, "BadRequest"},
-		{"lease over the max (sidecar 400)", "", []string{"--lease", "1000h", "ex-u", "--", "true"}, exitUsage, "lease_ms"},
+		{"lease over the max (sidecar 400)", "", []string{"--lease", "1000h", "ex-u", "--", "true"}, exitUsage, "--lease: 1000h0m0s is not between 1ms and"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sock := tc.sock

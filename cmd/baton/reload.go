@@ -84,7 +84,7 @@ func findSidecar(ctx context.Context, sock string) (int, *api.Health, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", sock)
 	if err != nil {
-		return 0, nil, exitWith(exitUnavailable, fmt.Errorf("sidecar at %s unreachable: %w", sock, err))
+		return 0, nil, exitWith(exitUnavailable, fmt.Errorf("no sidecar answers at %s: %w (%s)", sock, err, socketHint))
 	}
 	pid, err := socketPeerPID(conn)
 	if err != nil {

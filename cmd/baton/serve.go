@@ -65,6 +65,9 @@ another sidecar).`,
 // configError prints every configuration error on stderr and returns the
 // exit-1 error of an invalid configuration.
 func configError(g *globals, err error) error {
+	if fe, ok := unreadableConfig(err); ok {
+		return exitWith(exitFailure, fe)
+	}
 	n := 1
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		n = len(j.Unwrap())

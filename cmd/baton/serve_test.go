@@ -103,7 +103,7 @@ func testStatus(t *testing.T, e *env, s *sidecarProc) {
 	}
 
 	code, _, stderr = runBaton(t, "--config", os.DevNull, "--socket", filepath.Join(e.dir, "none.sock"), "status")
-	if code != exitUnavailable || !strings.Contains(stderr, "unreachable") {
+	if code != exitUnavailable || !strings.Contains(stderr, "no sidecar answers at "+filepath.Join(e.dir, "none.sock")) {
 		t.Errorf("status without a sidecar: exit %d, stderr %q; want 69", code, stderr)
 	}
 
@@ -234,7 +234,7 @@ func testReloadCommand(t *testing.T, e *env, s *sidecarProc) {
 		t.Errorf("reload after fixing the file: exit %d, stdout %q", code, stdout)
 	}
 	code, _, stderr = runBaton(t, "--config", os.DevNull, "--socket", filepath.Join(e.dir, "none.sock"), "reload")
-	if code != exitUnavailable || !strings.Contains(stderr, "unreachable") {
+	if code != exitUnavailable || !strings.Contains(stderr, "no sidecar answers at "+filepath.Join(e.dir, "none.sock")) {
 		t.Errorf("reload without a sidecar: exit %d, stderr %q; want 69", code, stderr)
 	}
 }

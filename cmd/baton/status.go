@@ -86,6 +86,9 @@ func withClient(g *globals, cmd *cobra.Command, f func(ctx context.Context, c *c
 // clientExit maps a request error of the client commands to an exit status:
 // 69 unreachable or 503, 64 a request the sidecar rejected as bad, 1 else.
 func clientExit(c *client.Client, err error) error {
+	if msg, ok := sidecarUnreachable(err); ok {
+		return exitWith(exitUnavailable, msg)
+	}
 	switch {
 	case errors.Is(err, client.ErrUnavailable):
 		if _, ok := errors.AsType[*client.APIError](err); ok {
