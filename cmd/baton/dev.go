@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -27,8 +28,13 @@ func newDevCmd(g *globals) *cobra.Command {
 		Use:   "dev",
 		Short: "Start a local ZooKeeper, an in-process Kafka broker and the sidecar (development only)",
 		Long: `dev starts ZooKeeper (Debian's package, run with java on a free loopback
-port), an in-process Kafka-protocol broker (kfake) and the sidecar, and prints
-every setting it overrides. Ctrl-C stops all of them; their data is discarded.`,
+port), an in-process Kafka-protocol broker (kfake), a demo app that background
+ops are delivered to (unless sidecar.app.url is set) and the sidecar, and
+prints every setting it overrides, the exports that point the CLI of another
+shell at them, and a tour of every feature. The demo app logs each delivery
+and answers 200, or what it was told for an object or an op:
+  curl -XPOST 'http://127.0.0.1:PORT/answer?object=O&status=503&times=2'
+Ctrl-C stops all of them; their data is discarded.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -67,11 +73,22 @@ func runDev(ctx context.Context, g *globals, tick time.Duration) error {
 	defer k.Stop()
 	overrides := []props.Flag{
 		{Name: "baton dev", Key: "zookeeper.servers", Value: z.ConnString()},
+		{Name: "baton dev", Key: "zookeeper.tick.time", Value: strconv.FormatInt(tick.Milliseconds(), 10)},
 		{Name: "baton dev", Key: "kafka.brokers", Value: k.Addr()},
 		{Name: "baton dev", Key: "queue.dir", Value: filepath.Join(dir, "queue")},
 	}
 	if !g.socketSet() {
 		overrides = append(overrides, props.Flag{Name: "baton dev", Key: "sidecar.socket.path", Value: filepath.Join(dir, "baton.sock")})
+	}
+	// Background ops need an app to deliver to: the demo app, unless the
+	// configuration names one.
+	var app *demoApp
+	if base.Config.AppURL == "" {
+		if app, err = startDemoApp(out); err != nil {
+			return exitWith(exitUnavailable, err)
+		}
+		defer app.Close()
+		overrides = append(overrides, props.Flag{Name: "baton dev", Key: "sidecar.app.url", Value: app.URL()})
 	}
 	opts := g.loadOptions()
 	opts.Flags = append(overrides, opts.Flags...)
@@ -84,5 +101,14 @@ func runDev(ctx context.Context, g *globals, tick time.Duration) error {
 	for _, o := range overrides {
 		fmt.Fprintf(out, "dev: override %s=%s\n", o.Key, o.Value)
 	}
-	return devServe(ctx, g, loaded, t0)
+	if app != nil {
+		fmt.Fprintf(out, "dev: demo app %s: logs every delivery (app: lines), answers as told at %s/answer\n", app.URL(), app.Base())
+	} else {
+		fmt.Fprintf(out, "dev: background ops go to your app at %s (sidecar.app.url)\n", loaded.Config.AppURL)
+	}
+	appBase := "http://127.0.0.1:PORT"
+	if app != nil {
+		appBase = app.Base()
+	}
+	return devServe(ctx, g, loaded, t0, appBase)
 }

@@ -5,6 +5,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/batonhq/baton/props"
@@ -16,17 +19,18 @@ const devName = "baton dev"
 // devServe runs the real sidecar (and the background operations) on the
 // dev configuration, exactly as `baton serve` does, until ctx ends or
 // SIGTERM/SIGINT arrives; SIGHUP reloads with the same overrides.
-func devServe(ctx context.Context, g *globals, loaded *props.Loaded, t0 time.Time) error {
+func devServe(ctx context.Context, g *globals, loaded *props.Loaded, t0 time.Time, appBase string) error {
 	opts := devLoadOptions(g, loaded)
 	return serveLoaded(ctx, g, loaded, opts, func(sock string) {
-		out := g.stdout
-		fmt.Fprintf(out, "dev: ready in %v; socket %s\n", time.Since(t0).Round(time.Millisecond), sock)
-		fmt.Fprintf(out, "dev: try  curl --unix-socket %s -XPOST -d '{\"lease_ms\":60000}' http://baton/v1/locks/P1/acquire\n", sock)
-		fmt.Fprintln(out, "dev:      (the sidecar releases a lease as soon as the process that took it exits, so the")
-		fmt.Fprintln(out, "dev:      curl answer shows a grant that is released right after; to hold a lock from a")
-		fmt.Fprintf(out, "dev:      shell: baton --socket %s lock P1 -- CMD)\n", sock)
-		fmt.Fprintf(out, "dev:      curl --unix-socket %s http://baton/readyz\n", sock)
-		fmt.Fprintln(out, "dev: Ctrl-C stops")
+		exe, err := os.Executable()
+		if err != nil {
+			exe = "baton"
+		}
+		if abs, err := filepath.Abs(sock); err == nil {
+			sock = abs
+		}
+		fmt.Fprintf(g.stdout, "dev: ready in %v; socket %s\n", time.Since(t0).Round(time.Millisecond), sock)
+		printDevTour(g.stdout, exe, sock, strings.Join(loaded.Config.KafkaBrokers, ","), appBase)
 	})
 }
 

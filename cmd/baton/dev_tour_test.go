@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestDevTour builds baton with the dev tag, as `make run` does, starts
+// `baton dev` as a process and pastes what it prints into sh, as a new user
+// would: the exports, then every command of the tour, in order. Each
+// command must succeed and show what its step promises (a delivery done, a
+// retry, a dead letter, a replay): the tour works on a fresh checkout.
+func TestDevTour(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds baton -tags dev and runs ZooKeeper")
+	}
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("the tour uses curl, which is not installed")
+	}
+	dir, err := os.MkdirTemp("", "bd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	bin := filepath.Join(dir, "baton")
+	t0 := time.Now()
+	if b, err := exec.Command("go", "build", "-tags", "dev", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags dev: %v\n%s", err, b)
+	}
+	t.Logf("built baton -tags dev in %v", time.Since(t0).Round(time.Millisecond))
+
+	out := newLogBuf()
+	cmd := exec.Command(bin, "dev")
+	cmd.Env = cleanProcEnv()
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("baton dev output:\n%s", out.String())
+		}
+	})
+	printed := out.waitFor(t, 0, "dev: Ctrl-C stops", 90*time.Second)
+
+	// What a user pastes: the export lines, then the tour's commands.
+	var exports, cmds []string
+	inTour := false
+	for line := range strings.Lines(printed) {
+		line = strings.TrimRight(line, "\n")
+		rest, ok := strings.CutPrefix(line, "dev:   ")
+		switch {
+		case line == "dev: then try:":
+			inTour = true
+		case !ok:
+		case strings.HasPrefix(rest, "export "):
+			exports = append(exports, rest)
+		case inTour && !strings.HasPrefix(rest, "#"):
+			cmds = append(cmds, rest)
+		}
+	}
+	if len(exports) != 2 {
+		t.Fatalf("want 2 export lines, got %q", exports)
+	}
+	app := regexp.MustCompile(`demo app: (http://127\.0\.0\.1:\d+)/answer`).FindStringSubmatch(printed)
+	if app == nil {
+		t.Fatalf("no demo app address in the output")
+	}
+	steps := devTour(app[1])
+	var want []devStep
+	for _, s := range steps {
+		if s.Cmd != "" {
+			want = append(want, s)
+		}
+	}
+	if len(cmds) != len(want) {
+		t.Fatalf("printed %d commands, the tour has %d:\n%s", len(cmds), len(want), strings.Join(cmds, "\n"))
+	}
+
+	var lease string
+	for i, s := range want {
+		if cmds[i] != s.Cmd {
+			t.Fatalf("command %d printed as\n  %s\nnot\n  %s", i+1, cmds[i], s.Cmd)
+		}
+		line := strings.ReplaceAll(s.Cmd, devLeasePlaceholder, lease)
+		// Read-only commands are repeated until the step shows what it
+		// promises (a delivery or a dead letter takes a moment).
+		readOnly := strings.HasPrefix(line, "baton ops get") || strings.HasPrefix(line, "baton dlq ls")
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			got, err := shell(exports, line)
+			ok := err == nil && strings.Contains(got, s.Want)
+			if ok {
+				t.Logf("$ %s\n%s", line, got)
+				if lease == "" {
+					if m := regexp.MustCompile(`"lease_id":"([^"]+)"`).FindStringSubmatch(got); m != nil {
+						lease = m[1]
+					}
+				}
+				break
+			}
+			if !readOnly || time.Now().After(deadline) {
+				t.Fatalf("$ %s\n%s\nerror %v; want output containing %q", line, got, err, s.Want)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+
+	// Every op of the tour reached the app: tour-1 and tour-3 once each
+	// accepted, tour-2 after two 503s.
+	log := out.String()
+	for _, l := range []string{
+		"object=article-1 token=",
+		"op=tour-2 object=article-2 token=",
+		"attempt=1 seq=1 payload={\"title\":\"flaky\"} -> 503",
+		"attempt=3 seq=1 payload={\"title\":\"flaky\"} -> 200",
+		"op=tour-3 object=article-3",
+		"-> 400 (rule object:article-3)",
+	} {
+		if !strings.Contains(log, l) {
+			t.Errorf("the dev output has no %q", l)
+		}
+	}
+
+	// Ctrl-C stops everything, exit status 0.
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		exited <- err // for the cleanup
+		if err != nil {
+			t.Fatalf("baton dev after SIGINT: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("baton dev did not exit within 30s of SIGINT")
+	}
+}
+
+// shell runs line in sh after the exports, as pasted into a shell.
+func shell(exports []string, line string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	script := strings.Join(exports, "\n") + "\n" + line + "\n"
+	c := exec.CommandContext(ctx, "sh", "-c", script)
+	c.Env = cleanProcEnv()
+	b, err := c.CombinedOutput()
+	if err != nil {
+		return string(b), fmt.Errorf("%v", err)
+	}
+	return string(b), nil
+}
