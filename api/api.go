@@ -40,6 +40,9 @@ const (
 	ReasonSessionLost      = "zookeeper session lost"
 	ReasonProcessExited    = "holder process exited"
 	ReasonLockDeleted      = "lock node deleted by someone else"
+	// ReasonRevoked starts the reason of a lease an operator revoked
+	// (POST /v1/locks/{object}/revoke): "revoked: <the operator's reason>".
+	ReasonRevoked = "revoked"
 )
 
 // Time is an instant that encodes as RFC 3339 UTC with milliseconds
@@ -107,6 +110,38 @@ type AcquireRequest struct {
 	WaitMS  *int64 `json:"wait_ms,omitempty"`
 	LeaseMS *int64 `json:"lease_ms,omitempty"`
 	Bind    string `json:"bind,omitempty"` // BindNone or BindProcess
+	// LeaseID, if set, re-enters: it names a lease this sidecar holds on
+	// the same object (or the Baton-Lease-Id of an op delivery in
+	// progress), and the answer is that lease with Holds one higher (and
+	// renewed) instead of a new grant; type, info, wait_ms and bind are
+	// ignored. Each release counts one hold down; the lock is freed when
+	// the last is released. A lease of another object or of another run
+	// of the sidecar is a 400 naming lease_id.
+	LeaseID string `json:"lease_id,omitempty"`
+}
+
+// RevokeRequest is the body of POST /v1/locks/{object}/revoke (any
+// sidecar): the holder's sidecar refuses its renewals (410, reason
+// "revoked: <reason>"), tells it at once and frees the lock after the
+// last valid_until it told. Token, if set, revokes only the grant with
+// that fencing token.
+type RevokeRequest struct {
+	Reason string `json:"reason,omitempty"`
+	Token  int64  `json:"token,string,omitempty"`
+}
+
+// RevokeResponse is the answer of a revoke (202): the revocation reached
+// the holder's privateLock in ZooKeeper. Local says the holder is a
+// lease of this sidecar: it was told at once, and FreedAfter is the
+// valid_until it was last told, after which the lock is freed. A remote
+// holder's sidecar learns it through its watch on privateLock.
+type RevokeResponse struct {
+	Object     string  `json:"object"`
+	Token      int64   `json:"token,string"`
+	Reason     string  `json:"reason"` // the lease's reason: "revoked: …"
+	Holder     *Holder `json:"holder"`
+	Local      bool    `json:"local"`
+	FreedAfter *Time   `json:"freed_after,omitempty"`
 }
 
 // RenewRequest is the body of POST /v1/leases/{id}/renew. LeaseMS defaults
@@ -144,6 +179,10 @@ type Lease struct {
 	// a lease not released is told lost (reason "shutdown").
 	DrainEndsAt *Time `json:"drain_ends_at,omitempty"`
 	DrainForMS  int64 `json:"drain_for_ms,omitempty"`
+	// Holds counts the holders of a re-entered lease (AcquireRequest.LeaseID):
+	// 1 after the first acquire, +1 per re-entry, −1 per release; 0 once
+	// ended.
+	Holds int `json:"holds"`
 }
 
 // DrainResponse is the answer of POST /v1/drain (202): the drain has
@@ -161,9 +200,10 @@ type DrainResponse struct {
 
 // ReleaseResponse is the answer of DELETE /v1/leases/{id}.
 type ReleaseResponse struct {
-	Released bool   `json:"released"`
+	Released bool   `json:"released"` // the lock was freed (no holds left)
 	Object   string `json:"object"`
 	Token    int64  `json:"token,string"`
+	Holds    int    `json:"holds"` // holds left on a re-entered lease; 0 when freed
 }
 
 // Holder is the holder of an object as found in ZooKeeper. Nodes Baton did
@@ -175,6 +215,12 @@ type Holder struct {
 	Sidecar string `json:"sidecar"`
 	Token   int64  `json:"token,string"`
 	Since   Time   `json:"since"`
+	// Holds is the hold count of a re-entered lease, when the holder is a
+	// lease of the sidecar answering (0: unknown, another sidecar's).
+	Holds int `json:"holds,omitempty"`
+	// Revocation is the reason of a revocation written to the holder
+	// and not yet carried out (the lock is freed after the validity told).
+	Revocation string `json:"revocation,omitempty"`
 }
 
 // Waiter is one waiting request, in grant order.

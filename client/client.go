@@ -147,6 +147,7 @@ type acquireOptions struct {
 	waitSet bool
 	lease   time.Duration
 	noRenew bool
+	reenter string // lease id to re-enter
 }
 
 // WithType asks for a Foreground (default) or Background lock.
@@ -166,6 +167,15 @@ func WithWait(d time.Duration) Option {
 // not renewed within it. Without it the sidecar's sidecar.lease.default
 // applies.
 func WithLease(d time.Duration) Option { return func(o *acquireOptions) { o.lease = d } }
+
+// WithReentry re-enters the lease with this id instead of asking for a new
+// grant: it must be a lease the same sidecar holds on the same object (e.g.
+// BATON_LEASE_ID in a command run by `baton lock`, or the Baton-Lease-Id
+// header of an op delivery). The answer is that lease with one more hold
+// (Lease.Holds); Release counts one down and the lock is freed at zero.
+// Acquire re-enters by itself when ctx carries a lease on the object (see
+// LeaseFrom). Type, info and wait do not apply to a re-entry.
+func WithReentry(leaseID string) Option { return func(o *acquireOptions) { o.reenter = leaseID } }
 
 // WithoutRenewal turns the automatic renewal and loss watch off: the caller
 // renews with Lease.Renew and watches ValidFor itself.
@@ -194,7 +204,14 @@ func (c *Client) Acquire(ctx context.Context, object string, opts ...Option) (*L
 	for _, f := range opts {
 		f(&o)
 	}
-	req := api.AcquireRequest{Type: o.typ, Info: o.info, Bind: api.BindProcess}
+	if o.reenter == "" {
+		// Already holding the object (inside Lock's fn): re-enter rather
+		// than wait on ourselves.
+		if pl := LeaseFrom(ctx); pl != nil && pl.object == object && pl.Err() == nil {
+			o.reenter = pl.id
+		}
+	}
+	req := api.AcquireRequest{Type: o.typ, Info: o.info, Bind: api.BindProcess, LeaseID: o.reenter}
 	if o.waitSet {
 		ms := ceilMS(o.wait)
 		req.WaitMS = &ms
@@ -283,6 +300,21 @@ func (c *Client) Lock(ctx context.Context, object string, fn func(ctx context.Co
 func (c *Client) Drain(ctx context.Context) (*api.DrainResponse, error) {
 	var v api.DrainResponse
 	if _, err := c.send(ctx, http.MethodPost, "/v1/drain", nil, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// Revoke asks for the holder of object to be revoked (through any sidecar):
+// its sidecar refuses its renewals (410, reason "revoked: <reason>"), tells
+// it at once, and frees the lock after the last validity it told it. A
+// token other than 0 revokes only the grant with that fencing token. No
+// holder is an error wrapping ErrNoNode; a holder that is not a Baton grant
+// (the plugin's) is a 409 *APIError: it cannot be revoked safely.
+func (c *Client) Revoke(ctx context.Context, object, reason string, token int64) (*api.RevokeResponse, error) {
+	var v api.RevokeResponse
+	req := api.RevokeRequest{Reason: reason, Token: token}
+	if _, err := c.send(ctx, http.MethodPost, "/v1/locks/"+url.PathEscape(object)+"/revoke", req, &v); err != nil {
 		return nil, err
 	}
 	return &v, nil

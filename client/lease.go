@@ -76,6 +76,14 @@ func (l *Lease) Node() string { return l.node }
 // Token returns the fencing token: hand it to the storage with every write.
 func (l *Lease) Token() int64 { return l.token }
 
+// Holds returns the lease's hold count as the sidecar last told it: 1, or
+// more once re-entered (WithReentry); 0 once it ended.
+func (l *Lease) Holds() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.last.Holds
+}
+
 // Last returns the latest lease body the sidecar sent.
 func (l *Lease) Last() api.Lease {
 	l.mu.Lock()

@@ -160,6 +160,9 @@ func (d *Dispatcher) deliver(op queue.Op, g *lock.Grant, set *settings) outcome 
 	h.Set(HeaderAcceptedAt, op.AcceptedAt.UTC().Format(api.TimeFormat))
 	h.Set(HeaderAttempt, strconv.Itoa(attempt))
 	h.Set(HeaderLeaseID, LeaseID(op.ID, attempt))
+	if d.hold != nil { // the app may re-enter the lock with Baton-Lease-Id
+		defer d.hold(LeaseID(op.ID, attempt), g)()
+	}
 
 	resp, err := d.app.hc.Do(req)
 	if err == nil {

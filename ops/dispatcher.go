@@ -55,6 +55,11 @@ type Deps struct {
 	// PurgeInterval is how often finished ops past queue.retention are
 	// deleted; default 1 minute.
 	PurgeInterval time.Duration
+	// Hold, if set, is called before each delivery with its Baton-Lease-Id
+	// and grant, and the func it returns when the delivery is over: the
+	// sidecar lets the app re-enter the object's lock with that id
+	// ([sidecar.Server.HoldDelivery]).
+	Hold func(leaseID string, g *lock.Grant) (done func())
 }
 
 // settings are the "next" properties: read once per attempt.
@@ -73,7 +78,8 @@ type Dispatcher struct {
 	log     *slog.Logger
 	nodeID  string
 	eng     *lock.Engine
-	store   *queue.Store // nil when disabled
+	hold    func(leaseID string, g *lock.Grant) (done func()) // Deps.Hold
+	store   *queue.Store                                      // nil when disabled
 	pub     *dlq.Publisher
 	app     *appClient
 	m       *metrics
@@ -128,6 +134,7 @@ func New(cfg props.Config, deps Deps) (*Dispatcher, error) {
 		log:     deps.Logger.With("component", "ops"),
 		nodeID:  cfg.NodeID,
 		eng:     deps.Engine,
+		hold:    deps.Hold,
 		m:       newMetrics(),
 		purgeIv: deps.PurgeInterval,
 		dlqWake: make(chan struct{}, 1),

@@ -34,8 +34,9 @@
 // ended because ZooKeeper became unavailable — session lost — which counts
 // nothing, see below). The payload is
 // sent byte for byte as accepted. Baton-Fencing-Token is the grant's token.
-// Baton-Lease-Id is "op:<id>:<attempt>": a worker's grant has no HTTP lease,
-// so it names the attempt; /v1/leases does not know it.
+// Baton-Lease-Id is "op:<id>:<attempt>": a worker's grant has no HTTP lease
+// of its own, so it names the attempt; while the delivery runs, an acquire
+// of the same object with it as "lease_id" re-enters the lock (Deps.Hold).
 //
 // Outcomes: 2xx → done. InstanceLockException, timeouts, connection errors,
 // 408, 409, 423, 429, 5xx (and 1xx/3xx) → retrying at now +

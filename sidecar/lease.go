@@ -53,8 +53,12 @@ type lease struct {
 	told    time.Time // the latest valid_until told to the holder (monotonic)
 	ended   bool
 	state   string // once ended: api.StateLost or api.StateReleased
-	reason  string
-	endedAt time.Time
+	holds   int    // holders of a re-entered lease (reentry.go); 1 when acquired
+	// external: an op delivery's grant (reentry.go), held and released by
+	// the dispatcher; the API may re-enter it, never free its last hold.
+	external bool
+	reason   string
+	endedAt  time.Time
 
 	// No goroutine per lease: expiry is a timer that re-arms itself while
 	// renewals move lease_expires_at, and the grant's loss is a callback on
@@ -82,7 +86,7 @@ func (s *Server) addLease(g *lock.Grant, pid int32, length time.Duration) (*leas
 	now := time.Now()
 	l := &lease{
 		id: s.newLeaseID(), g: g, pid: pid, length: length,
-		expires: now.Add(length), done: make(chan struct{}),
+		expires: now.Add(length), done: make(chan struct{}), holds: 1,
 	}
 	s.mu.Lock()
 	if s.stopping() || s.closed {
@@ -135,6 +139,8 @@ func (s *Server) finishLease(l *lease, state, reason, msg string, cond func() bo
 	l.ended, l.state, l.reason, l.endedAt = true, state, reason, now
 	if l.timer != nil {
 		l.timer.Stop()
+	}
+	if l.stopLost != nil {
 		l.stopLost()
 	}
 	l.mu.Unlock()
@@ -249,6 +255,9 @@ func (s *Server) view(l *lease, tell bool) api.Lease {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out.LeaseExpiresAt = api.NewTime(l.expires)
+	if !l.ended {
+		out.Holds = l.holds
+	}
 	switch {
 	case l.ended:
 		out.State, out.Reason = l.state, l.reason
@@ -359,6 +368,9 @@ func (s *Server) release(ctx context.Context, l *lease) (api.ReleaseResponse, er
 	if err := g.Err(); err != nil {
 		s.finishLease(l, api.StateLost, lostReason(err), err.Error(), nil)
 		return api.ReleaseResponse{}, lockLost(lostReason(err), "lease %s on %q was lost before the release: %v", l.id, g.Object(), err)
+	}
+	if res, done, err := s.releaseHold(l); done {
+		return res, err
 	}
 	if !s.finishLease(l, api.StateReleased, "", "", nil) {
 		_, err := s.lookup(l.id)

@@ -87,7 +87,7 @@ func (m *metrics) setSession(state string) {
 // made itself, the Go and process collectors) to reg.
 func (s *Server) registerMetrics(reg prometheus.Registerer, own bool) error {
 	cs := []prometheus.Collector{
-		s.m.acquire, s.m.leases, s.m.fastpath, s.m.session,
+		s.m.acquire, s.m.leases, s.m.fastpath, s.m.session, s.revokes,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_locks_held", Help: "Grants the engine holds (API leases and background deliveries)."},
 			func() float64 { return float64(s.eng.Health().Held) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_lock_waiters", Help: "Acquires waiting in a queue in ZooKeeper."},

@@ -18,21 +18,28 @@ import (
 // peerPID returns the pid of the process at the other end of a unix socket
 // connection (SO_PEERCRED), 0 when not visible.
 func peerPID(c net.Conn) int32 {
+	pid, _ := peerCred(c)
+	return pid
+}
+
+// peerCred returns the pid and uid of the process at the other end of a
+// unix socket connection (SO_PEERCRED); pid 0 and uid -1 when not visible.
+func peerCred(c net.Conn) (pid, uid int32) {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
-		return 0
+		return 0, -1
 	}
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		return 0
+		return 0, -1
 	}
 	var cred *unix.Ucred
 	if err := raw.Control(func(fd uintptr) {
 		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil || cred == nil {
-		return 0
+		return 0, -1
 	}
-	return cred.Pid
+	return cred.Pid, int32(cred.Uid)
 }
 
 // pollInterval is how often the fallback checks /proc/<pid> when pidfd_open

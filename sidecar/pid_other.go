@@ -10,6 +10,8 @@ import (
 // peerPID is not available on this platform: leases rely on expiry alone.
 func peerPID(net.Conn) int32 { return 0 }
 
+func peerCred(net.Conn) (pid, uid int32) { return 0, -1 }
+
 func newExitWaiter(int, *slog.Logger) exitWaiter { return neverWaiter{make(chan struct{})} }
 
 type neverWaiter struct{ quit chan struct{} }

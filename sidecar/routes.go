@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -31,6 +32,7 @@ const defaultLongPoll = 30 * time.Second
 type router struct {
 	s                                                                                                   *Server
 	healthz, readyz, metrics, list, inspect, acquire, lease, renew, drain, opsSubmit, opsGet, opsReplay methods
+	revoke                                                                                              methods
 }
 
 func (s *Server) routes() http.Handler {
@@ -43,6 +45,7 @@ func (s *Server) routes() http.Handler {
 		list:      methods{http.MethodGet: s.list},
 		inspect:   methods{http.MethodGet: s.inspect},
 		acquire:   methods{http.MethodPost: s.acquire},
+		revoke:    methods{http.MethodPost: s.revoke},
 		lease:     methods{http.MethodGet: s.getLease, http.MethodDelete: s.deleteLease},
 		renew:     methods{http.MethodPost: s.renewLease},
 		drain:     methods{http.MethodPost: s.startDrain},
@@ -129,6 +132,9 @@ func (rt *router) match(r *http.Request) methods {
 		case n == 4 && segs[3] == "acquire":
 			r.SetPathValue("object", segs[2])
 			return rt.acquire
+		case n == 4 && segs[3] == "revoke":
+			r.SetPathValue("object", segs[2])
+			return rt.revoke
 		}
 	case "leases":
 		switch {
@@ -221,7 +227,31 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 		}
 		length = d
 	}
-	opts := lock.AcquireOptions{Info: req.Info, Wait: wait}
+	if req.LeaseID != "" {
+		l, err := s.reentrant(req.LeaseID, obj)
+		if err != nil {
+			return err
+		}
+		var length time.Duration
+		if req.LeaseMS != nil {
+			length = time.Duration(*req.LeaseMS) * time.Millisecond
+		}
+		v, err := s.reenter(l, length)
+		if err != nil {
+			return err
+		}
+		s.m.acquire.WithLabelValues(l.g.Type().String(), resReentered).Observe(0)
+		writeJSON(w, http.StatusOK, v)
+		return nil
+	}
+	// A revocation written by any sidecar reaches the lease here (set once
+	// the lease exists; one arriving before is found by LastSignal below).
+	var held atomic.Pointer[lease]
+	opts := lock.AcquireOptions{Info: req.Info, Wait: wait, OnSignal: func(sig lock.Signal) {
+		if l := held.Load(); l != nil {
+			s.onSignal(l, sig)
+		}
+	}}
 	if wait == 0 {
 		// try once; the engine's default wait bounds waiting for a connection
 		opts.TryOnce, opts.Wait = true, 0
@@ -277,7 +307,12 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	result = resGranted
-	writeJSON(w, http.StatusOK, s.view(l, true))
+	held.Store(l)
+	v := s.view(l, true)
+	if sig, ok := g.LastSignal(); ok {
+		s.onSignal(l, sig) // revoked before the lease existed: told right after this answer
+	}
+	writeJSON(w, http.StatusOK, v)
 	return nil
 }
 
@@ -440,6 +475,11 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out := api.LockStatus{Object: obj, Holder: holderOf(st.Holder), Waiters: make([]api.Waiter, 0, len(st.Waiters))}
+	if h := out.Holder; h != nil {
+		if l := s.leaseByToken(obj, h.Token); l != nil {
+			h.Holds = l.holdsOf()
+		}
+	}
 	for _, n := range st.Waiters {
 		out.Waiters = append(out.Waiters, api.Waiter{Node: n.Name, Type: n.Type, Info: n.Info, Sidecar: n.Sidecar, Since: api.NewTime(n.Since)})
 	}
@@ -451,7 +491,11 @@ func holderOf(n *lock.Node) *api.Holder {
 	if n == nil {
 		return nil
 	}
-	return &api.Holder{Node: n.Name, Type: n.Type, Info: n.Info, Sidecar: n.Sidecar, Token: n.Token, Since: api.NewTime(n.Since)}
+	h := &api.Holder{Node: n.Name, Type: n.Type, Info: n.Info, Sidecar: n.Sidecar, Token: n.Token, Since: api.NewTime(n.Since)}
+	if n.Signal != nil && n.Signal.Kind == SignalRevoke {
+		h.Revocation = revokeReason(n.Signal.Reason)
+	}
+	return h
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) error {

@@ -52,6 +52,7 @@ type Server struct {
 	eng     *lock.Engine
 	reg     *prometheus.Registry
 	m       *metrics
+	revokes *prometheus.CounterVec // baton_revocations_total (revoke.go)
 	inc     string
 	started time.Time
 	handler http.Handler
@@ -64,7 +65,8 @@ type Server struct {
 	tombs      map[string]tomb
 	tombQ      []tombRef
 	pids       map[int32]*pidWatch
-	leaseEnded chan struct{} // closed and replaced whenever a lease ends
+	revoked    map[*lease]time.Time // revoked leases whose grant is freed after the valid_until told (revoke.go)
+	leaseEnded chan struct{}        // closed and replaced whenever a lease ends
 	closed     bool
 
 	waiters atomic.Int64 // acquires in flight
@@ -111,6 +113,8 @@ func New(cfg props.Config, opts Options) (*Server, error) {
 		opts:       opts,
 		log:        opts.Logger.With("component", "sidecar"),
 		m:          newMetrics(),
+		revokes:    newRevokeMetric(),
+		revoked:    map[*lease]time.Time{},
 		inc:        newIncarnation(now),
 		started:    now,
 		leases:     map[string]*lease{},
@@ -296,8 +300,8 @@ func (s *Server) Run(ctx context.Context) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if pid := peerPID(c); pid > 0 {
-				return context.WithValue(ctx, pidKey{}, pid)
+			if pid, uid := peerCred(c); pid > 0 {
+				return context.WithValue(context.WithValue(ctx, uidKey{}, uid), pidKey{}, pid)
 			}
 			return ctx
 		},
@@ -390,6 +394,7 @@ func (s *Server) drain() {
 		s.waitLeases(func(last time.Time) time.Time { return last })
 	}
 	s.endGrace()
+	s.waitRevoked()
 	s.endAll()
 	if opsDone != nil {
 		<-opsDone
@@ -442,8 +447,8 @@ func (s *Server) endAll() {
 	}
 	s.mu.Unlock()
 	for _, l := range ls {
-		if s.finishLease(l, api.StateLost, api.ReasonShutdown, "the sidecar shut down", nil) {
-			s.releaseGrant(l.g)
+		if s.finishLease(l, api.StateLost, api.ReasonShutdown, "the sidecar shut down", nil) && !l.external {
+			s.releaseGrant(l.g) // an op delivery's grant is the dispatcher's to release
 		}
 	}
 }

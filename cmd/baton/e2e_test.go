@@ -377,6 +377,8 @@ func TestE2E(t *testing.T) {
 	t.Run("lock/conflict", func(t *testing.T) { testLockConflict(t, e, shared) })
 	t.Run("lock/lost-kill-grace", func(t *testing.T) { testLockLostKillGrace(t, e, shared) })
 	t.Run("lock/released-by-cmd", func(t *testing.T) { testLockReleasedByCmd(t, e, shared) })
+	t.Run("lock/reentry", func(t *testing.T) { testLockReentry(t, e, shared) })
+	t.Run("lock/revoked", func(t *testing.T) { testLockRevoked(t, e, shared) })
 	t.Run("lock/signals", func(t *testing.T) { testLockSignals(t, e, shared) })
 	t.Run("lock/leftovers-killed", func(t *testing.T) { testLockLeftovers(t, e, shared) })
 	t.Run("lock/parent-killed", func(t *testing.T) { testLockParentKilled(t, e, shared) })
@@ -396,6 +398,7 @@ func TestE2E(t *testing.T) {
 		t.Run("serve/refuses-to-start", func(t *testing.T) { t.Parallel(); testServeRefuses(t, e) })
 		t.Run("serve/sighup-reload", func(t *testing.T) { t.Parallel(); testServeReload(t, e) })
 		t.Run("serve/kill9-1000-ops", func(t *testing.T) { t.Parallel(); testKill9Ops(t, e) })
+		t.Run("ops/handler-reenters", func(t *testing.T) { t.Parallel(); testOpHandlerReenters(t, e) })
 	})
 	shared.stop(t)
 }

@@ -219,6 +219,11 @@ func acquireForLock(ctx context.Context, c *client.Client, obj string, f lockFla
 	if f.lease > 0 {
 		opts = append(opts, client.WithLease(f.lease))
 	}
+	if id := os.Getenv(envLeaseID); id != "" && os.Getenv(envObject) == obj {
+		// Run by a baton lock (or an op handler) already holding obj:
+		// re-enter its lease instead of waiting on ourselves.
+		opts = append(opts, client.WithReentry(id))
+	}
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	type result struct {

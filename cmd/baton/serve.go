@@ -172,7 +172,7 @@ func serveLoaded(ctx context.Context, g *globals, loaded *props.Loaded, opts pro
 // OpsDisabled itself). The dispatcher opens queue.dir, whose file lock
 // keeps a second sidecar off the same directory.
 func wireOps(cfg props.Config, srv *sidecar.Server, log *slog.Logger) (*ops.Dispatcher, error) {
-	d, err := ops.New(cfg, ops.Deps{Engine: srv.Engine(), Registry: srv.Registry(), Logger: log})
+	d, err := ops.New(cfg, ops.Deps{Engine: srv.Engine(), Registry: srv.Registry(), Logger: log, Hold: srv.HoldDelivery})
 	if err != nil {
 		return nil, err
 	}

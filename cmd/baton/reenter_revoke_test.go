@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/client"
+	"github.com/batonhq/baton/ops/opstest"
+)
+
+// testLockReentry: `baton lock X -- baton lock X -- CMD` re-enters (the
+// inner one finds BATON_LEASE_ID of the same object in its environment)
+// instead of waiting on its parent until 75: exit 0, the inner CMD sees
+// the same lease and token, and X is free afterwards.
+func testLockReentry(t *testing.T, e *env, s *sidecarProc) {
+	const obj = "reenter-1"
+	p := start(t, "nested baton lock", nil, e.bin, "--config", os.DevNull, "--socket", s.socket, "lock", "--wait", "0", obj, "--",
+		"sh", "-c", `echo "outer $BATON_LEASE_ID $BATON_FENCING_TOKEN"; exec "$0" --config /dev/null --socket "$1" lock --wait 0 "$BATON_OBJECT" -- sh -c 'echo "inner $BATON_LEASE_ID $BATON_FENCING_TOKEN"'`,
+		e.bin, s.socket)
+	if code := p.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("nested baton lock exited %d, want 0; output:\n%s", code, p.out.String())
+	}
+	var outer, inner []string
+	for _, ln := range strings.Split(p.out.String(), "\n") {
+		f := strings.Fields(ln)
+		switch {
+		case len(f) == 3 && f[0] == "outer":
+			outer = f[1:]
+		case len(f) == 3 && f[0] == "inner":
+			inner = f[1:]
+		}
+	}
+	if outer == nil || inner == nil || outer[0] != inner[0] || outer[1] != inner[1] {
+		t.Errorf("outer %v, inner %v: want the same lease and token; output:\n%s", outer, inner, p.out.String())
+	}
+	if h := holderOf(t, s.socket, obj); h != nil {
+		t.Errorf("holder after both exited = %+v, want none", h)
+	}
+}
+
+// testLockRevoked: `baton revoke X --reason R` while `baton lock X -- CMD`
+// runs: CMD gets SIGTERM at once (its trap runs), baton lock exits 76
+// saying "revoked: R"; baton revoke prints what it did and exits 0; a
+// second revoke finds no holder once the lock is freed (exit 1).
+func testLockRevoked(t *testing.T, e *env, s *sidecarProc) {
+	const obj = "revoke-1"
+	r := startLock(s.socket, nil, "--lease", "1m", obj, "--", "sh", "-c",
+		`trap "echo got-TERM; exit 3" TERM; echo started; while :; do sleep 0.05; done`)
+	r.out.waitFor(t, 0, "started", 30*time.Second)
+	time.Sleep(100 * time.Millisecond) // past the holder watch's arming delay
+	var out, errb bytes.Buffer
+	t0 := time.Now()
+	if code := runIn([]string{"--config", os.DevNull, "--socket", s.socket, "revoke", "--reason", "stuck job", obj}, nil, &out, &errb); code != 0 {
+		t.Fatalf("baton revoke exited %d: %s %s", code, out.String(), errb.String())
+	}
+	code, at := r.wait(t, 30*time.Second)
+	t.Logf("baton revoke → baton lock exited %d after %v", code, at.Sub(t0).Round(time.Millisecond))
+	if code != exitLost || !strings.Contains(r.out.String(), "got-TERM") || !strings.Contains(r.err.String(), "revoked: stuck job") {
+		t.Errorf("baton lock: exit %d stdout %q stderr %q; want %d, got-TERM, revoked: stuck job", code, r.out.String(), r.err.String(), exitLost)
+	}
+	if !strings.Contains(out.String(), `revoked "revoke-1"`) || !strings.Contains(out.String(), "revoked: stuck job") {
+		t.Errorf("baton revoke printed %q", out.String())
+	}
+	waitCond(t, 30*time.Second, "the revoked lock freed", func() bool { return holderOf(t, s.socket, obj) == nil })
+	out.Reset()
+	errb.Reset()
+	if code := runIn([]string{"--config", os.DevNull, "--socket", s.socket, "revoke", obj}, nil, &out, &errb); code != exitFailure || !strings.Contains(errb.String(), "not held") {
+		t.Errorf("revoke of a free object: exit %d, stderr %q; want %d, not held", code, errb.String(), exitFailure)
+	}
+}
+
+// testOpHandlerReenters: a background-op handler that locks its own object
+// with the delivery's Baton-Lease-Id re-enters the delivery's grant (same
+// token, 2 holds) and the op is done on its first attempt; the same acquire
+// without the id waits on the delivery itself and is refused (423), as
+// every such handler was before re-entry (its op ended dead-lettered). The
+// delivery's own hold cannot be released by the app (409).
+func testOpHandlerReenters(t *testing.T, e *env) {
+	var sock string // set before the first op is submitted
+	results := make(chan error, 1)
+	app := opstest.StartT(t, opstest.Options{Respond: func(ctx context.Context, d opstest.Delivery) int {
+		err := func() error {
+			c := client.New(sock)
+			defer c.Close()
+			if _, err := c.Acquire(ctx, d.Object, client.WithWait(0)); !errors.As(err, new(*client.InstanceLockError)) {
+				return fmt.Errorf("acquire without the lease id = %v, want 423 (the delivery holds it)", err)
+			}
+			id := d.Header.Get("Baton-Lease-Id")
+			l, err := c.Acquire(ctx, d.Object, client.WithReentry(id), client.WithWait(0))
+			if err != nil {
+				return fmt.Errorf("re-entry with Baton-Lease-Id %s: %w", id, err)
+			}
+			if strconv.FormatInt(l.Token(), 10) != d.Token || l.Holds() != 2 {
+				return fmt.Errorf("re-entered token %d holds %d, want the delivery's token %s, 2 holds", l.Token(), l.Holds(), d.Token)
+			}
+			if err := l.Release(ctx); err != nil {
+				return fmt.Errorf("release of the re-entered hold: %w", err)
+			}
+			code, body := rawDo(t, sock, "DELETE", "/v1/leases/"+id)
+			if code != 409 {
+				return fmt.Errorf("DELETE of the delivery's own hold = %d %s, want 409", code, body)
+			}
+			return nil
+		}()
+		select {
+		case results <- err:
+		default:
+		}
+		if err != nil {
+			return 500
+		}
+		return 200
+	}})
+	s := e.startSidecar(t, "op-reenter", map[string]string{"sidecar.app.url": app.URL(), "elastic.request.retry.count": "0"})
+	defer s.stop(t)
+	sock = s.socket
+	c := client.New(s.socket)
+	defer c.Close()
+	if _, err := c.Submit(context.Background(), api.OpRequest{ID: "reenter-op", Object: "article-re"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-results:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("no delivery within 60s")
+	}
+	var op *api.Op
+	waitCond(t, 30*time.Second, "the op done", func() bool {
+		var err error
+		op, err = c.Op(context.Background(), "reenter-op")
+		return err == nil && op.State == api.OpDone
+	})
+	if ds := app.ByID("reenter-op"); len(ds) != 1 || ds[0].Status != 200 || op.LastError != "" {
+		t.Errorf("op = %+v after %d deliveries, want done on its first delivery", op, len(ds))
+	}
+	waitCond(t, 30*time.Second, "the object freed", func() bool { return holderOf(t, s.socket, "article-re") == nil })
+}

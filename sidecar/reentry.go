@@ -1,0 +1,143 @@
+package sidecar
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/lock"
+)
+
+// resReentered is the baton_lock_acquire_seconds result of a re-entry.
+const resReentered = "reentered"
+
+// Re-entry (Curator's InterProcessMutex): an acquire that names, in
+// "lease_id", a lease this sidecar holds on the same object gets that lease
+// back with one more hold instead of waiting on itself; each release counts
+// one hold down and the lock is freed at zero. Holds are local to the
+// sidecar: ZooKeeper sees one grant, one token.
+
+// reentrant returns the lease an acquire with lease_id re-enters, or the
+// error to answer: a lease of another object, another run of the sidecar,
+// or none at all is a 400 naming lease_id; a lost one answers 410 like a
+// renewal would.
+func (s *Server) reentrant(id, object string) (*lease, error) {
+	s.mu.Lock()
+	l := s.leases[id]
+	s.mu.Unlock()
+	if l == nil {
+		if m := leaseIDRE.FindStringSubmatch(id); m != nil && m[1] != s.inc {
+			return nil, badRequest("lease_id", "lease %s was not granted by this run of this sidecar (incarnation %s, this one is %s): only a lease held through this sidecar can be re-entered", id, m[1], s.inc)
+		}
+		if _, err := s.lookup(id); err != nil {
+			if he, ok := err.(*httpError); ok && he.Body.Kind == api.LockLost {
+				return nil, err
+			}
+		}
+		if strings.HasPrefix(id, "op:") {
+			return nil, badRequest("lease_id", "%q names no op delivery in progress on this sidecar (a Baton-Lease-Id can be re-entered only while its delivery runs)", id)
+		}
+		return nil, badRequest("lease_id", "no lease %q is held through this sidecar (never granted, released, or not a lease id)", id)
+	}
+	if o := l.g.Object(); o != object {
+		return nil, badRequest("lease_id", "lease %s holds %q, not %q: a lease re-enters only its own object", id, o, object)
+	}
+	return l, nil
+}
+
+// reenter adds a hold to l and renews it (to length, or its own length).
+func (s *Server) reenter(l *lease, length time.Duration) (api.Lease, error) {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		_, err := s.lookup(l.id)
+		return api.Lease{}, err
+	}
+	l.holds++
+	n := l.holds
+	l.mu.Unlock()
+	if length == 0 {
+		length = l.length
+	}
+	v, err := s.renew(l, length)
+	if err != nil {
+		l.mu.Lock()
+		if !l.ended {
+			l.holds--
+		}
+		l.mu.Unlock()
+		return api.Lease{}, err
+	}
+	s.log.Debug("lease re-entered", "lease_id", l.id, "object", l.g.Object(), "token", l.g.Token(), "holds", n)
+	return v, nil
+}
+
+// releaseHold counts one hold of l down when more than one is left (done:
+// the release is answered with res); it refuses the last hold of an op
+// delivery's lease, which the dispatcher releases.
+func (s *Server) releaseHold(l *lease) (res api.ReleaseResponse, done bool, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.ended:
+		return res, false, nil
+	case l.holds > 1:
+		l.holds--
+		s.log.Debug("lease hold released", "lease_id", l.id, "object", l.g.Object(), "token", l.g.Token(), "holds", l.holds)
+		return api.ReleaseResponse{Released: false, Object: l.g.Object(), Token: l.g.Token(), Holds: l.holds}, true, nil
+	case l.external:
+		return res, true, newError(api.Conflict, "%s is the op delivery's own hold on %q: Baton releases it when the delivery ends (release only the holds you re-entered)", l.id, l.g.Object())
+	}
+	return res, false, nil
+}
+
+// HoldDelivery makes an op delivery's grant re-enterable while the app
+// handles it: an acquire of the same object naming id (the delivery's
+// Baton-Lease-Id) gets this lease with one more hold. The returned func
+// ends it when the delivery is over (the dispatcher then releases g). It
+// is ops.Deps.Hold.
+func (s *Server) HoldDelivery(id string, g *lock.Grant) (done func()) {
+	l := &lease{id: id, g: g, length: s.config().LeaseDefault, expires: time.Now().Add(s.config().LeaseMax),
+		done: make(chan struct{}), holds: 1, external: true}
+	s.mu.Lock()
+	if s.closed || s.leases[id] != nil {
+		s.mu.Unlock()
+		return func() {}
+	}
+	s.leases[id] = l
+	l.mu.Lock()
+	l.stopLost = context.AfterFunc(g.Context(), func() {
+		if err := g.Err(); err != nil {
+			s.finishLease(l, api.StateLost, lostReason(err), err.Error(), nil)
+		}
+	})
+	l.mu.Unlock()
+	s.mu.Unlock()
+	return func() {
+		s.finishLease(l, api.StateReleased, "", "", nil)
+	}
+}
+
+// leaseByToken returns the live lease of this sidecar holding object with
+// token, or nil.
+func (s *Server) leaseByToken(object string, token int64) *lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.leases {
+		if l.g.Token() == token && l.g.Object() == object {
+			return l
+		}
+	}
+	return nil
+}
+
+// holdsOf returns the hold count of a live lease, 0 once ended.
+func (l *lease) holdsOf() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return 0
+	}
+	return l.holds
+}

@@ -1,0 +1,207 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/lock"
+)
+
+// Operator revocation (a session blacklist, as in Alibaba's lock service):
+// POST /v1/locks/{object}/revoke on any sidecar writes a "revoke" signal
+// into the holder's privateLock (lock.Engine.Signal); the holder's sidecar
+// learns it through the watch it keeps on privateLock anyway (or at once,
+// when it is the sidecar asked), ends the lease as lost with reason
+// "revoked: <reason>" — renewals answer 410, long-polls return, the Go
+// client and `baton lock` stop the holder — and frees the lock only after
+// the last valid_until it told the holder. Nothing is deleted under a
+// holder that may still believe it holds.
+
+// SignalRevoke is the lock.Signal kind of a revocation.
+const SignalRevoke = "revoke"
+
+// maxRevokeReason bounds the reason of a revocation (it goes into the
+// holder's node and every answer about the lease).
+const maxRevokeReason = 1024
+
+// uidKey carries the caller's uid (SO_PEERCRED) in a connection's context.
+type uidKey struct{}
+
+func uidFrom(ctx context.Context) int32 {
+	uid, ok := ctx.Value(uidKey{}).(int32)
+	if !ok {
+		return -1
+	}
+	return uid
+}
+
+// who names the caller of a request for the audit log.
+func who(ctx context.Context) string {
+	pid, uid := pidFrom(ctx), uidFrom(ctx)
+	if pid == 0 {
+		return "uid=unknown pid=unknown (not seen on the socket)"
+	}
+	return fmt.Sprintf("uid=%d pid=%d", uid, pid)
+}
+
+func newRevokeMetric() *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "baton_revocations_total",
+		Help: "Operator revocations: requested (through this sidecar's API), applied (to a lease this sidecar holds), refused (plugin holder, no holder).",
+	}, []string{"result"})
+	for _, r := range []string{"requested", "applied", "refused"} {
+		c.WithLabelValues(r)
+	}
+	return c
+}
+
+func revokeReason(text string) string {
+	if text == "" {
+		return api.ReasonRevoked
+	}
+	return api.ReasonRevoked + ": " + text
+}
+
+// revoke is POST /v1/locks/{object}/revoke.
+func (s *Server) revoke(w http.ResponseWriter, r *http.Request) error {
+	obj := r.PathValue("object")
+	if err := validObject(obj); err != nil {
+		return err
+	}
+	if _, err := queryParams(r); err != nil {
+		return err
+	}
+	var req api.RevokeRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	if len(req.Reason) > maxRevokeReason {
+		return badRequest("reason", "%d bytes, at most %d", len(req.Reason), maxRevokeReason)
+	}
+	if req.Token < 0 {
+		return badRequest("token", "%d is not a fencing token", req.Token)
+	}
+	caller := who(r.Context())
+	ctx, cancel := context.WithTimeout(r.Context(), inspectTimeout)
+	defer cancel()
+	sig := lock.Signal{Kind: SignalRevoke, Reason: req.Reason, Who: caller, From: s.config().NodeID}
+	n, err := s.eng.Signal(ctx, obj, req.Token, sig)
+	switch {
+	case errors.Is(err, lock.ErrNotSignallable):
+		s.revokes.WithLabelValues("refused").Inc()
+		s.log.Warn("audit: revocation refused: the holder is not a Baton grant", "object", obj, "token", n.Token,
+			"holder", n.Name, "reason", req.Reason, "caller", caller)
+		he := newError(api.Conflict, "the holder of %q (node %s, token %d) is not a Baton grant (the plugin's): it cannot be revoked safely — Baton cannot tell it, refuse its renewals or know the validity it relies on; stop that process, or let its ZooKeeper session expire", obj, n.Name, n.Token)
+		he.Body.Object, he.Body.Holder = obj, holderOf(n)
+		return he
+	case errors.Is(err, lock.ErrNoNode):
+		s.revokes.WithLabelValues("refused").Inc()
+		if req.Token != 0 {
+			return newError(api.NoNode, "%q is not held with token %d (free, or held by a later grant): nothing revoked", obj, req.Token)
+		}
+		return newError(api.NoNode, "%q is not held: nothing to revoke", obj)
+	case err != nil:
+		return err
+	}
+	s.revokes.WithLabelValues("requested").Inc()
+	reason := revokeReason(req.Reason)
+	s.log.Warn("audit: revocation requested", "object", obj, "token", n.Token, "holder", n.Name, "holder_sidecar", n.Sidecar,
+		"holder_info", n.Info, "reason", reason, "caller", caller)
+	out := api.RevokeResponse{Object: obj, Token: n.Token, Reason: reason, Holder: holderOf(n)}
+	if l := s.leaseByToken(obj, n.Token); l != nil && !l.external {
+		told, _ := s.revokeLease(l, sig)
+		out.Local = true
+		if !told.IsZero() {
+			t := api.NewTime(told)
+			out.FreedAfter = &t
+		}
+	}
+	writeJSON(w, http.StatusAccepted, out)
+	return nil
+}
+
+// onSignal is a lease grant's lock.AcquireOptions.OnSignal: a revocation
+// written by any sidecar reaches the holder's here (from the engine's
+// watch, which must not block).
+func (s *Server) onSignal(l *lease, sig lock.Signal) {
+	if sig.Kind != SignalRevoke {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.revokeLease(l, sig)
+	}()
+}
+
+// revokeLease ends l as lost ("revoked: …"): the holder is told at once
+// (long-polls return, renewals answer 410) and the grant is released after
+// the last valid_until told to it, which no renewal moves any more. It
+// returns that instant, and false if l had already ended.
+func (s *Server) revokeLease(l *lease, sig lock.Signal) (time.Time, bool) {
+	if l.external {
+		return time.Time{}, false // an op delivery: not revocable (see README)
+	}
+	reason := revokeReason(sig.Reason)
+	msg := fmt.Sprintf("revoked by an operator (%s, through sidecar %s)", sig.Who, sig.From)
+	if !s.finishLease(l, api.StateLost, reason, msg, nil) {
+		return time.Time{}, false
+	}
+	l.mu.Lock()
+	told := l.told // final: an ended lease is told nothing more
+	l.mu.Unlock()
+	s.revokes.WithLabelValues("applied").Inc()
+	s.log.Warn("audit: lease revoked; its holder is told, the lock is freed after the validity told to it",
+		"object", l.g.Object(), "token", l.g.Token(), "lease_id", l.id, "holder_pid", l.pid, "holder_info", l.g.Info(),
+		"reason", reason, "caller", sig.Who, "requested_through", sig.From, "freed_in", max(0, time.Until(told)).Round(time.Millisecond))
+	s.mu.Lock()
+	s.revoked[l] = told
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTimer(time.Until(told))
+		defer t.Stop()
+		select {
+		case <-t.C:
+			s.releaseGrant(l.g)
+		case <-l.g.Done(): // lost meanwhile (session): nothing to free
+		case <-s.closing: // the engine's Close ends the session and its nodes
+		}
+		s.mu.Lock()
+		delete(s.revoked, l)
+		s.mu.Unlock()
+	}()
+	return told, true
+}
+
+// waitRevoked waits, at shutdown, until the revoked leases' grants are
+// freed (after the validity told), unless the shutdown is hurried.
+func (s *Server) waitRevoked() {
+	for {
+		s.mu.Lock()
+		var last time.Time
+		for _, told := range s.revoked {
+			if told.After(last) {
+				last = told
+			}
+		}
+		s.mu.Unlock()
+		if last.IsZero() {
+			return
+		}
+		t := time.NewTimer(time.Until(last) + 10*time.Millisecond)
+		select {
+		case <-t.C:
+		case <-s.hurry:
+			t.Stop()
+			return
+		}
+	}
+}
