@@ -153,7 +153,7 @@ func TestLockHeldElsewhere(t *testing.T) {
 	if len(e.app.Deliveries()) != 0 {
 		t.Errorf("the app got %d deliveries, want none", len(e.app.Deliveries()))
 	}
-	evs := e.eventsOf(id)
+	evs := e.waitEvents(id, retries+1)
 	if len(evs) != retries+1 {
 		t.Fatalf("attempts seen = %d, want %d: %+v", len(evs), retries+1, evs)
 	}
@@ -324,7 +324,7 @@ func TestRetryThenDone(t *testing.T) {
 	if len(ds) != 2 || ds[0].Status != 503 || ds[1].Status != 200 || ds[1].Attempt != 2 || ds[1].Header.Get(ops.HeaderAttempt) != "2" {
 		t.Errorf("deliveries = %+v, want 503 then 200 on attempt 2", ds)
 	}
-	if evs := e.eventsOf(id); len(evs) != 2 || evs[0].Class != "HTTP503" || evs[1].Outcome != "done" {
+	if evs := e.waitEvents(id, 2); len(evs) != 2 || evs[0].Class != "HTTP503" || evs[1].Outcome != "done" {
 		t.Errorf("attempts = %+v, want HTTP503 then done", evs)
 	}
 
@@ -336,7 +336,7 @@ func TestRetryThenDone(t *testing.T) {
 	if n := len(e.app.ByID(bad)); n != 1 {
 		t.Errorf("deliveries of a 400 op = %d, want 1", n)
 	}
-	if evs := e.eventsOf(bad); len(evs) != 1 || evs[0].Class != "HTTP400" || evs[0].Outcome != "dlq_pending" {
+	if evs := e.waitEvents(bad, 1); len(evs) != 1 || evs[0].Class != "HTTP400" || evs[0].Outcome != "dlq_pending" {
 		t.Errorf("attempts = %+v, want one HTTP400 → dlq_pending", evs)
 	}
 	if got := e.metric("baton_dlq_published_total", nil); got != 1 {
@@ -539,7 +539,7 @@ func TestHungHandler(t *testing.T) {
 	other := otherEngine(t, e.cfg)
 	id := e.submit(`{"id":"hung-1","object":"hung"}`)
 	e.waitState(id, api.OpDLQPending, 20*time.Second)
-	evs := e.eventsOf(id)
+	evs := e.waitEvents(id, 1)
 	if len(evs) != 1 || evs[0].Class != retry.NameTimeout {
 		t.Fatalf("attempts = %+v, want one Timeout", evs)
 	}

@@ -286,7 +286,8 @@ func (d *Dispatcher) letter(op queue.Op) dlq.Letter {
 }
 
 // purgeLoop deletes finished ops past queue.retention, at start and every
-// purge interval.
+// purge interval, then lets the queue compact its file if it is mostly free
+// (queue.Store.Compact).
 func (d *Dispatcher) purgeLoop() {
 	t := time.NewTicker(d.purgeIv)
 	defer t.Stop()
@@ -302,6 +303,9 @@ func (d *Dispatcher) purgeLoop() {
 			if n < queue.DefaultPurgeLimit {
 				break
 			}
+		}
+		if _, err := d.store.Compact(); err != nil && d.soft.Err() == nil {
+			d.log.Error("compacting the queue file failed", "error", err)
 		}
 		select {
 		case <-d.soft.Done():

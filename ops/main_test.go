@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -272,7 +273,9 @@ func (e *env) waitState(id, state string, within time.Duration) api.Op {
 	return last
 }
 
-// eventsOf returns the attempts of op id so far.
+// eventsOf returns the attempts of op id so far. An attempt's event is
+// emitted just after its outcome is recorded: after waiting for a state,
+// use waitEvents.
 func (e *env) eventsOf(id string) []ops.Event {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -352,3 +355,10 @@ func (e *env) metric(name string, labels map[string]string) float64 {
 
 // testenvProxy is a fault proxy before the shared ZooKeeper.
 func testenvProxy(t testing.TB) *testenv.Proxy { return testenv.ProxyT(t, zkServer.Addr(1)) }
+
+// waitEvents waits until op id has at least n attempt events and returns them.
+func (e *env) waitEvents(id string, n int) []ops.Event {
+	e.t.Helper()
+	waitFor(e.t, 10*time.Second, fmt.Sprintf("%d attempt events of %s", n, id), func() bool { return len(e.eventsOf(id)) >= n })
+	return e.eventsOf(id)
+}

@@ -49,7 +49,7 @@ func TestLockLostDuringDelivery(t *testing.T) {
 	if op.Attempts != 1 {
 		t.Errorf("attempts = %d, want 1 failed (lock lost)", op.Attempts)
 	}
-	evs := e.eventsOf(id)
+	evs := e.waitEvents(id, 2)
 	if len(evs) != 2 || evs[0].Class != ops.NameLockLost || evs[0].Outcome != "retrying" || evs[1].Outcome != "done" {
 		t.Errorf("attempts = %+v, want LockLost then done", evs)
 	}

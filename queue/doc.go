@@ -27,8 +27,9 @@
 //     is deleted at once (its body hash stays); a dead_lettered op keeps it
 //     for replay.
 //   - Disk: bbolt reuses freed pages but never shrinks its file; [Open]
-//     compacts a file of 4 MiB or more that is at least half free into a
-//     new one (bbolt's Compact, then rename). [Stats] reports the size.
+//     and [Store.Compact] rewrite a file of 4 MiB or more that is at least
+//     half free into a new one (bbolt's Compact, then rename). [Stats]
+//     reports the size.
 //
 // Life of an op:
 //

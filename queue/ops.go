@@ -78,7 +78,7 @@ func (s *Store) Submit(ctx context.Context, req SubmitRequest) (Op, bool, error)
 		ID: req.ID, Object: req.Object, Info: req.Info, Seq: e.seq, AcceptedAt: e.acceptedAt,
 		State: Queued, BodyHash: hash,
 	}
-	err = s.db.Batch(func(tx *bolt.Tx) error {
+	err = s.batch(func(tx *bolt.Tx) error {
 		ops := tx.Bucket(bOps)
 		if ops.Get([]byte(op.ID)) != nil {
 			return fmt.Errorf("queue: op %q appeared during its own submit", op.ID)
@@ -111,7 +111,7 @@ func (s *Store) reserve(id, object string) (*entry, *objQueue, error) {
 		return nil, nil, fmt.Errorf("queue: %d unfinished ops, queue.max.ops is %d: %w", n, s.maxOps, ErrQueueFull)
 	}
 	q, err := s.sched.queue(object, func() (seq uint64, err error) {
-		err = s.db.View(func(tx *bolt.Tx) error { seq = readSeq(tx, object); return nil })
+		err = s.view(func(tx *bolt.Tx) error { seq = readSeq(tx, object); return nil })
 		return seq, err
 	})
 	if err != nil {
@@ -270,7 +270,7 @@ func (s *Store) tryClaim(now time.Time) (op Op, ok bool, changed <-chan struct{}
 	s.busy[e.id] = release
 	s.mu.Unlock()
 
-	err = s.db.Batch(func(tx *bolt.Tx) error {
+	err = s.batch(func(tx *bolt.Tx) error {
 		var err error
 		op, err = getOp(tx.Bucket(bOps), e.id)
 		if err != nil {
@@ -384,7 +384,7 @@ func (s *Store) transition(ctx context.Context, id string, from, to State, mutat
 
 	now := msTime(s.now())
 	var op Op
-	err = s.db.Batch(func(tx *bolt.Tx) error {
+	err = s.batch(func(tx *bolt.Tx) error {
 		ops := tx.Bucket(bOps)
 		var err error
 		op, err = getOp(ops, id)
@@ -471,7 +471,7 @@ func (s *Store) Replay(ctx context.Context, id string) (Op, error) {
 		return Op{}, err
 	}
 	var op Op
-	err = s.db.Batch(func(tx *bolt.Tx) error {
+	err = s.batch(func(tx *bolt.Tx) error {
 		ops := tx.Bucket(bOps)
 		var err error
 		op, err = getOp(ops, id)
@@ -543,7 +543,7 @@ func (s *Store) ListDLQPending(ctx context.Context, limit int) ([]Op, error) {
 	}
 	s.mu.Unlock()
 	out := make([]Op, 0, len(ids))
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		for _, id := range ids {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -581,7 +581,7 @@ func (s *Store) Purge(ctx context.Context, now time.Time) (int, error) {
 	cutoff := now.Add(-retention).UnixMilli()
 	purged := map[State]int{}
 	n := 0
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		clear(purged)
 		n = 0
 		var keys [][]byte

@@ -119,6 +119,10 @@ var (
 // Store is the durable op store. Open one per queue directory.
 type Store struct {
 	dir  string
+	path string // dir/queue.db
+	// dbMu guards db: every use holds it shared (see view, update, batch);
+	// Compact holds it exclusively while it replaces the file.
+	dbMu sync.RWMutex
 	db   *bolt.DB
 	lock *os.File
 	log  *slog.Logger
@@ -165,7 +169,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	db.MaxBatchDelay = opts.BatchDelay
 	db.MaxBatchSize = opts.BatchSize
 	s := &Store{
-		dir: dir, db: db, lock: lock, log: opts.Logger.With("component", "queue"), now: opts.Now,
+		dir: dir, path: db.Path(), db: db, lock: lock, log: opts.Logger.With("component", "queue"), now: opts.Now,
 		maxOps: opts.MaxOps, retention: opts.Retention, purgeLimit: opts.PurgeLimit,
 		changed: make(chan struct{}), done: make(chan struct{}),
 		busy: map[string]chan struct{}{}, finished: map[State]int{},
@@ -183,13 +187,16 @@ func Open(dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// Compaction at Open: bbolt never gives freed pages back to the file
-// system, so a file that grew (a backlog of large payloads) stays that size.
-// Open rewrites it into a new file (bbolt's Compact) when it is at least
-// compactMinBytes and at least compactFreeRatio of it is free pages.
+// Compaction: bbolt reuses freed pages but never gives them back to the
+// file system, so a file that grew (a backlog of large payloads) stays that
+// size. Open rewrites it into a new file (bbolt's Compact) when it is at
+// least compactMinBytes and at least compactFreeRatio of it is free pages;
+// [Store.Compact] does the same while the store runs when, in addition, the
+// live data is at most compactLiveMax (every call waits meanwhile).
 const (
 	compactMinBytes  = 4 << 20
 	compactFreeRatio = 0.5
+	compactLiveMax   = 256 << 20
 	compactTxBytes   = 16 << 20
 )
 
@@ -202,49 +209,108 @@ func boltOptions() *bolt.Options {
 }
 
 // openCompacted opens the bbolt file at path, compacting it first when
-// mostly free (see compactMinBytes). A compaction that fails is logged and
-// the file used as it is.
+// mostly free. A compaction that fails is logged and the file used as it is.
 func openCompacted(path string, log *slog.Logger) (*bolt.DB, error) {
-	tmp := path + ".compact"
-	_ = os.Remove(tmp) // left by a crash during an earlier compaction
+	_ = os.Remove(path + ".compact") // left by a crash during a compaction
+	_ = os.Remove(path + ".old")
 	db, err := bolt.Open(path, 0o600, boltOptions())
 	if err != nil {
 		return nil, fmt.Errorf("queue: open %s: %w", path, err)
 	}
-	fi, err := os.Stat(path)
+	if size, free, ok := fileUse(db); ok && worthCompacting(size, free, false) {
+		db = compactLogged(db, log, size)
+	}
+	return db, nil
+}
+
+// fileUse returns the file's size and its free bytes.
+func fileUse(db *bolt.DB) (size, free int64, ok bool) {
+	fi, err := os.Stat(db.Path())
 	if err != nil {
-		return db, nil
+		return 0, 0, false
 	}
-	free := int64(db.Stats().FreePageN) * int64(db.Info().PageSize)
-	if fi.Size() < compactMinBytes || float64(free) < compactFreeRatio*float64(fi.Size()) {
-		return db, nil
+	pageSize := 0
+	// Info reads the mmap'ed data: only inside a transaction (which holds
+	// bbolt's mmap lock) is that safe from a concurrent remap.
+	if err := db.View(func(tx *bolt.Tx) error { pageSize = tx.DB().Info().PageSize; return nil }); err != nil {
+		return 0, 0, false
 	}
+	st := db.Stats()
+	return fi.Size(), int64(st.FreePageN+st.PendingPageN) * int64(pageSize), true
+}
+
+func worthCompacting(size, free int64, running bool) bool {
+	if size < compactMinBytes || float64(free) < compactFreeRatio*float64(size) {
+		return false
+	}
+	return !running || size-free <= compactLiveMax
+}
+
+// compactLogged compacts db (see compactFile) and logs the outcome. It
+// returns the database to use.
+func compactLogged(db *bolt.DB, log *slog.Logger, before int64) *bolt.DB {
 	start := time.Now()
+	path := db.Path()
+	ndb, err := compactFile(db)
+	if err != nil {
+		log.Warn("compacting the queue file failed; using it as it is", "path", path, "bytes", before, "error", err)
+		return ndb
+	}
+	after := int64(0)
+	if fi, err := os.Stat(path); err == nil {
+		after = fi.Size()
+	}
+	log.Info("queue file compacted", "path", path, "before_bytes", before, "after_bytes", after,
+		"took", time.Since(start).Round(time.Millisecond))
+	return ndb
+}
+
+// compactFile rewrites db's file compactly and returns the database opened
+// on the new file, the old one closed. Nobody may use db meanwhile. Steps:
+// bbolt's Compact into path.compact (fsynced), a hard link path.old to the
+// current file, rename path.compact over path, open it; only then is the
+// old database closed and path.old removed. On any failure the old file is
+// put back under path (if it was moved) and db is returned, still open, with
+// the error. A crash at any point leaves path a complete database (the old
+// or the new); Open removes the leftovers.
+func compactFile(db *bolt.DB) (*bolt.DB, error) {
+	path := db.Path()
+	tmp, old := path+".compact", path+".old"
+	_ = os.Remove(tmp)
+	_ = os.Remove(old)
 	if err := compactInto(db, tmp); err != nil {
 		_ = os.Remove(tmp)
-		log.Warn("compacting the queue file failed; using it as it is", "path", path, "bytes", fi.Size(), "error", err)
-		return db, nil
+		return db, err
 	}
-	if err := db.Close(); err != nil {
+	if err := os.Link(path, old); err != nil {
 		_ = os.Remove(tmp)
-		return nil, fmt.Errorf("queue: close %s for compaction: %w", path, err)
+		return db, err
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		_ = os.Remove(tmp)
-		log.Warn("replacing the queue file by its compacted copy failed; using it as it is", "path", path, "error", err)
-	} else if d, err := os.Open(filepath.Dir(path)); err == nil {
-		_ = d.Sync() // make the rename durable
+		_ = os.Remove(old)
+		return db, err
+	}
+	syncDir(filepath.Dir(path))
+	ndb, err := bolt.Open(path, 0o600, boltOptions())
+	if err != nil {
+		if rerr := os.Rename(old, path); rerr != nil {
+			return db, fmt.Errorf("%w; putting the old file back failed too: %v", err, rerr)
+		}
+		syncDir(filepath.Dir(path))
+		return db, err
+	}
+	ndb.MaxBatchDelay, ndb.MaxBatchSize = db.MaxBatchDelay, db.MaxBatchSize
+	_ = db.Close()
+	_ = os.Remove(old)
+	return ndb, nil
+}
+
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
 		d.Close()
 	}
-	db, err = bolt.Open(path, 0o600, boltOptions())
-	if err != nil {
-		return nil, fmt.Errorf("queue: open %s: %w", path, err)
-	}
-	if nfi, err := os.Stat(path); err == nil {
-		log.Info("queue file compacted", "path", path, "before_bytes", fi.Size(), "after_bytes", nfi.Size(),
-			"took", time.Since(start).Round(time.Millisecond))
-	}
-	return db, nil
 }
 
 // compactInto copies db into a new, fsynced bbolt file at tmp.
@@ -262,6 +328,57 @@ func compactInto(db *bolt.DB, tmp string) error {
 		return err
 	}
 	return dst.Close()
+}
+
+// Compact rewrites the queue file compactly when it is at least 4 MiB, at
+// least half of it is free pages and the live data is at most 256 MiB; it
+// reports whether it did. Every other call waits while it copies (about a
+// second per 100-200 MiB of live data). Call it periodically (the
+// dispatcher does after each purge); Open compacts too, without the live
+// data bound.
+func (s *Store) Compact() (bool, error) {
+	if err := s.enter(); err != nil {
+		return false, err
+	}
+	defer s.leave()
+	s.dbMu.RLock()
+	size, free, ok := fileUse(s.db)
+	s.dbMu.RUnlock()
+	if !ok || !worthCompacting(size, free, true) {
+		return false, nil
+	}
+	s.dbMu.Lock()
+	defer s.dbMu.Unlock()
+	start := time.Now()
+	ndb, err := compactFile(s.db)
+	s.db = ndb
+	if err != nil {
+		s.log.Warn("compacting the queue file failed; using it as it is", "path", s.path, "bytes", size, "error", err)
+		return false, fmt.Errorf("queue: compact %s: %w", s.path, err)
+	}
+	after, _, _ := fileUse(ndb)
+	s.log.Info("queue file compacted", "path", s.path, "before_bytes", size, "after_bytes", after,
+		"took", time.Since(start).Round(time.Millisecond))
+	return true, nil
+}
+
+// view, update and batch run a bbolt transaction on the current file.
+func (s *Store) view(fn func(*bolt.Tx) error) error {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	return s.db.View(fn)
+}
+
+func (s *Store) update(fn func(*bolt.Tx) error) error {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	return s.db.Update(fn)
+}
+
+func (s *Store) batch(fn func(*bolt.Tx) error) error {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	return s.db.Batch(fn)
 }
 
 // lockDir takes an exclusive, non-blocking flock on dir/LOCK and writes our
@@ -348,7 +465,9 @@ func (s *Store) Close() error {
 		close(s.done)
 		s.mu.Unlock()
 		s.calls.Wait()
+		s.dbMu.Lock()
 		s.closeErr = s.db.Close()
+		s.dbMu.Unlock()
 		if err := s.lock.Close(); err != nil && s.closeErr == nil {
 			s.closeErr = err
 		}
@@ -457,7 +576,7 @@ func (s *Store) Stats() Stats {
 		st.ByState[state] = s.finished[state]
 	}
 	st.Unfinished = len(s.sched.entries) + s.pending
-	if fi, err := os.Stat(s.db.Path()); err == nil {
+	if fi, err := os.Stat(s.path); err == nil {
 		st.FileBytes = fi.Size()
 	}
 	return st
@@ -470,7 +589,7 @@ func (s *Store) Get(id string) (Op, error) {
 	}
 	defer s.leave()
 	var op Op
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		var err error
 		op, err = getOp(tx.Bucket(bOps), id)
 		if err != nil {
