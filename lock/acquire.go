@@ -35,6 +35,9 @@ type request struct {
 	// our seeing the reply (connection lost, or the wait ended with it in
 	// flight); cleared once recoverOrphans has looked. fail() sweeps.
 	uncertain bool
+	// registered: the grant object was registered with the session; its
+	// finish (lost or released) ends the local acquire, not Acquire.
+	registered bool
 }
 
 // grantOps creates privateLock with its data (the setData's Stat carries the
@@ -85,7 +88,7 @@ func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool
 				switch {
 				case err == nil: // granted after we gave up: undo
 					r.s.addCleanup(
-						cleanup{kind: cleanPL, objPath: r.objPath, objVersion: res[3].Stat.Version},
+						cleanup{kind: cleanPL, objPath: r.objPath, objVersion: res[3].Stat.Version, token: res[2].Stat.Czxid},
 						cleanup{kind: cleanChild, objPath: r.objPath, node: path.Base(res[0].String), reqID: r.reqID})
 				case isConnErr(err):
 					r.sweepLater()
@@ -134,11 +137,10 @@ func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool
 		}
 		// Someone sorts ahead of us (or the listing failed): give
 		// privateLock back without granting and wait in line.
-		giveBack := cleanup{kind: cleanPL, objPath: r.objPath, objVersion: obj.Version}
 		if _, gerr := zcall(context.WithoutCancel(ctx), func() (struct{}, error) {
-			return struct{}{}, giveBack.run(r.s)
+			return struct{}{}, r.s.giveBackPL(r.objPath, obj.Version)
 		}, nil); gerr != nil {
-			r.s.addCleanup(giveBack)
+			r.s.addCleanup(cleanup{kind: cleanPL, objPath: r.objPath, objVersion: obj.Version, token: st.Czxid})
 		}
 		if err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 			return nil, r.fail(ctx, err), true
@@ -340,7 +342,7 @@ func (r *request) takePrivateLock(ctx context.Context, alone bool) (*Grant, erro
 		func(res []zk.MultiResponse, err error) {
 			switch {
 			case err == nil: // granted after we gave up: undo
-				r.s.addCleanup(cleanup{kind: cleanPL, objPath: r.objPath, objVersion: res[2].Stat.Version})
+				r.s.addCleanup(cleanup{kind: cleanPL, objPath: r.objPath, objVersion: res[2].Stat.Version, token: res[1].Stat.Czxid})
 			case isConnErr(err):
 				r.sweepLater()
 			}
@@ -402,7 +404,7 @@ func (r *request) recoverOrphans(ctx context.Context, withPL bool) error {
 		_, ost, err := r.s.conn.Get(r.objPath)
 		if err == nil {
 			if data, st, err := r.s.conn.Get(r.plPath); err == nil && r.s.owns(data, st, r.reqID) {
-				giveBack := cleanup{kind: cleanPL, objPath: r.objPath, objVersion: ost.Version}
+				giveBack := cleanup{kind: cleanPL, objPath: r.objPath, objVersion: ost.Version, token: st.Czxid}
 				if err := giveBack.run(r.s); err != nil {
 					r.s.addCleanup(giveBack)
 				}
@@ -460,10 +462,9 @@ func (r *request) fail(ctx context.Context, cause error) error {
 		}
 	}
 	if r.node != "" {
-		p := r.objPath + "/" + r.node
-		_, err := zcall(bg, func() (struct{}, error) { return struct{}{}, r.s.conn.Delete(p, -1) }, nil)
-		if err != nil && !errors.Is(err, zk.ErrNoNode) {
-			r.s.addCleanup(cleanup{kind: cleanChild, objPath: r.objPath, node: r.node, reqID: r.reqID})
+		c := cleanup{kind: cleanChild, objPath: r.objPath, node: r.node, reqID: r.reqID}
+		if _, err := zcall(bg, func() (struct{}, error) { return struct{}{}, c.run(r.s) }, nil); err != nil {
+			r.s.addCleanup(c)
 		}
 		r.node = ""
 	}

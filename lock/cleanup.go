@@ -21,25 +21,20 @@ import (
 //   - a child is deleted only after a read shows our session owns it and its
 //     data carries our request id (child names repeat only when the object
 //     node is renewed, which takes longer than the read-to-delete round trip);
-//   - privateLock is deleted only in a multi that also checks the object
-//     node's data version: every Baton grant bumps it in the multi that
-//     creates privateLock, so the version we saw at our grant matches only
-//     while no other Baton grant has happened, and then privateLock at
-//     version 1 is ours (the plugin's privateLock is version 0).
+//   - privateLock is deleted only after a read shows its creation zxid is
+//     our grant's token, in a multi that also checks the object node's data
+//     version: every Baton grant bumps it in the multi that creates
+//     privateLock, so between the read and the delete no other Baton grant
+//     can have happened on that node. (The version alone is not enough: a
+//     container reaped and created again starts from version 0, and its
+//     first grant brings it to the version ours had.)
 type cleanup struct {
 	kind       cleanupKind
 	objPath    string
 	node       string // child name: cleanChild, cleanRelease
 	objVersion int32  // object node's data version at our grant: cleanPL, cleanRelease
-	plVersion  int32  // privateLock's data version: 1, more after signals; 0 = plVersion
-	reqID      string // cleanChild, cleanSweep
-}
-
-func (c cleanup) plv() int32 {
-	if c.plVersion == 0 {
-		return plVersion
-	}
-	return c.plVersion
+	token      int64  // privateLock's creation zxid: cleanPL, cleanRelease
+	reqID      string // cleanChild, cleanRelease, cleanSweep
 }
 
 type cleanupKind int
@@ -79,16 +74,12 @@ func (c cleanup) run(s *session) error {
 	case cleanChild:
 		return s.deleteOwnChild(c.objPath+"/"+c.node, c.reqID)
 	case cleanPL:
-		return s.deleteOwnPL(c.objPath, c.objVersion, c.plv())
+		return s.deleteOwnPL(c.objPath, c.objVersion, c.token)
 	case cleanRelease:
-		_, err := s.conn.Multi(releaseOps(c.objPath, c.node, c.objVersion, c.plv())...)
-		if err == nil || !gone(err) {
-			return err
-		}
-		// Not applied as a whole: privateLock or our child may be gone
-		// already, privateLock may carry a newer signal, or it is someone
-		// else's. Delete what is ours.
-		if err := s.deleteOwnPL(c.objPath, c.objVersion, -1); err != nil {
+		// A release whose outcome is unknown (its reply was lost, or it
+		// was never sent): what is still ours is deleted, each after a
+		// read that shows it is ours.
+		if err := s.deleteOwnPL(c.objPath, c.objVersion, c.token); err != nil {
 			return err
 		}
 		return s.deleteOwnChild(c.objPath+"/"+c.node, c.reqID)
@@ -108,32 +99,43 @@ func releaseOps(objPath, node string, objVersion, plv int32) []any {
 	}
 }
 
-// deleteOwnPL deletes privateLock while the object node still has the
-// version our grant set. plv is privateLock's version: 1 unless signals were
-// written into it; -1 reads it first and accepts only a Baton privateLock
-// (version ≥ 1; the plugin's has version 0).
-func (s *session) deleteOwnPL(objPath string, objVersion, plv int32) error {
-	if plv < 0 {
-		_, st, err := s.conn.Get(objPath + "/" + privateLock)
-		if gone(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if st.Version < plVersion {
-			return nil // not a Baton privateLock
-		}
-		plv = st.Version
+// deleteOwnPL deletes privateLock if a read shows it is the one created
+// with token, in a multi that checks the object node still has the version
+// our grant set.
+func (s *session) deleteOwnPL(objPath string, objVersion int32, token int64) error {
+	_, st, err := s.conn.Get(objPath + "/" + privateLock)
+	if gone(err) {
+		return nil
 	}
-	_, err := s.conn.Multi(
+	if err != nil {
+		return err
+	}
+	if st.Czxid != token || st.EphemeralOwner != s.sessionID() {
+		return nil // not ours
+	}
+	_, err = s.conn.Multi(
 		&zk.CheckVersionRequest{Path: objPath, Version: objVersion},
-		&zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: plv},
+		&zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: st.Version},
 	)
 	if gone(err) {
 		return nil
 	}
 	return err
+}
+
+// giveBackPL deletes the privateLock this request created a moment ago (its
+// reply in hand, its child still under the object so the node cannot have
+// been reaped): the multi's version checks suffice. On any error the caller
+// queues a cleanPL, which reads first.
+func (s *session) giveBackPL(objPath string, objVersion int32) error {
+	_, err := s.conn.Multi(
+		&zk.CheckVersionRequest{Path: objPath, Version: objVersion},
+		&zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: plVersion},
+	)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	return err // a version mismatch too: a signal may have been written; cleanPL reads
 }
 
 func (s *session) deleteOwnChild(p, reqID string) error {

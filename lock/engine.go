@@ -327,7 +327,9 @@ func (e *Engine) Acquire(ctx context.Context, object string, typ Type, o Acquire
 	r.plPath = r.objPath + "/" + privateLock
 	g, err := r.run(wctx, e.objEnter(name, s.gen))
 	if err != nil {
-		e.objLeave(name, -1, s.gen, 0)
+		if !r.registered {
+			e.objLeave(name, -1, s.gen, 0)
+		}
 		return nil, err
 	}
 	return g, nil

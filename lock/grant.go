@@ -55,26 +55,31 @@ func (r *request) grant(ctx context.Context, node string, seq int64, st *zk.Stat
 		objCzxid: r.objCzxid, plVersion: st.Version, onSignal: r.onSignal,
 	}
 	g.ctx, g.cancel = context.WithCancelCause(context.Background())
-	if !r.s.register(g) { // the session ended while we were being granted
-		g.cancel(r.s.lostCause())
-		r.node = "" // goes with the session
-		return nil, r.fail(ctx, r.s.lostCause())
+	if err := r.s.register(g); err != nil {
+		// The session ended, or the grant came with no validity left:
+		// never report it held.
+		g.cancel(err)
+		if !errors.Is(err, errNoValidity) {
+			r.node = "" // goes with the session
+		} else {
+			r.s.addCleanup(cleanup{kind: cleanPL, objPath: r.objPath, objVersion: objVersion, token: g.token})
+		}
+		return nil, r.fail(ctx, err)
 	}
-	if !time.Now().Before(r.s.deadline()) {
-		// Valid for no time at all: never report it held.
-		r.s.unregister(g)
-		g.cancel(ErrSessionLost)
-		r.s.addCleanup(cleanup{kind: cleanRelease, objPath: r.objPath, node: node, objVersion: objVersion, reqID: r.reqID})
-		r.node = ""
-		return nil, r.fail(ctx, fmt.Errorf("%w: granted with no validity left", ErrSessionLost))
-	}
+	r.registered = true // from here the grant's finish does objLeave
 	r.e.held.Add(1)
 	r.e.log.Debug("lock granted", "object", r.object, "type", r.typ, "token", g.token, "node", node, "waited", g.waited)
 	// No goroutine per grant until the holder watch is due: short critical
 	// sections cost a timer only.
 	g.mu.Lock()
-	g.armTimer = time.AfterFunc(r.e.opts.HolderWatchDelay, g.arm)
+	lost := g.state != Held
+	if !lost {
+		g.armTimer = time.AfterFunc(r.e.opts.HolderWatchDelay, g.arm)
+	}
 	g.mu.Unlock()
+	if lost { // lost (session) between register and here: not reported held
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, g.Err())
+	}
 	return g, nil
 }
 
@@ -200,10 +205,7 @@ func (g *Grant) lose(cause error) {
 }
 
 func (g *Grant) releaseCleanup() cleanup {
-	g.mu.Lock()
-	plv := g.plVersion
-	g.mu.Unlock()
-	return cleanup{kind: cleanRelease, objPath: g.objPath, node: g.node, objVersion: g.objVersion, plVersion: plv, reqID: g.reqID}
+	return cleanup{kind: cleanRelease, objPath: g.objPath, node: g.node, objVersion: g.objVersion, token: g.token, reqID: g.reqID}
 }
 
 // watch follows privateLock while the grant lasts: deletion by anyone else,
@@ -338,7 +340,7 @@ func (g *Grant) Release(ctx context.Context) error {
 	_, err := zcall(ctx, func() ([]zk.MultiResponse, error) {
 		return g.s.conn.Multi(releaseOps(g.objPath, g.node, g.objVersion, plv)...)
 	}, func(_ []zk.MultiResponse, err error) {
-		if err != nil && (isConnErr(err) || notSent(err)) {
+		if err != nil && (isConnErr(err) || notSent(err) || gone(err)) {
 			g.s.addCleanup(g.releaseCleanup())
 		}
 	})
@@ -361,7 +363,7 @@ func (g *Grant) Release(ctx context.Context) error {
 				g.finish(Released, nil)
 				return nil
 			}
-			if err := g.s.deleteOwnPL(g.objPath, g.objVersion, st.Version); err == nil {
+			if err := g.s.deleteOwnPL(g.objPath, g.objVersion, g.token); err == nil {
 				g.s.addCleanup(cleanup{kind: cleanChild, objPath: g.objPath, node: g.node, reqID: g.reqID})
 				g.finish(Released, nil)
 				return nil

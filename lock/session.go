@@ -29,9 +29,13 @@ type session struct {
 	// base is the latest instant from which the leader is known to count the
 	// session's expiry: grants are valid until base + timeout - margin. See
 	// leaderAcked for how it moves.
-	base      time.Time
-	touches   []touch // acknowledged requests of any kind, oldest first, for leaderAcked
-	state     zk.State
+	base    time.Time
+	touches []touch // acknowledged requests of any kind, oldest first, for leaderAcked
+	state   zk.State
+	// settled: go-zookeeper is done re-registering watches after the last
+	// handshake (see settle); requests wait for it.
+	settled   bool
+	settleGen int
 	changed   chan struct{} // closed and replaced on every state or ack change
 	lostErr   error
 	cleanups  []cleanup
@@ -143,7 +147,25 @@ func (s *session) handshake(id int64, timeout time.Duration, sent time.Time) {
 	// existing one with the leader, which touches it, before it answers.
 	// So the leader counts the expiry from a moment after sent.
 	old := s.deadlineLocked()
+	first := s.id == 0
 	s.id, s.timeout = id, timeout
+	// go-zookeeper v1.0.4 re-registers watches after a reconnect while its
+	// receive loop runs, reading lastZxid unguarded (a data race whenever a
+	// reply arrives meanwhile: upstream go-zookeeper/zk#35). It builds all
+	// setWatches requests before sending the first, and builds none (and
+	// reads nothing) without watches. So requests wait until a setWatches
+	// is written on this connection, or 100 ms. A fresh connection of a new
+	// zk.Conn has no watches.
+	s.settleGen++
+	s.settled = first
+	if !first {
+		g := s.settleGen
+		time.AfterFunc(100*time.Millisecond, func() { s.settle(g) })
+	}
+	if usable := timeout - s.margin(timeout) - s.e.opts.TickTime - 2*s.keepInterval(timeout); first && usable <= 0 {
+		s.log.Error("the negotiated session timeout leaves no validity for grants: raise zookeeper.session.timeout (and the servers' maxSessionTimeout), or check zookeeper.tick.time",
+			"timeout_negotiated", timeout, "tick_time", s.e.opts.TickTime)
+	}
 	if sent.After(s.base) {
 		s.base = sent
 	}
@@ -156,6 +178,23 @@ func (s *session) handshake(id int64, timeout time.Duration, sent time.Time) {
 		return
 	}
 	s.notifyLocked()
+}
+
+// settle marks the connection of handshake gen settled (see handshake).
+func (s *session) settle(gen int) {
+	s.mu.Lock()
+	if s.settleGen == gen && !s.settled {
+		s.settled = true
+		s.notifyLocked()
+	}
+	s.mu.Unlock()
+}
+
+func (s *session) setWatchesSent() {
+	s.mu.Lock()
+	g := s.settleGen
+	s.mu.Unlock()
+	s.settle(g)
 }
 
 // acked records an acknowledged request and, for one answered through the
@@ -255,7 +294,7 @@ func (s *session) deadlineLocked() time.Time {
 func (s *session) connected() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.id != 0 && s.state == zk.StateHasSession && s.lostErr == nil
+	return s.id != 0 && s.state == zk.StateHasSession && s.settled && s.lostErr == nil
 }
 
 func (s *session) isLost() bool {
@@ -277,7 +316,7 @@ func (s *session) sessionID() int64 {
 func (s *session) waitConnected(ctx context.Context) error {
 	for {
 		s.mu.Lock()
-		ok := s.id != 0 && s.state == zk.StateHasSession
+		ok := s.id != 0 && s.state == zk.StateHasSession && s.settled
 		ch := s.changed
 		s.mu.Unlock()
 		if ok {
@@ -366,16 +405,23 @@ func (s *session) monitor() {
 	}
 }
 
-// register adds a grant to the session; false if the session is lost.
-func (s *session) register(g *Grant) bool {
+// errNoValidity: a grant answered after the session's deadline.
+var errNoValidity = fmt.Errorf("%w: granted with no validity left (is the negotiated session timeout longer than zookeeper.tick.time plus the margin?)", ErrSessionLost)
+
+// register adds a grant to the session, unless the session is lost or its
+// deadline has passed (then the grant would be valid for no time at all).
+func (s *session) register(g *Grant) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.lostErr != nil {
-		return false
+		return s.lostErr
+	}
+	if d := s.deadlineLocked(); d.IsZero() || !time.Now().Before(d) {
+		return errNoValidity
 	}
 	s.grants[g] = struct{}{}
 	s.notifyLocked() // the keeper and the monitor watch the grant count
-	return true
+	return nil
 }
 
 func (s *session) unregister(g *Grant) {
@@ -459,7 +505,7 @@ func (s *session) keepInterval(timeout time.Duration) time.Duration {
 func (s *session) keeper() {
 	for {
 		s.mu.Lock()
-		ok := s.id != 0 && s.state == zk.StateHasSession && s.lostErr == nil
+		ok := s.id != 0 && s.state == zk.StateHasSession && s.settled && s.lostErr == nil
 		busy := len(s.grants) > 0 || s.waiters > 0
 		ch := s.changed
 		wait := s.keepInterval(s.timeout)
@@ -512,9 +558,9 @@ func (s *session) closeConn() {
 	defer deadline.Stop()
 	for {
 		s.mu.Lock()
-		st, ch := s.state, s.changed
+		st, settled, ch := s.state, s.settled, s.changed
 		s.mu.Unlock()
-		if st == zk.StateHasSession || st == zk.StateExpired {
+		if st == zk.StateHasSession && settled || st == zk.StateExpired {
 			break
 		}
 		select {

@@ -69,6 +69,9 @@ func (f *frameParser) feed(p []byte, now time.Time, want func(int) int, cb func(
 type ackSink interface {
 	// handshake: the server answered the connect request sent at sent.
 	handshake(sessionID int64, timeout time.Duration, sent time.Time)
+	// setWatchesSent: go-zookeeper wrote a setWatches request, so it has
+	// finished building them (see session.settle).
+	setWatchesSent()
 	// acked: the server answered, at at, a request sent at sent. leader
 	// says the answer went through the leader (a write or a sync that
 	// succeeded), not one a follower gives by itself (reads, pings).
@@ -80,6 +83,11 @@ type pending struct {
 	op   int32
 	sent time.Time
 }
+
+const (
+	opSetWatches  = 101
+	opSetWatches2 = 105
+)
 
 // leaderOps are the request types a follower forwards to the leader and
 // answers only after the leader's reply (ZooKeeper's FollowerRequestProcessor:
@@ -130,11 +138,15 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 			return
 		}
 		if len(hdr) == 8 {
+			op := int32(binary.BigEndian.Uint32(hdr[4:]))
 			c.inflight = append(c.inflight, pending{
 				xid:  int32(binary.BigEndian.Uint32(hdr)),
-				op:   int32(binary.BigEndian.Uint32(hdr[4:])),
+				op:   op,
 				sent: start,
 			})
+			if op == opSetWatches || op == opSetWatches2 {
+				go c.sink.setWatchesSent() // not under c.mu
+			}
 		}
 	})
 	c.wmu.Unlock()
