@@ -47,15 +47,27 @@
 //
 // Every Baton privateLock has version 1 (created and given its data in one
 // multi), so a version identifies nothing. The multi that creates
-// privateLock also bumps the object node's data version, and every delete of
-// privateLock — release, give-back, cleanup retried after a lost reply —
-// is a multi that checks the object node still has the version our grant
-// set: any later Baton grant has bumped it. Our child is deleted only
-// after a read shows it is ours (session and request id). What remains: the
-// original plugin's grants do not bump the version, so a privateLock the
-// plugin created after someone else deleted ours (an operator, not a Baton
-// or plugin holder) could be deleted by our release; the plugin's own
-// privateLock has version 0, and the release deletes version 1 only.
+// privateLock also bumps the object node's data version. A release's first
+// attempt is one multi that checks that version, deletes privateLock at the
+// version we last saw and our child: any later Baton grant on the same node
+// has bumped the version. Everything retried (a release whose reply was
+// lost, give-backs, cleanups after a reconnect) first reads privateLock and
+// requires its creation zxid to be our token, then deletes it in the same
+// guarded multi, because a container reaped and created again starts its
+// versions over (its first grant brings it to the version ours had). Our
+// child is deleted only after a read shows it is ours (session and request
+// id).
+//
+// What remains needs a foreign actor: someone (an operator) deletes the
+// object node itself with our nodes under it, another request re-creates it
+// and is granted with the same child name and object version (e.g. the
+// first grant on both incarnations), and our release's first attempt is
+// applied before our holder watch reports the deletion: within
+// HolderWatchDelay (25 ms) of our grant, or while that event is on its way
+// (one-way latency). Also, the plugin's grants do not bump the version: a
+// privateLock the plugin created after an operator deleted ours could be
+// deleted by our first release attempt if it had version 1 (the plugin
+// creates it with version 0).
 //
 // # Fast path
 //
