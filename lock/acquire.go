@@ -219,7 +219,7 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 			continue
 		}
 		if idx == 0 && !locked {
-			g, err := r.takePrivateLock(ctx, len(queue) == 1)
+			g, err := r.takePrivateLock(ctx, len(queue) == 1, false)
 			if err != nil {
 				return nil, r.fail(ctx, err)
 			}
@@ -254,11 +254,61 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 		select {
 		case <-ev:
 		case <-r.s.lost:
+			continue
 		case <-ctx.Done():
 			return nil, r.fail(ctx, ctx.Err())
 		}
+		// Foreground shortcut: only a child with a lower sequence number
+		// can sort ahead of an A- node, and all of those existed when we
+		// listed. So a foreground request that was first (watching
+		// privateLock) or second (watching the one node ahead) is first
+		// now, and takes privateLock without listing again: one round trip
+		// per wake-up instead of two. Its own child is checked in the same
+		// multi. A background request must list: foreground nodes arriving
+		// later sort ahead of it.
+		for r.typ == Foreground && idx <= 1 {
+			g, err := r.takePrivateLock(ctx, false, true)
+			if err != nil {
+				if errors.Is(err, errNotFirst) {
+					break // our child is gone: list again
+				}
+				return nil, r.fail(ctx, err)
+			}
+			if g != nil {
+				return g, nil
+			}
+			// privateLock is held: wait for it, still first.
+			ev, err := zcall(ctx, func() (<-chan zk.Event, error) {
+				_, _, ev, err := r.s.conn.GetW(r.plPath) // no watch is left when it is missing
+				if errors.Is(err, zk.ErrNoNode) {
+					return nil, nil // gone meanwhile: try again
+				}
+				return ev, err
+			}, nil)
+			if err != nil {
+				if retry(err) {
+					break // list again once reconnected
+				}
+				return nil, r.fail(ctx, err)
+			}
+			if ev == nil {
+				continue
+			}
+			select {
+			case <-ev:
+			case <-r.s.lost:
+			case <-ctx.Done():
+				return nil, r.fail(ctx, ctx.Err())
+			}
+			if r.s.isLost() {
+				break
+			}
+		}
 	}
 }
+
+// errNotFirst: the shortcut's check of our own child failed.
+var errNotFirst = errors.New("lock: own child gone")
 
 // retry reports errors after which the step is repeated once connected.
 func retry(err error) bool { return isConnErr(err) || notSent(err) }
@@ -337,12 +387,17 @@ var errRecreate = errors.New("lock: object node renewed")
 // the creation zxid). alone says the listing showed only our child, which
 // anchors the fast-path prediction. A nil grant and nil error mean someone
 // else holds privateLock.
-func (r *request) takePrivateLock(ctx context.Context, alone bool) (*Grant, error) {
-	res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return r.s.conn.Multi(r.grantOps()...) },
+func (r *request) takePrivateLock(ctx context.Context, alone, checkOwn bool) (*Grant, error) {
+	ops := r.grantOps()
+	if checkOwn { // the node must still be ours: version -1 checks existence
+		ops = append([]any{&zk.CheckVersionRequest{Path: r.objPath + "/" + r.node, Version: -1}}, ops...)
+	}
+	off := len(ops) - 3 // index of the create of privateLock
+	res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return r.s.conn.Multi(ops...) },
 		func(res []zk.MultiResponse, err error) {
 			switch {
 			case err == nil: // granted after we gave up: undo
-				r.s.addCleanup(cleanup{kind: cleanPL, objPath: r.objPath, objVersion: res[2].Stat.Version, token: res[1].Stat.Czxid})
+				r.s.addCleanup(cleanup{kind: cleanPL, objPath: r.objPath, objVersion: res[off+2].Stat.Version, token: res[off+1].Stat.Czxid})
 			case isConnErr(err):
 				r.sweepLater()
 			}
@@ -353,9 +408,11 @@ func (r *request) takePrivateLock(ctx context.Context, alone bool) (*Grant, erro
 		if alone && r.e.objAlone(r.name) {
 			next = r.seq + 2 // our child's create, then privateLock's
 		}
-		return r.grant(ctx, r.node, r.seq, res[1].Stat, res[2].Stat.Version, next)
+		return r.grant(ctx, r.node, r.seq, res[off+1].Stat, res[off+2].Stat.Version, next)
 	case errors.Is(err, zk.ErrNodeExists):
 		return nil, nil
+	case checkOwn && errors.Is(err, zk.ErrNoNode):
+		return nil, errNotFirst
 	case isConnErr(err):
 		// Applied or not: find out once reconnected. Ours (by request id
 		// and session) is granted: it was created in order, as above.

@@ -607,3 +607,96 @@ func TestSignalReachesHolder(t *testing.T) {
 	}
 	_ = conn.Delete(path.Join(root, "SG2"), -1)
 }
+
+// Issue 10, the foreground shortcut (a foreground waiter first or second in
+// line takes privateLock without listing again): a background waiter must
+// not take it — a foreground node that arrives while it waits sorts ahead of
+// it and is granted first.
+func TestShortcutOnlyForForeground(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e1 := newEngine(t, zkServer.Servers(), root)
+	e2 := newEngine(t, zkServer.Servers(), root)
+	e3 := newEngine(t, zkServer.Servers(), root)
+	conn := rawConn(t, zkServer.Servers())
+	for i := range 10 {
+		obj := fmt.Sprintf("SC-%d", i)
+		h := acquire(t, e1, obj, lock.Foreground, lock.AcquireOptions{})
+		order := make(chan string, 2)
+		var wg sync.WaitGroup
+		take := func(e *lock.Engine, typ lock.Type, name string) {
+			defer wg.Done()
+			g, err := e.Acquire(context.Background(), obj, typ, lock.AcquireOptions{Wait: 10 * time.Second})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			order <- name
+			time.Sleep(5 * time.Millisecond)
+			release(t, g)
+		}
+		wg.Add(1)
+		go take(e2, lock.Background, "background") // second in line, watching the holder
+		waitFor(t, 5*time.Second, "background queued", func() bool { return len(children(t, conn, root, obj)) == 3 })
+		wg.Add(1)
+		go take(e3, lock.Foreground, "foreground") // arrives later, sorts ahead of the background node
+		waitFor(t, 5*time.Second, "foreground queued", func() bool { return len(children(t, conn, root, obj)) == 4 })
+		release(t, h)
+		wg.Wait()
+		if first := <-order; first != "foreground" {
+			t.Fatalf("%s: %s granted first, want the foreground request", obj, first)
+		}
+	}
+}
+
+// Issue 10: a foreground waiter second in line, cancelled at about the
+// instant the holder releases, and a local and a remote waiter racing for
+// the same handoff: never two holders, tokens increase, no node left.
+func TestHandoffRaces(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e1 := newEngine(t, zkServer.Servers(), root)
+	e2 := newEngine(t, zkServer.Servers(), root)
+	conn := rawConn(t, zkServer.Servers())
+	var check overlapChecker
+	hold := func(g *lock.Grant) {
+		check.enter(g.Token())
+		time.Sleep(time.Millisecond)
+		check.leave()
+		release(t, g)
+	}
+	for i := range 30 {
+		obj := fmt.Sprintf("HR-%d", i%3)
+		h := acquire(t, e1, obj, lock.Foreground, lock.AcquireOptions{})
+		check.enter(h.Token())
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for j, e := range []*lock.Engine{e1, e2, e2} { // one local, two remote waiters
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := context.Background()
+				if j == 1 {
+					c = ctx // the second in line is cancelled at the handoff
+				}
+				g, err := e.Acquire(c, obj, lock.Foreground, lock.AcquireOptions{Wait: 10 * time.Second})
+				var ile *lock.InstanceLockError
+				switch {
+				case err == nil:
+					hold(g)
+				case j == 1 && errors.As(err, &ile):
+				default:
+					t.Errorf("waiter %d: %v", j, err)
+				}
+			}()
+			want := 2 + j
+			waitFor(t, 5*time.Second, "waiter queued", func() bool { return len(children(t, conn, root, obj)) >= want })
+		}
+		check.leave()
+		go func() { time.Sleep(time.Duration(i%4) * 300 * time.Microsecond); cancel() }()
+		release(t, h)
+		wg.Wait()
+		cancel()
+	}
+	if check.overlaps != 0 || check.badToken != 0 || check.grants < 60 {
+		t.Errorf("grants %d, overlaps %d, non-increasing tokens %d", check.grants, check.overlaps, check.badToken)
+	}
+}
