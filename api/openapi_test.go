@@ -586,6 +586,14 @@ func TestOpenAPIAnswers(t *testing.T) {
 	call("GET", "/v1/leases/"+l.LeaseID, "", 404, true)
 	call("DELETE", "/v1/leases/"+l.LeaseID, "", 404, true)
 	call("POST", "/v1/leases/"+l.LeaseID+"/renew", "", 404, true)
+	// Re-entry and revocation.
+	re := lease(call("POST", "/v1/locks/doc-4/acquire", `{"lease_ms":60000}`, 200, true))
+	call("POST", "/v1/locks/doc-4/acquire", `{"lease_id":"`+re.LeaseID+`"}`, 200, true)
+	call("POST", "/v1/locks/free-object/acquire", `{"lease_id":"`+re.LeaseID+`"}`, 400, true)
+	call("DELETE", "/v1/leases/"+re.LeaseID, "", 200, true)
+	call("POST", "/v1/locks/doc-4/revoke", `{"reason":"openapi"}`, 202, true)
+	call("GET", "/v1/leases/"+re.LeaseID, "", 410, true)
+	call("POST", "/v1/locks/free-object/revoke", "", 404, true)
 	short := lease(call("POST", "/v1/locks/doc-2/acquire", `{"lease_ms":1}`, 200, true))
 	testenv.WaitFor(t, 10*time.Second, "lease expired", func() bool {
 		resp, err := s.do("GET", "/v1/leases/"+short.LeaseID, "")
