@@ -13,7 +13,8 @@ import (
 	"time"
 )
 
-// TestDevTour builds baton with the dev tag, as `make run` does, starts
+// TestDevTour builds baton with the dev tag, as `make run` does (and with
+// -race, which reuses the packages `go test -race` compiled), starts
 // `baton dev` as a process and pastes what it prints into sh, as a new user
 // would: the exports, then every command of the tour, in order. Each
 // command must succeed and show what its step promises (a delivery done, a
@@ -32,10 +33,10 @@ func TestDevTour(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	bin := filepath.Join(dir, "baton")
 	t0 := time.Now()
-	if b, err := exec.Command("go", "build", "-tags", "dev", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build -tags dev: %v\n%s", err, b)
+	if b, err := exec.Command("go", "build", "-race", "-tags", "dev", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build -race -tags dev: %v\n%s", err, b)
 	}
-	t.Logf("built baton -tags dev in %v", time.Since(t0).Round(time.Millisecond))
+	t.Logf("built baton -race -tags dev in %v", time.Since(t0).Round(time.Millisecond))
 
 	out := newLogBuf()
 	cmd := exec.Command(bin, "dev")
