@@ -289,6 +289,12 @@ type ZKInfo struct {
 	LocksHeld         int    `json:"locks_held"`
 	Waiting           int    `json:"waiting"`
 	CleanupPending    int    `json:"cleanup_pending"`
+	// Servers is the ensemble the sidecar connects to (zookeeper.servers,
+	// "host:port" each, the chroot after the last).
+	Servers []string `json:"servers"`
+	// LastError is the last connection error while connecting keeps
+	// failing; "" once connected.
+	LastError string `json:"last_error,omitempty"`
 }
 
 // OpRequest is the body of POST /v1/ops. ID is optional (a UUIDv7 is

@@ -174,6 +174,7 @@ func (s *Server) finishLease(l *lease, state, reason, msg string, cond func() bo
 		result = leaseLost
 	}
 	s.m.leases.WithLabelValues(result).Inc()
+	s.m.hold.WithLabelValues(l.g.Type().String(), result).Observe(now.Sub(l.g.AcquiredAt()).Seconds())
 	attrs := []any{"lease_id", l.id, "object", l.g.Object(), "token", l.g.Token(), "held", now.Sub(l.g.AcquiredAt())}
 	switch result {
 	case leaseReleased:

@@ -378,7 +378,7 @@ func TestMetrics(t *testing.T) {
 		{"baton_lock_acquire_seconds", []string{"type=foreground", "result=not_granted"}, 1},
 		{"baton_locks_held", nil, 0},
 		{"baton_leases_active", nil, 0},
-		{"baton_zk_session_state", []string{"state=has_session"}, 1},
+		{"baton_zk_session_state", []string{"state=connected"}, 1},
 		{"baton_zk_session_state", []string{"state=disconnected"}, 0},
 		{"baton_zk_connected", nil, 1},
 	} {

@@ -1,18 +1,21 @@
 package sidecar
 
 import (
-	"slices"
 	"strings"
+	"sync/atomic"
 	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/batonhq/baton/api"
 )
 
 // Results of baton_lock_acquire_seconds.
 const (
 	resGranted        = "granted"
-	resNotGranted     = "not_granted" // 423
+	resNotGranted     = "not_granted" // 423 to a try-once (wait_ms 0): held right now
+	resTimeout        = "timeout"     // 423 after waiting wait_ms
 	resUnavailable    = "unavailable" // 503 ZooKeeperUnavailable
 	resTooManyWaiters = "too_many_waiters"
 	resShuttingDown   = "shutting_down"
@@ -30,14 +33,30 @@ const (
 	leaseShutdown      = "shutdown"
 )
 
-// zkStates are the session states go-zookeeper reports, as metric labels.
-var zkStates = []string{"unknown", "disconnected", "connecting", "connected", "has_session", "expired", "auth_failed"}
+// acquireResults are the results of baton_lock_acquire_seconds.
+var acquireResults = []string{resGranted, resNotGranted, resTimeout, resUnavailable, resTooManyWaiters, resShuttingDown, resCanceled, resError}
+
+// lockTypes are the type labels.
+var lockTypes = []string{api.Foreground, api.Background}
+
+// Values of baton_zk_session_state's state label: exactly one is 1, and
+// "connected" is 1 exactly when baton_zk_connected is (both come from one
+// look at the engine per scrape).
+const (
+	zkConnected    = "connected"    // session established and connected
+	zkDisconnected = "disconnected" // connecting, or connected without a session yet
+	zkExpired      = "expired"      // the last session expired; a new one is being made
+	zkAuthFailed   = "auth_failed"  // zookeeper.auth.digest refused
+)
+
+var zkStates = []string{zkConnected, zkDisconnected, zkExpired, zkAuthFailed}
 
 type metrics struct {
 	acquire  *prometheus.HistogramVec
+	hold     *prometheus.HistogramVec
 	leases   *prometheus.CounterVec
 	fastpath *prometheus.CounterVec
-	session  *prometheus.GaugeVec
+	session  *zkCollector
 }
 
 func newMetrics() *metrics {
@@ -47,6 +66,11 @@ func newMetrics() *metrics {
 			Help:    "Time acquires through the API took, by type and result.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
 		}, []string{"type", "result"}),
+		hold: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "baton_lock_hold_seconds",
+			Help:    "How long API leases held their lock, from the grant to the end, by type and how the lease ended (released, expired, lost, process_exited, shutdown).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12), // 1 ms .. ~70 min
+		}, []string{"type", "result"}),
 		leases: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "baton_leases_total",
 			Help: "Leases granted, and leases ended by result (released, expired, lost, process_exited, shutdown).",
@@ -55,37 +79,102 @@ func newMetrics() *metrics {
 			Name: "baton_fastpath_total",
 			Help: "One-multi uncontended acquire attempts: hit, or miss (another participant detected).",
 		}, []string{"result"}),
-		session: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "baton_zk_session_state",
-			Help: "1 for the ZooKeeper session's current state, 0 for the others.",
-		}, []string{"state"}),
+		session: newZKCollector(),
 	}
-	for _, r := range []string{leaseGranted, leaseReleased, leaseExpired, leaseLost, leaseProcessExited, leaseShutdown} {
+	ended := []string{leaseReleased, leaseExpired, leaseLost, leaseProcessExited, leaseShutdown}
+	for _, r := range append([]string{leaseGranted}, ended...) {
 		m.leases.WithLabelValues(r)
+	}
+	// Every series exists from the start, so that rate() and absent-based
+	// alerts see a 0 rather than nothing.
+	for _, typ := range lockTypes {
+		for _, r := range acquireResults {
+			m.acquire.WithLabelValues(typ, r)
+		}
+		for _, r := range ended {
+			m.hold.WithLabelValues(typ, r)
+		}
 	}
 	for _, r := range []string{"hit", "miss"} {
 		m.fastpath.WithLabelValues(r)
 	}
-	m.setSession("disconnected")
 	return m
 }
 
-func (m *metrics) setSession(state string) {
-	for _, s := range zkStates {
-		v := 0.0
-		if s == state {
-			v = 1
+// setSession records the last session event (go-zookeeper's state, as a
+// label: "has_session", "expired", …).
+func (m *metrics) setSession(state string) { m.session.last.Store(state) }
+
+// zkCollector collects the session gauges from one engine Health per
+// scrape, so that they agree with each other.
+type zkCollector struct {
+	s         *Server
+	last      atomic.Value // string: the last session event
+	connected *prometheus.Desc
+	state     *prometheus.Desc
+	timeout   *prometheus.Desc
+	down      *prometheus.Desc
+	failing   *prometheus.Desc
+}
+
+func newZKCollector() *zkCollector {
+	c := &zkCollector{
+		connected: prometheus.NewDesc("baton_zk_connected", "1 while the ZooKeeper session is established and connected.", nil, nil),
+		state: prometheus.NewDesc("baton_zk_session_state",
+			"1 for the ZooKeeper session's state, 0 for the others: connected (= baton_zk_connected), disconnected (connecting, no session yet), expired, auth_failed.", []string{"state"}, nil),
+		timeout: prometheus.NewDesc("baton_zk_session_timeout_seconds", "Negotiated ZooKeeper session timeout; 0 before the first session.", nil, nil),
+		down:    prometheus.NewDesc("baton_zk_disconnected_seconds", "How long the sidecar has been without a connected ZooKeeper session; 0 while connected.", nil, nil),
+		failing: prometheus.NewDesc("baton_zk_connect_failing", "1 while connecting to ZooKeeper keeps failing (the last error is in /healthz and the WARN log), else 0.", nil, nil),
+	}
+	c.last.Store("disconnected")
+	return c
+}
+
+func (c *zkCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.connected
+	ch <- c.state
+	ch <- c.timeout
+	ch <- c.down
+	ch <- c.failing
+}
+
+func (c *zkCollector) Collect(ch chan<- prometheus.Metric) {
+	h := c.s.eng.Health()
+	state := zkDisconnected
+	switch last, _ := c.last.Load().(string); {
+	case h.Connected:
+		state = zkConnected
+	case last == "expired":
+		state = zkExpired
+	case last == "auth_failed":
+		state = zkAuthFailed
+	}
+	b := func(v bool) float64 {
+		if v {
+			return 1
 		}
-		m.session.WithLabelValues(s).Set(v)
+		return 0
 	}
-	if !slices.Contains(zkStates, state) {
-		m.session.WithLabelValues(state).Set(1)
+	ch <- prometheus.MustNewConstMetric(c.connected, prometheus.GaugeValue, b(h.Connected))
+	for _, st := range zkStates {
+		ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, b(st == state), st)
 	}
+	ch <- prometheus.MustNewConstMetric(c.timeout, prometheus.GaugeValue, h.Timeout.Seconds())
+	down := 0.0
+	if !h.Connected {
+		down = c.s.disconnectedFor().Seconds()
+	}
+	ch <- prometheus.MustNewConstMetric(c.down, prometheus.GaugeValue, down)
+	ch <- prometheus.MustNewConstMetric(c.failing, prometheus.GaugeValue, b(h.LastError != ""))
 }
 
 // register adds the server's collectors (and, for a registry the server
 // made itself, the Go and process collectors) to reg.
 func (s *Server) registerMetrics(reg prometheus.Registerer, own bool) error {
+	s.m.session.s = s
+	if err := reg.Register(s.m.hold); err != nil {
+		return err
+	}
 	cs := []prometheus.Collector{
 		s.m.acquire, s.m.leases, s.m.fastpath, s.m.session, s.revokes,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_locks_held", Help: "Grants the engine holds (API leases and background deliveries)."},
@@ -94,17 +183,11 @@ func (s *Server) registerMetrics(reg prometheus.Registerer, own bool) error {
 			func() float64 { return float64(s.eng.Health().Waiting) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_cleanup_pending", Help: "Deletes of our nodes waiting for a reconnect."},
 			func() float64 { return float64(s.eng.Health().CleanupPending) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_zk_connected", Help: "1 while the ZooKeeper session is established and connected."},
-			func() float64 {
-				if s.eng.Health().Connected {
-					return 1
-				}
-				return 0
-			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_leases_active", Help: "Leases currently held through the API."},
 			func() float64 { return float64(s.activeLeases()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_acquires_in_flight", Help: "API acquires in progress (counted against sidecar.max.waiters)."},
 			func() float64 { return float64(s.waiters.Load()) }),
+		waitersByType{s},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_lease_polls_in_flight", Help: "Lease long-polls (GET /v1/leases/{id}?wait=lost) in progress."},
 			func() float64 { return float64(s.polls.Load()) }),
 	}
@@ -117,6 +200,20 @@ func (s *Server) registerMetrics(reg prometheus.Registerer, own bool) error {
 		}
 	}
 	return nil
+}
+
+// waitersByType collects baton_acquires_waiting.
+type waitersByType struct{ s *Server }
+
+var waitingDesc = prometheus.NewDesc("baton_acquires_waiting",
+	"API acquires in progress, by type (their sum is baton_acquires_in_flight; background op deliveries waiting are in baton_lock_waiters only).",
+	[]string{"type"}, nil)
+
+func (w waitersByType) Describe(ch chan<- *prometheus.Desc) { ch <- waitingDesc }
+
+func (w waitersByType) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(waitingDesc, prometheus.GaugeValue, float64(w.s.waitingFG.Load()), api.Foreground)
+	ch <- prometheus.MustNewConstMetric(waitingDesc, prometheus.GaugeValue, float64(w.s.waitingBG.Load()), api.Background)
 }
 
 // observer feeds engine events to the metrics and the session tracker.

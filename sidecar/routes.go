@@ -16,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/lock"
+	"github.com/batonhq/baton/props"
 )
 
 type handlerFunc func(http.ResponseWriter, *http.Request) error
@@ -270,6 +271,12 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 		return newError(api.TooManyWaiters, "%d acquires are already in progress on this sidecar (sidecar.max.waiters = %d); retry later", n-1, cfg.MaxWaiters)
 	}
 	defer s.waiters.Add(-1)
+	byType := &s.waitingFG
+	if typ == lock.Background {
+		byType = &s.waitingBG
+	}
+	byType.Add(1)
+	defer byType.Add(-1)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stop := context.AfterFunc(s.stopCtx, cancel)
@@ -280,7 +287,10 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 		he := s.toHTTPError(r, err)
 		switch he.Body.Kind {
 		case api.InstanceLockException:
-			result = resNotGranted
+			result = resTimeout
+			if opts.TryOnce {
+				result = resNotGranted
+			}
 		case api.ZooKeeperUnavailable:
 			result = resUnavailable
 		case api.ShuttingDown:
@@ -536,6 +546,7 @@ func (s *Server) health() (h api.Health, kind string) {
 		ZooKeeper: api.ZKInfo{
 			Connected: eh.Connected, TimeoutMS: eh.Timeout.Milliseconds(),
 			LocksHeld: eh.Held, Waiting: eh.Waiting, CleanupPending: eh.CleanupPending,
+			Servers: zkServers(cfg), LastError: eh.LastError,
 		},
 	}
 	if eh.SessionID != 0 {
@@ -561,6 +572,10 @@ func (s *Server) health() (h api.Health, kind string) {
 		} else {
 			h.Reason = "zookeeper not connected for " + d.String() + "; held locks are suspect"
 		}
+		h.Reason += " (servers " + strings.Join(h.ZooKeeper.Servers, ",") + ")"
+		if eh.LastError != "" {
+			h.Reason += "; last error: " + eh.LastError
+		}
 	case s.opts.OpsReady != nil:
 		if err := s.opts.OpsReady(); err != nil {
 			kind, h.Reason = api.QueueUnavailable, "queue: "+err.Error()
@@ -568,6 +583,15 @@ func (s *Server) health() (h api.Health, kind string) {
 	}
 	h.Ready = kind == ""
 	return h, kind
+}
+
+// zkServers is zookeeper.servers as configured, the chroot after the last.
+func zkServers(cfg *props.Config) []string {
+	out := slices.Clone(cfg.ZKServers)
+	if n := len(out); n > 0 && cfg.ZKChroot != "" {
+		out[n-1] += cfg.ZKChroot
+	}
+	return out
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {

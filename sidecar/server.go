@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,9 @@ type Server struct {
 
 	waiters atomic.Int64 // acquires in flight
 	polls   atomic.Int64 // lease long-polls in flight
+
+	// acquires in flight by type (baton_acquires_waiting)
+	waitingFG, waitingBG atomic.Int64
 
 	stopCtx    context.Context // cancelled when the drain begins: nothing more is granted
 	stopCancel context.CancelFunc
@@ -231,8 +235,13 @@ func (s *Server) Drain() api.DrainResponse {
 }
 
 // RecordReload stores the outcome of a reload for /healthz (and so for
-// `baton reload`), numbering it.
+// `baton reload` and `baton status`), numbering it. A rejected reload
+// changes nothing, so the restart keys an earlier reload kept stay listed
+// in KeptUntilRestart.
 func (s *Server) RecordReload(applied, kept []string, rejected error) {
+	if prev := s.lastReload.Load(); rejected != nil && prev != nil {
+		kept = slices.Clone(prev.KeptUntilRestart)
+	}
 	info := &api.ReloadInfo{At: api.NewTime(time.Now()), Applied: applied, KeptUntilRestart: kept}
 	if info.Applied == nil {
 		info.Applied = []string{}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -265,8 +266,51 @@ func newLogSetup(w io.Writer, level slog.Level, format string) *logSetup {
 	ls.setFormat(format)
 	lw := &lockedWriter{w: w}
 	ho := &slog.HandlerOptions{Level: ls.level}
-	ls.logger = slog.New(&switchHandler{json: ls.json, text: slog.NewTextHandler(lw, ho), js: slog.NewJSONHandler(lw, ho)})
+	ls.logger = slog.New(&dedupHandler{next: &switchHandler{json: ls.json, text: slog.NewTextHandler(lw, ho), js: slog.NewJSONHandler(lw, ho)}})
 	return ls
+}
+
+// dedupHandler writes each attribute key once per record: a key given
+// again (a library's logger adds "component" to a logger that has one)
+// keeps its last value. It holds the attributes added with WithAttrs until
+// a record or a group, so that the record's own can replace them.
+type dedupHandler struct {
+	next  slog.Handler
+	attrs []slog.Attr // top-level attributes not yet passed to next
+}
+
+func (h *dedupHandler) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) }
+
+func (h *dedupHandler) Handle(ctx context.Context, r slog.Record) error {
+	all := make([]slog.Attr, 0, len(h.attrs)+r.NumAttrs())
+	all = append(all, h.attrs...)
+	r.Attrs(func(a slog.Attr) bool {
+		all = append(all, a)
+		return true
+	})
+	last := make(map[string]int, len(all))
+	for i, a := range all {
+		last[a.Key] = i
+	}
+	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	for i, a := range all {
+		if last[a.Key] == i {
+			out.AddAttrs(a)
+		}
+	}
+	return h.next.Handle(ctx, out)
+}
+
+func (h *dedupHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &dedupHandler{next: h.next, attrs: append(slices.Clip(h.attrs), as...)}
+}
+
+func (h *dedupHandler) WithGroup(name string) slog.Handler {
+	next := h.next
+	if len(h.attrs) > 0 {
+		next = next.WithAttrs(h.attrs)
+	}
+	return &dedupHandler{next: next.WithGroup(name)}
 }
 
 // setFormat switches between "text" and "json" (anything else is text).

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -80,10 +81,12 @@ func testStatus(t *testing.T, e *env, s *sidecarProc) {
 		t.Errorf("status: exit %d, stderr %q", code, stderr)
 	}
 	for _, re := range []string{
-		`(?m)^sidecar\s+shared \(incarnation [0-9a-f]+\)$`,
+		`(?m)^sidecar\s+shared \(incarnation [0-9a-f]+, pid \d+\)$`,
 		`(?m)^status\s+serving$`,
 		`(?m)^ready\s+yes$`,
-		`(?m)^zookeeper\s+connected, session 0x[0-9a-f]+, timeout 3s$`,
+		`(?m)^zookeeper\s+connected \(servers ` + regexp.QuoteMeta(e.zk.ConnString()) + `\)$`,
+		`(?m)^session\s+0x[0-9a-f]+, negotiated timeout 3s$`,
+		`(?m)^last reload\s+none since the sidecar started$`,
 		`(?m)^locks held\s+1$`,
 		`(?m)^waiters\s+0$`,
 		`(?m)^cleanup pending\s+0$`,
@@ -359,6 +362,10 @@ func testServeReload(t *testing.T, e *env) {
 	if h, err := c.Health(ctx); err != nil || h.ZooKeeper.TimeoutMS != 3000 {
 		t.Errorf("session timeout after the reload: %+v %v, want 3000 kept until restart", h, err)
 	}
+	_, stdout, _ := runBaton(t, "--config", os.DevNull, "--socket", s.socket, "status")
+	if re := `(?m)^last reload\s+#1 at \S+ applied: sidecar.max.waiters, log.level; kept until restart: zookeeper.session.timeout$`; !regexp.MustCompile(re).MatchString(stdout) {
+		t.Errorf("status after the reload has no match for %s:\n%s", re, stdout)
+	}
 
 	type result struct {
 		l   *client.Lease
@@ -390,6 +397,15 @@ func testServeReload(t *testing.T, e *env) {
 		t.Errorf("rejection does not name the file, line and key: %s", out)
 	}
 	tooMany("after the rejected reload")
+	// The rejection keeps the restart key pending from the earlier reload.
+	_, stdout, _ = runBaton(t, "--config", os.DevNull, "--socket", s.socket, "status")
+	if re := `(?m)^last reload\s+#2 at \S+ rejected, nothing changed: .*zookeeper.connection.retry.*; still kept until restart: zookeeper.session.timeout$`; !regexp.MustCompile(re).MatchString(stdout) {
+		t.Errorf("status after the rejected reload has no match for %s:\n%s", re, stdout)
+	}
+	if h, err := c.Health(ctx); err != nil || h.Reload == nil || h.Reload.Error == "" ||
+		!slices.Equal(h.Reload.KeptUntilRestart, []string{"zookeeper.session.timeout"}) {
+		t.Errorf("/healthz reload after the rejection = %+v (%v), want the error and kept_until_restart [zookeeper.session.timeout]", h.Reload, err)
+	}
 
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)

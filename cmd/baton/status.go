@@ -134,22 +134,54 @@ func printHealth(w io.Writer, socket string, h *api.Health) error {
 		ready = "no: " + h.Reason
 	}
 	zk := h.ZooKeeper
-	conn := "connected"
-	if !zk.Connected {
-		conn = fmt.Sprintf("disconnected for %v", (time.Duration(zk.DisconnectedForMS) * time.Millisecond).String())
+	servers := "servers " + strings.Join(zk.Servers, ",")
+	if len(zk.Servers) == 0 {
+		servers = "servers unknown" // a sidecar older than this command
 	}
-	session := zk.Session
-	if session == "" {
-		session = "none yet"
+	conn := "connected (" + servers + ")"
+	if !zk.Connected {
+		conn = fmt.Sprintf("disconnected for %v (%s)", time.Duration(zk.DisconnectedForMS)*time.Millisecond, servers)
+	}
+	session := "none yet"
+	if zk.Session != "" {
+		session = zk.Session
+		if zk.TimeoutMS > 0 {
+			session += fmt.Sprintf(", negotiated timeout %v", time.Duration(zk.TimeoutMS)*time.Millisecond)
+		}
+		if !zk.Connected {
+			session += " (not connected: held locks are suspect until it reconnects or expires)"
+		}
 	}
 	fmt.Fprintf(tw, "socket\t%s\n", socket)
-	fmt.Fprintf(tw, "sidecar\t%s (incarnation %s)\n", h.Sidecar, h.Incarnation)
+	fmt.Fprintf(tw, "sidecar\t%s (incarnation %s, pid %d)\n", h.Sidecar, h.Incarnation, h.PID)
 	fmt.Fprintf(tw, "status\t%s\n", h.Status)
 	fmt.Fprintf(tw, "ready\t%s\n", ready)
-	fmt.Fprintf(tw, "zookeeper\t%s, session %s, timeout %v\n", conn, session, time.Duration(zk.TimeoutMS)*time.Millisecond)
+	fmt.Fprintf(tw, "zookeeper\t%s\n", conn)
+	fmt.Fprintf(tw, "session\t%s\n", session)
+	if zk.LastError != "" {
+		fmt.Fprintf(tw, "last error\t%s\n", zk.LastError)
+	}
 	fmt.Fprintf(tw, "locks held\t%d\n", zk.LocksHeld)
 	fmt.Fprintf(tw, "waiters\t%d\n", zk.Waiting)
 	fmt.Fprintf(tw, "cleanup pending\t%d\n", zk.CleanupPending)
 	fmt.Fprintf(tw, "leases\t%d\n", h.Leases)
+	fmt.Fprintf(tw, "last reload\t%s\n", reloadText(h.Reload))
 	return tw.Flush()
+}
+
+// reloadText describes the last reload: the keys applied, the restart
+// keys kept until a restart, or why it was rejected.
+func reloadText(r *api.ReloadInfo) string {
+	if r == nil {
+		return "none since the sidecar started"
+	}
+	at := r.At.UTC().Format(time.RFC3339)
+	if r.Error != "" {
+		s := fmt.Sprintf("#%d at %s rejected, nothing changed: %s", r.Generation, at, r.Error)
+		if len(r.KeptUntilRestart) > 0 {
+			s += "; still kept until restart: " + strings.Join(r.KeptUntilRestart, ", ")
+		}
+		return s
+	}
+	return fmt.Sprintf("#%d at %s applied: %s; kept until restart: %s", r.Generation, at, orNone(r.Applied), orNone(r.KeptUntilRestart))
 }
