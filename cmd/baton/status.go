@@ -27,9 +27,12 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Use:   "status",
 		Short: "Show the sidecar's health and readiness",
 		Long: `status asks the sidecar (GET /healthz) for its state: ready or not and why,
-the ZooKeeper session (connected, id, negotiated timeout), the locks held,
-the waiting acquires, the node deletions pending after a disconnection, and
-the leases held through it.
+the ZooKeeper servers and session (connected or for how long not, id,
+negotiated timeout, the last connection error while connecting fails), the
+locks held, the waiting acquires, the node deletions pending after a
+disconnection, the leases held through it, and the last configuration
+reload (keys applied, restart keys kept until a restart, or why it was
+rejected).
 
 Exit status 0 when the sidecar is ready, 69 when it is not ready or cannot
 be reached.`,
