@@ -111,6 +111,8 @@ func TestHappyPath(t *testing.T) {
 				st, err := e.srv.Engine().Inspect(context.Background(), "article-42")
 				return err == nil && st.Holder == nil
 			})
+			// The counters move just after the done record.
+			e.waitEvents(id, 1)
 			if got := e.metric("baton_ops_total", map[string]string{"state": "done"}); got != 1 {
 				t.Errorf("baton_ops_total{state=done} = %v, want 1", got)
 			}
@@ -339,6 +341,9 @@ func TestRetryThenDone(t *testing.T) {
 	if evs := e.waitEvents(bad, 1); len(evs) != 1 || evs[0].Class != "HTTP400" || evs[0].Outcome != "dlq_pending" {
 		t.Errorf("attempts = %+v, want one HTTP400 → dlq_pending", evs)
 	}
+	// The counter moves just after the dead_lettered record.
+	waitFor(t, 5*time.Second, "baton_dlq_published_total 1", func() bool { return e.metric("baton_dlq_published_total", nil) >= 1 })
+	time.Sleep(100 * time.Millisecond)
 	if got := e.metric("baton_dlq_published_total", nil); got != 1 {
 		t.Errorf("baton_dlq_published_total = %v, want 1", got)
 	}

@@ -304,9 +304,7 @@ func (d *Dispatcher) purgeLoop() {
 				break
 			}
 		}
-		if _, err := d.store.Compact(); err != nil && d.soft.Err() == nil {
-			d.log.Error("compacting the queue file failed", "error", err)
-		}
+		_, _ = d.store.Compact() // logs what it did or why it failed
 		select {
 		case <-d.soft.Done():
 			return

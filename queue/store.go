@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -124,9 +125,12 @@ type Store struct {
 	// Compact holds it exclusively while it replaces the file.
 	dbMu sync.RWMutex
 	db   *bolt.DB
-	lock *os.File
-	log  *slog.Logger
-	now  func() time.Time
+	// compactAfter (unix ns): Compact does nothing before it (set after a
+	// failure).
+	compactAfter atomic.Int64
+	lock         *os.File
+	log          *slog.Logger
+	now          func() time.Time
 
 	mu         sync.Mutex
 	maxOps     int
@@ -198,6 +202,9 @@ const (
 	compactFreeRatio = 0.5
 	compactLiveMax   = 256 << 20
 	compactTxBytes   = 16 << 20
+	// compactRetryAfter is how long Compact waits after a failure (e.g. a
+	// file system without hard links) before trying again.
+	compactRetryAfter = time.Hour
 )
 
 func boltOptions() *bolt.Options {
@@ -341,6 +348,9 @@ func (s *Store) Compact() (bool, error) {
 		return false, err
 	}
 	defer s.leave()
+	if time.Now().UnixNano() < s.compactAfter.Load() {
+		return false, nil // failed lately
+	}
 	s.dbMu.RLock()
 	size, free, ok := fileUse(s.db)
 	s.dbMu.RUnlock()
@@ -353,7 +363,8 @@ func (s *Store) Compact() (bool, error) {
 	ndb, err := compactFile(s.db)
 	s.db = ndb
 	if err != nil {
-		s.log.Warn("compacting the queue file failed; using it as it is", "path", s.path, "bytes", size, "error", err)
+		s.compactAfter.Store(time.Now().Add(compactRetryAfter).UnixNano())
+		s.log.Warn("compacting the queue file failed; using it as it is, next try in an hour", "path", s.path, "bytes", size, "error", err)
 		return false, fmt.Errorf("queue: compact %s: %w", s.path, err)
 	}
 	after, _, _ := fileUse(ndb)
