@@ -29,7 +29,11 @@ const (
 	StateSuspect  = "suspect"  // ZooKeeper disconnected; valid_for_ms shrinks and is not extended
 	StateDraining = "draining" // the sidecar is shutting down: renewed, but never valid past drain_ends_at; finish and release by then
 	StateLost     = "lost"     // ended without the holder's release (see reason), or will not be renewed
-	StateReleased = "released" // released by the holder
+	// StatePreempted: a preemptible lease another request asked to yield
+	// (see AcquireRequest.Preempt): roll back and release by valid_until,
+	// which renewals no longer extend; reason says who asked.
+	StatePreempted = "preempted"
+	StateReleased  = "released" // released by the holder
 )
 
 // Reasons of a lost lease (the "reason" of a 410 LockLost or of a lease body).
@@ -43,6 +47,9 @@ const (
 	// ReasonRevoked starts the reason of a lease an operator revoked
 	// (POST /v1/locks/{object}/revoke): "revoked: <the operator's reason>".
 	ReasonRevoked = "revoked"
+	// ReasonPreempted is the reason of a preemptible lease taken by a
+	// forceful preempting request after it did not yield in time.
+	ReasonPreempted = "preempted"
 )
 
 // Time is an instant that encodes as RFC 3339 UTC with milliseconds
@@ -118,6 +125,22 @@ type AcquireRequest struct {
 	// the last is released. A lease of another object or of another run
 	// of the sidecar is a 400 naming lease_id.
 	LeaseID string `json:"lease_id,omitempty"`
+	// Preemptible lets a higher-priority acquire (Preempt) ask this grant
+	// to yield: it is then told (state "preempted") and has CleanupMS to
+	// release. Its validity is never told further than CleanupMS ahead
+	// (renew within it). CleanupMS defaults to 5000.
+	Preemptible bool   `json:"preemptible,omitempty"`
+	CleanupMS   *int64 `json:"cleanup_ms,omitempty"`
+	// Preempt (foreground only) asks a preemptible holder, on any sidecar,
+	// to yield; the request waits in line as usual. Not granted within
+	// PreemptWaitMS (default: the wait): Forceful → the holder's sidecar
+	// takes the lock from it (told lost, reason "preempted") and frees it
+	// after the validity told to it, so give wait_ms ≥ preempt_wait_ms +
+	// the holder's cleanup; not forceful → 423 with reason. Holders that
+	// are not preemptible are never preempted.
+	Preempt       bool   `json:"preempt,omitempty"`
+	PreemptWaitMS *int64 `json:"preempt_wait_ms,omitempty"`
+	Forceful      bool   `json:"forceful,omitempty"`
 }
 
 // RevokeRequest is the body of POST /v1/locks/{object}/revoke (any
@@ -183,6 +206,9 @@ type Lease struct {
 	// 1 after the first acquire, +1 per re-entry, −1 per release; 0 once
 	// ended.
 	Holds int `json:"holds"`
+	// Preemptible and CleanupMS are the acquire's (see AcquireRequest).
+	Preemptible bool  `json:"preemptible,omitempty"`
+	CleanupMS   int64 `json:"cleanup_ms,omitempty"`
 }
 
 // DrainResponse is the answer of POST /v1/drain (202): the drain has

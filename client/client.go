@@ -148,7 +148,36 @@ type acquireOptions struct {
 	lease   time.Duration
 	noRenew bool
 	reenter string // lease id to re-enter
+
+	preemptible bool
+	cleanup     time.Duration
+	preempt     bool
+	preemptWait time.Duration
+	forceful    bool
 }
+
+// WithPreemptible lets a foreground request with WithPreempt ask this lock
+// to yield: the lease's State becomes api.StatePreempted (Lock cancels its
+// fn's context, cause ErrPreempted) and it has cleanup to release; its
+// validity is never more than cleanup ahead (renewed automatically).
+// cleanup 0 is the sidecar's default (5 s).
+func WithPreemptible(cleanup time.Duration) Option {
+	return func(o *acquireOptions) { o.preemptible, o.cleanup = true, cleanup }
+}
+
+// WithPreempt (foreground only) asks a preemptible holder, on any sidecar,
+// to yield. Not granted within wait: forceful takes the lock from the
+// holder (it is freed after the validity told to the holder: give
+// WithWait at least wait + the holder's cleanup); not forceful is an
+// *InstanceLockError whose Reason says the holder did not yield. wait 0
+// is the acquire's wait.
+func WithPreempt(wait time.Duration, forceful bool) Option {
+	return func(o *acquireOptions) { o.preempt, o.preemptWait, o.forceful = true, wait, forceful }
+}
+
+// ErrPreempted is the cause of Lock's fn context when a preempting request
+// asked the (preemptible) lock to yield: roll back and return.
+var ErrPreempted = errors.New("client: lock preempted by a higher-priority request")
 
 // WithType asks for a Foreground (default) or Background lock.
 func WithType(t string) Option { return func(o *acquireOptions) { o.typ = t } }
@@ -211,7 +240,16 @@ func (c *Client) Acquire(ctx context.Context, object string, opts ...Option) (*L
 			o.reenter = pl.id
 		}
 	}
-	req := api.AcquireRequest{Type: o.typ, Info: o.info, Bind: api.BindProcess, LeaseID: o.reenter}
+	req := api.AcquireRequest{Type: o.typ, Info: o.info, Bind: api.BindProcess, LeaseID: o.reenter,
+		Preemptible: o.preemptible, Preempt: o.preempt, Forceful: o.forceful}
+	if o.preemptible && o.cleanup > 0 {
+		ms := ceilMS(o.cleanup)
+		req.CleanupMS = &ms
+	}
+	if o.preempt && o.preemptWait > 0 {
+		ms := ceilMS(o.preemptWait)
+		req.PreemptWaitMS = &ms
+	}
 	if o.waitSet {
 		ms := ceilMS(o.wait)
 		req.WaitMS = &ms
@@ -271,10 +309,20 @@ func (c *Client) Lock(ctx context.Context, object string, fn func(ctx context.Co
 	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, l))
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		select {
-		case <-l.Lost():
-			cancel(l.Err())
-		case <-fctx.Done():
+		for {
+			ch := l.Changed()
+			if l.State() == api.StatePreempted {
+				cancel(fmt.Errorf("%w (%s); finish by %v", ErrPreempted, l.Last().Reason, time.Until(l.ValidUntil()).Round(time.Millisecond)))
+				return
+			}
+			select {
+			case <-l.Lost():
+				cancel(l.Err())
+				return
+			case <-fctx.Done():
+				return
+			case <-ch:
+			}
 		}
 	})
 	ferr := fn(fctx)

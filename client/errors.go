@@ -113,6 +113,7 @@ type InstanceLockError struct {
 	Holder   *api.Holder // nil if unknown or free
 	Position int         // 1 = was next in line; 0 = unknown
 	Message  string
+	Reason   string // set when a preemption (WithPreempt) was not yielded to
 }
 
 func (e *InstanceLockError) Error() string {
@@ -120,8 +121,12 @@ func (e *InstanceLockError) Error() string {
 	if e.Holder != nil {
 		h = fmt.Sprintf("held by %s (sidecar %q, info %q)", e.Holder.Node, e.Holder.Sidecar, e.Holder.Info)
 	}
-	return fmt.Sprintf("baton: lock %q (%s) not granted after %v, position %d, %s",
+	s := fmt.Sprintf("baton: lock %q (%s) not granted after %v, position %d, %s",
 		e.Object, e.Type, e.Waited, e.Position, h)
+	if e.Reason != "" {
+		s += " (" + e.Reason + ")"
+	}
+	return s
 }
 
 // InstanceLock marks the error as Java's InstanceLockException for retry
@@ -136,7 +141,7 @@ func decodeError(status int, body []byte) error {
 		return nil
 	}
 	if b.Kind == api.InstanceLockException {
-		e := &InstanceLockError{Object: b.Object, Type: b.Type, Holder: b.Holder, Message: b.Message}
+		e := &InstanceLockError{Object: b.Object, Type: b.Type, Holder: b.Holder, Message: b.Message, Reason: b.Reason}
 		if b.WaitedMS != nil {
 			e.Waited = time.Duration(*b.WaitedMS) * time.Millisecond
 		}

@@ -111,3 +111,36 @@ func TestRevokeTellsHolder(t *testing.T) {
 		t.Errorf("Revoke of a free object = %v, want ErrNoNode", err)
 	}
 }
+
+// TestLockPreempted: a preemptible Lock's fn sees its context cancelled
+// (cause ErrPreempted) when a foreground WithPreempt request arrives; it
+// returns, Lock releases, and the requester is granted.
+func TestLockPreempted(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	in := make(chan struct{})
+	done := make(chan error, 1)
+	var told time.Time
+	go func() {
+		done <- c.Lock(ctx, "preempt-me", func(ctx context.Context) error {
+			close(in)
+			<-ctx.Done()
+			told = time.Now()
+			return context.Cause(ctx)
+		}, client.WithPreemptible(3*time.Second), client.WithType(client.Background))
+	}()
+	<-in
+	time.Sleep(100 * time.Millisecond) // past the holder watch's arming delay
+	t0 := time.Now()
+	l, err := c.Acquire(ctx, "preempt-me", client.WithPreempt(0, false), client.WithWait(5*time.Second))
+	if err != nil {
+		t.Fatalf("preempting acquire: %v", err)
+	}
+	granted := time.Now()
+	defer l.Release(ctx)
+	err = <-done
+	t.Logf("holder's fn cancelled %v after the preempting acquire; granted %v after", told.Sub(t0).Round(time.Millisecond), granted.Sub(t0).Round(time.Millisecond))
+	if !errors.Is(err, client.ErrPreempted) {
+		t.Errorf("Lock = %v, want ErrPreempted", err)
+	}
+}

@@ -57,8 +57,14 @@ type lease struct {
 	// external: an op delivery's grant (reentry.go), held and released by
 	// the dispatcher; the API may re-enter it, never free its last hold.
 	external bool
-	reason   string
-	endedAt  time.Time
+	// Preemption (preempt.go): fixed at the grant.
+	preemptible bool
+	cleanup     time.Duration
+	preemptAt   time.Time     // guarded by mu: when a preemption reached it; zero: none (or lifted)
+	preemptMsg  string        // guarded by mu
+	changed     chan struct{} // guarded by mu: closed and replaced when preemptAt changes
+	reason      string
+	endedAt     time.Time
 
 	// No goroutine per lease: expiry is a timer that re-arms itself while
 	// renewals move lease_expires_at, and the grant's loss is a callback on
@@ -86,7 +92,7 @@ func (s *Server) addLease(g *lock.Grant, pid int32, length time.Duration) (*leas
 	now := time.Now()
 	l := &lease{
 		id: s.newLeaseID(), g: g, pid: pid, length: length,
-		expires: now.Add(length), done: make(chan struct{}), holds: 1,
+		expires: now.Add(length), done: make(chan struct{}), holds: 1, changed: make(chan struct{}),
 	}
 	s.mu.Lock()
 	if s.stopping() || s.closed {
@@ -285,6 +291,19 @@ func (s *Server) view(l *lease, tell bool) api.Lease {
 				out.State = api.StateDraining
 			}
 		}
+		if l.preemptible {
+			// Never told further than the cleanup window ahead, and not
+			// extended past it once preempted: the lock can be taken then.
+			end := now.Add(l.cleanup)
+			if !l.preemptAt.IsZero() {
+				end = l.preemptAt.Add(l.cleanup)
+				if out.State == api.StateHeld {
+					out.State, out.Reason = api.StatePreempted, l.preemptMsg
+				}
+			}
+			vu = minTime(vu, end)
+			out.Preemptible, out.CleanupMS = true, l.cleanup.Milliseconds()
+		}
 		if tell && vu.After(l.told) {
 			l.told = vu
 		}
@@ -296,7 +315,7 @@ func (s *Server) view(l *lease, tell bool) api.Lease {
 // state reports the lease's current API state without telling anything.
 func (s *Server) leaseState(l *lease) string {
 	l.mu.Lock()
-	ended, st := l.ended, l.state
+	ended, st, preempted := l.ended, l.state, !l.preemptAt.IsZero()
 	l.mu.Unlock()
 	if ended {
 		return st
@@ -308,6 +327,9 @@ func (s *Server) leaseState(l *lease) string {
 	case lock.Held:
 		if s.stopping() {
 			return api.StateDraining
+		}
+		if preempted {
+			return api.StatePreempted
 		}
 		return api.StateHeld
 	case lock.Suspect:
@@ -345,8 +367,7 @@ func (s *Server) renew(l *lease, length time.Duration) (api.Lease, error) {
 	switch {
 	case l.ended:
 		l.mu.Unlock()
-		_, err := s.lookup(l.id)
-		return api.Lease{}, err
+		return api.Lease{}, s.endedErr(l)
 	case !now.Before(l.expires):
 		l.mu.Unlock()
 		if s.finishLease(l, api.StateLost, api.ReasonLeaseExpired, "not renewed by lease_expires_at", nil) {
@@ -363,6 +384,21 @@ func (s *Server) renew(l *lease, length time.Duration) (api.Lease, error) {
 	return s.view(l, true), nil
 }
 
+// endedErr is the error an ended lease answers with, also while
+// finishLease has not yet moved it from the live leases to the tombstones.
+func (s *Server) endedErr(l *lease) error {
+	if _, err := s.lookup(l.id); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	st, reason := l.state, l.reason
+	l.mu.Unlock()
+	if st == api.StateReleased {
+		return newError(api.NoNode, "no lease %q: released", l.id)
+	}
+	return lockLost(reason, "lease %s on %q is lost: %s", l.id, l.g.Object(), reason)
+}
+
 // release is the holder's DELETE.
 func (s *Server) release(ctx context.Context, l *lease) (api.ReleaseResponse, error) {
 	g := l.g
@@ -374,8 +410,7 @@ func (s *Server) release(ctx context.Context, l *lease) (api.ReleaseResponse, er
 		return res, err
 	}
 	if !s.finishLease(l, api.StateReleased, "", "", nil) {
-		_, err := s.lookup(l.id)
-		return api.ReleaseResponse{}, err
+		return api.ReleaseResponse{}, s.endedErr(l)
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()

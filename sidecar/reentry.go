@@ -51,8 +51,7 @@ func (s *Server) reenter(l *lease, length time.Duration) (api.Lease, error) {
 	l.mu.Lock()
 	if l.ended {
 		l.mu.Unlock()
-		_, err := s.lookup(l.id)
-		return api.Lease{}, err
+		return api.Lease{}, s.endedErr(l)
 	}
 	l.holds++
 	n := l.holds
@@ -99,7 +98,7 @@ func (s *Server) releaseHold(l *lease) (res api.ReleaseResponse, done bool, err 
 // is ops.Deps.Hold.
 func (s *Server) HoldDelivery(id string, g *lock.Grant) (done func()) {
 	l := &lease{id: id, g: g, length: s.config().LeaseDefault, expires: time.Now().Add(s.config().LeaseMax),
-		done: make(chan struct{}), holds: 1, external: true}
+		done: make(chan struct{}), holds: 1, external: true, changed: make(chan struct{})}
 	s.mu.Lock()
 	if s.closed || s.leases[id] != nil {
 		s.mu.Unlock()

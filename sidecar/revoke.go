@@ -130,14 +130,16 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) error {
 // written by any sidecar reaches the holder's here (from the engine's
 // watch, which must not block).
 func (s *Server) onSignal(l *lease, sig lock.Signal) {
-	if sig.Kind != SignalRevoke {
-		return
+	switch sig.Kind {
+	case SignalRevoke:
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.revokeLease(l, sig)
+		}()
+	case SignalPreempt, SignalPreemptForceful:
+		s.preempt(l, sig)
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.revokeLease(l, sig)
-	}()
 }
 
 // revokeLease ends l as lost ("revoked: …"): the holder is told at once
@@ -150,16 +152,28 @@ func (s *Server) revokeLease(l *lease, sig lock.Signal) (time.Time, bool) {
 	}
 	reason := revokeReason(sig.Reason)
 	msg := fmt.Sprintf("revoked by an operator (%s, through sidecar %s)", sig.Who, sig.From)
+	told, ok := s.takeLease(l, reason, msg)
+	if !ok {
+		return time.Time{}, false
+	}
+	s.revokes.WithLabelValues("applied").Inc()
+	s.log.Warn("audit: lease revoked; its holder is told, the lock is freed after the validity told to it",
+		"object", l.g.Object(), "token", l.g.Token(), "lease_id", l.id, "holder_pid", l.pid, "holder_info", l.g.Info(),
+		"reason", reason, "caller", sig.Who, "requested_through", sig.From, "freed_in", max(0, time.Until(told)).Round(time.Millisecond))
+	return told, true
+}
+
+// takeLease ends l as lost with reason (the holder is told at once:
+// long-polls return, renewals answer 410) and releases its grant after the
+// last valid_until told to the holder, which nothing moves any more. It
+// returns that instant, and false if l had already ended.
+func (s *Server) takeLease(l *lease, reason, msg string) (time.Time, bool) {
 	if !s.finishLease(l, api.StateLost, reason, msg, nil) {
 		return time.Time{}, false
 	}
 	l.mu.Lock()
 	told := l.told // final: an ended lease is told nothing more
 	l.mu.Unlock()
-	s.revokes.WithLabelValues("applied").Inc()
-	s.log.Warn("audit: lease revoked; its holder is told, the lock is freed after the validity told to it",
-		"object", l.g.Object(), "token", l.g.Token(), "lease_id", l.id, "holder_pid", l.pid, "holder_info", l.g.Info(),
-		"reason", reason, "caller", sig.Who, "requested_through", sig.From, "freed_in", max(0, time.Until(told)).Round(time.Millisecond))
 	s.mu.Lock()
 	s.revoked[l] = told
 	s.mu.Unlock()

@@ -248,6 +248,34 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 	// A revocation written by any sidecar reaches the lease here (set once
 	// the lease exists; one arriving before is found by LastSignal below).
 	var held atomic.Pointer[lease]
+	cleanup := DefaultCleanup
+	if req.CleanupMS != nil {
+		if !req.Preemptible {
+			return badRequest("cleanup_ms", "only applies with \"preemptible\": true")
+		}
+		d, err := msParam("cleanup_ms", *req.CleanupMS, 1, api.MaxWaitMS)
+		if err != nil {
+			return err
+		}
+		cleanup = d
+	}
+	preemptWait := wait
+	if req.PreemptWaitMS != nil {
+		if !req.Preempt {
+			return badRequest("preempt_wait_ms", "only applies with \"preempt\": true")
+		}
+		d, err := msParam("preempt_wait_ms", *req.PreemptWaitMS, 0, api.MaxWaitMS)
+		if err != nil {
+			return err
+		}
+		preemptWait = d
+	}
+	switch {
+	case req.Forceful && !req.Preempt:
+		return badRequest("forceful", "only applies with \"preempt\": true")
+	case req.Preempt && typ != lock.Foreground:
+		return badRequest("preempt", "only a foreground acquire may preempt")
+	}
 	opts := lock.AcquireOptions{Info: req.Info, Wait: wait, OnSignal: func(sig lock.Signal) {
 		if l := held.Load(); l != nil {
 			s.onSignal(l, sig)
@@ -282,9 +310,16 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 	stop := context.AfterFunc(s.stopCtx, cancel)
 	defer stop()
 
+	asked := req.Preempt && s.askToYield(ctx, obj, req, preemptWait, who(r.Context()))
+	if asked && !req.Forceful && preemptWait < opts.Wait && !opts.TryOnce {
+		opts.Wait = max(preemptWait, time.Millisecond)
+	}
 	g, err := s.eng.Acquire(ctx, obj, typ, opts)
 	if err != nil {
 		he := s.toHTTPError(r, err)
+		if asked && he.Body.Kind == api.InstanceLockException {
+			he.Body.Reason = preemptReason(preemptWait)
+		}
 		switch he.Body.Kind {
 		case api.InstanceLockException:
 			result = resTimeout
@@ -315,6 +350,11 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 		result = resShuttingDown
 		s.releaseGrant(g)
 		return err
+	}
+	if req.Preemptible {
+		l.mu.Lock()
+		l.preemptible, l.cleanup = true, cleanup
+		l.mu.Unlock()
 	}
 	result = resGranted
 	held.Store(l)
@@ -451,6 +491,7 @@ func (s *Server) waitChange(ctx context.Context, l *lease, timeout time.Duration
 	}
 	for {
 		sc := s.sessionChanged()
+		pc := l.changedCh()
 		if st := s.leaseState(l); st != initial || st == api.StateLost || st == api.StateReleased {
 			return nil
 		}
@@ -458,6 +499,7 @@ func (s *Server) waitChange(ctx context.Context, l *lease, timeout time.Duration
 		case <-l.done:
 		case <-l.g.Done():
 		case <-sc:
+		case <-pc:
 		case <-drainStarts:
 			drainStarts = nil
 		case <-s.over:

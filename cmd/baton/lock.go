@@ -47,6 +47,11 @@ type lockFlags struct {
 	info         string
 	killGrace    time.Duration
 	conflictCode int
+	preemptible  bool
+	cleanup      time.Duration
+	preempt      bool
+	preemptWait  time.Duration
+	forceful     bool
 }
 
 func newLockCmd(g *globals) *cobra.Command {
@@ -121,6 +126,11 @@ Exit status:
 	fl.StringVar(&f.info, "info", "", "`text` recorded in the lock's node, shown by baton locks")
 	fl.DurationVar(&f.killGrace, "kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
 	fl.IntVar(&f.conflictCode, "conflict-exit-code", exitNotTaken, "exit status when the lock is not taken in time")
+	fl.BoolVar(&f.preemptible, "preemptible", false, "let a --preempt request ask CMD to yield: SIGTERM, then --cleanup to exit")
+	fl.DurationVar(&f.cleanup, "cleanup", 0, "with --preemptible: time CMD has to roll back and exit once preempted (default 5s)")
+	fl.BoolVar(&f.preempt, "preempt", false, "(foreground) ask a preemptible holder, on any sidecar, to yield")
+	fl.DurationVar(&f.preemptWait, "preempt-wait", 0, "with --preempt: how long the holder has to yield (default: --wait)")
+	fl.BoolVar(&f.forceful, "forceful", false, "with --preempt: take the lock from a holder that did not yield in time")
 	return cmd
 }
 
@@ -218,6 +228,12 @@ func acquireForLock(ctx context.Context, c *client.Client, obj string, f lockFla
 	}
 	if f.lease > 0 {
 		opts = append(opts, client.WithLease(f.lease))
+	}
+	if f.preemptible {
+		opts = append(opts, client.WithPreemptible(f.cleanup))
+	}
+	if f.preempt {
+		opts = append(opts, client.WithPreempt(f.preemptWait, f.forceful))
 	}
 	if id := os.Getenv(envLeaseID); id != "" && os.Getenv(envObject) == obj {
 		// Run by a baton lock (or an op handler) already holding obj:
@@ -513,6 +529,16 @@ func (h *holder) checkWindow() {
 		end, why = h.lease.ValidUntil(), "ZooKeeper is unreachable (the sidecar reports the lock suspect: its validity is no longer extended)"
 	case api.StateDraining:
 		end, why = h.lease.DrainUntil(), "the sidecar is draining (shutting down): the lock is renewed until the end of its grace, not after"
+	case api.StatePreempted:
+		// A higher-priority request asks us to yield: SIGTERM now (the
+		// command rolls back and exits), SIGKILL 100ms before the validity
+		// told, which renewals no longer extend.
+		if h.doomed == nil {
+			h.byWindow = true
+			h.doom(fmt.Errorf("lock %q %s; the command has until its validity ends, in %v", h.obj, h.lease.Last().Reason,
+				time.Until(h.lease.ValidUntil()).Round(time.Millisecond)), h.lease.ValidUntil().Add(-killMargin))
+		}
+		return
 	case api.StateHeld:
 		if h.window != "" {
 			fmt.Fprintf(h.g.stderr, "baton: lock %q is held again (%s no more)\n", h.obj, h.window)

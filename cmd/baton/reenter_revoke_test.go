@@ -146,3 +146,25 @@ func testOpHandlerReenters(t *testing.T, e *env) {
 	}
 	waitCond(t, 30*time.Second, "the object freed", func() bool { return holderOf(t, s.socket, "article-re") == nil })
 }
+
+// testLockPreempted: `baton lock --preempt X -- CMD2` while `baton lock
+// --preemptible X -- CMD1` runs: CMD1's SIGTERM trap runs at once, its
+// baton lock exits 76; the preempting one is granted and exits 0.
+func testLockPreempted(t *testing.T, e *env, s *sidecarProc) {
+	const obj = "preempt-1"
+	r := startLock(s.socket, nil, "--type", "background", "--preemptible", "--cleanup", "3s", obj, "--", "sh", "-c",
+		`trap "echo got-TERM; exit 3" TERM; echo started; while :; do sleep 0.05; done`)
+	r.out.waitFor(t, 0, "started", 30*time.Second)
+	time.Sleep(100 * time.Millisecond) // past the holder watch's arming delay
+	t0 := time.Now()
+	code, stdout, stderr := lockIn(t, s.socket, "--preempt", "--wait", "10s", obj, "--", "echo", "granted")
+	took := time.Since(t0)
+	if code != 0 || !strings.Contains(stdout, "granted") {
+		t.Errorf("preempting baton lock: exit %d stdout %q stderr %q", code, stdout, stderr)
+	}
+	hcode, at := r.wait(t, 30*time.Second)
+	t.Logf("preempting baton lock done in %v; the preempted one exited %d %v after the request", took.Round(time.Millisecond), hcode, at.Sub(t0).Round(time.Millisecond))
+	if hcode != exitLost || !strings.Contains(r.out.String(), "got-TERM") || !strings.Contains(r.err.String(), "preempted") {
+		t.Errorf("preempted baton lock: exit %d stdout %q stderr %q; want %d, got-TERM, preempted", hcode, r.out.String(), r.err.String(), exitLost)
+	}
+}
