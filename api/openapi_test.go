@@ -324,9 +324,10 @@ func (s *stack) do(method, path, body string) (*http.Response, error) {
 // exactly the methods it allows, and every documented path is served.
 // Paths are probed with a method no route has: the router answers 405 with
 // an Allow header on a path it serves and 404 NotFound on any other. The
-// probes are every path of 1 to 4 segments made of the string literals of
+// probes are every path of 1 to 3 segments made of the string literals of
 // the router's match function (sidecar/routes.go), the documented paths'
-// segments and a placeholder, so a route added there is found.
+// segments and a placeholder, so a route added there is found, and every
+// served 3-segment path extended by one such segment.
 func TestOpenAPIRoutes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs ZooKeeper and a sidecar")
@@ -383,9 +384,16 @@ func TestOpenAPIRoutes(t *testing.T) {
 	var undocumented []string
 	paths := []string{""}
 	probes, served := 0, 0
+	servedAt := map[string]bool{}
 	for depth := 1; depth <= 4; depth++ {
 		var next []string
 		for _, p := range paths {
+			// 4-segment routes extend a served 3-segment path
+			// ({object}/acquire, {id}/renew, ...): probing only those
+			// keeps the count near 5,000 instead of 70,000.
+			if depth == 4 && !servedAt[p] {
+				continue
+			}
 			for _, w := range vocab {
 				next = append(next, p+"/"+w)
 			}
@@ -402,6 +410,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 					probes++
 					if ok {
 						served++
+						servedAt[p] = true
 						tmpl := matchTemplate(documented, p)
 						if tmpl == "" {
 							undocumented = append(undocumented, fmt.Sprintf("%s %v", p, allow))
@@ -638,6 +647,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 	call("POST", "/v1/ops/doc-op-1/replay", "", 409, true)
 	call("POST", "/v1/ops/no-such-op/replay", "", 404, true)
 	call("POST", "/v1/ops/doc-dead/replay", "", 202, true)
+	waitOp("doc-dead", api.OpDeadLettered) // the app refuses it again: a second letter
 
 	// Deliveries against the opDelivery webhook.
 	hook := o.model.Webhooks.GetOrZero("opDelivery").Post
@@ -686,8 +696,8 @@ func TestOpenAPIAnswers(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil || n != 1 {
-		t.Fatalf("dead letters: %d, %v; want 1", n, err)
+	if err != nil || n != 2 {
+		t.Fatalf("dead letters: %d, %v; want 2 (doc-dead, and again after its replay)", n, err)
 	}
 
 	// Unknown paths and methods: no operation, the Error shape.
