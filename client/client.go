@@ -340,7 +340,7 @@ func (c *Client) Lock(ctx context.Context, object string, fn func(ctx context.Co
 	return errors.Join(ferr, rerr)
 }
 
-// Drain asks the sidecar to drain, as SIGTERM does (SPEC §3): it stops
+// Drain asks the sidecar to drain, as SIGTERM does (POST /v1/drain): it stops
 // granting, keeps renewing leases but never past the end of
 // sidecar.shutdown.grace (their state is api.StateDraining), tells the
 // holders left at that end that their lock is lost and then exits. It

@@ -23,7 +23,7 @@ import (
 	"github.com/batonhq/baton/client"
 )
 
-// Exit statuses of `baton lock` besides SPEC §5's, as shells use them.
+// Exit statuses of `baton lock` besides those of main.go, as shells use them.
 const (
 	exitCannotExec = 126 // CMD exists but cannot be run
 	exitNotFound   = 127 // CMD not found
@@ -277,7 +277,7 @@ func acquireForLock(ctx context.Context, c *client.Client, obj string, f lockFla
 	}
 }
 
-// acquireExit maps an acquire error to the exit status of SPEC §5.
+// acquireExit maps an acquire error to its exit status (README, `baton lock`).
 func acquireExit(err error, f lockFlags) error {
 	if msg, ok := sidecarUnreachable(err); ok {
 		return exitWith(exitUnavailable, msg)

@@ -82,7 +82,7 @@ func configError(g *globals, err error) error {
 }
 
 // serveLoaded runs the sidecar with an already loaded configuration until
-// ctx ends or SIGTERM/SIGINT arrives, and shuts it down as SPEC §3 says.
+// ctx ends or SIGTERM/SIGINT arrives, and shuts it down (the drain: README, `POST /v1/drain` in api/openapi.json).
 // opts are the options loaded was read with; SIGHUP reloads with them.
 // onReady, if set, is called once (from another goroutine) when the sidecar
 // answers /readyz with 200. It is what `baton serve` and `baton dev` run.
