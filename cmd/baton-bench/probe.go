@@ -220,14 +220,14 @@ func (p *prober) do(res *probeResult) error {
 	}
 	pk0, _ := mntr(p.zk, "zk_packets_received")
 	start := time.Now()
-	var gerr error
+	gdone := make(chan error, 1)
 	go func() {
-		gerr = parallel(p.objects, 32, func(k int) error { return gates[k].Release(ctx) })
+		gdone <- parallel(p.objects, 32, func(k int) error { return gates[k].Release(ctx) })
 	}()
 	wg.Wait()
 	drain := time.Since(start)
 	pk1, _ := mntr(p.zk, "zk_packets_received")
-	if gerr != nil {
+	if gerr := <-gdone; gerr != nil {
 		return fmt.Errorf("gate release: %w", gerr)
 	}
 	res.DrainS = drain.Seconds()

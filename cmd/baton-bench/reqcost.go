@@ -206,17 +206,23 @@ func echoServerMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "echo-server:", err)
 		return 1
 	}
-	answer := []byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
-		strconv.Itoa(len(body)) + "\r\n\r\n" + string(body))
+	answer := echoAnswer(body)
 	ln, err := net.Listen("unix", *sock)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "echo-server:", err)
 		return 1
 	}
+	serveEcho(ln, answer)
+	return 1
+}
+
+// serveEcho answers every request on ln's connections with answer, until
+// ln is closed.
+func serveEcho(ln net.Listener, answer []byte) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
-			return 1
+			return
 		}
 		go func() {
 			defer c.Close()
@@ -247,4 +253,10 @@ func echoServerMain(args []string) int {
 			}
 		}()
 	}
+}
+
+// echoAnswer is the raw HTTP/1.1 answer carrying body.
+func echoAnswer(body []byte) []byte {
+	return []byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+		strconv.Itoa(len(body)) + "\r\n\r\n" + string(body))
 }

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/client"
+	"github.com/batonhq/baton/testenv"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string // removed by TestMain
+	batonPath string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// baton builds cmd/baton once for the tests that run `baton serve`.
+func baton(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		if buildDir, buildErr = os.MkdirTemp("", "baton-bench-test"); buildErr != nil {
+			return
+		}
+		out := filepath.Join(buildDir, "baton")
+		if b, err := exec.Command("go", "build", "-o", out, "../baton").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ../baton: %v\n%s", err, b)
+			return
+		}
+		batonPath = out
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return batonPath
+}
+
+// TestProcessImpls runs the workloads through `baton serve` processes (one
+// per client; one for all with baton-shared) and checks that every
+// acquisition was granted to one holder at a time.
+func TestProcessImpls(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts ZooKeeper and baton serve processes")
+	}
+	bin := baton(t)
+	z := testenv.ZooKeeperT(t, testenv.ZKOptions{})
+	for _, impl := range []string{"baton-http", "baton-client", "baton-shared"} {
+		for _, w := range []string{"W1", "W2", "W3", "W4", "W5"} {
+			t.Run(impl+"/"+w, func(t *testing.T) {
+				cfg := config{impl: impl, workload: w, zkAddr: z.Servers()[0], root: "/t/" + impl + "/" + w,
+					baton: bin, clients: 4, ops: 60, objects: 10, waiters: 6, warmup: 5}
+				res, err := run(cfg)
+				if err != nil {
+					t.Fatalf("%s %s: %v (%+v)", impl, w, err, res)
+				}
+				if res.Overlaps != 0 || res.Errors != 0 {
+					t.Fatalf("%s %s: %d overlaps, %d errors", impl, w, res.Overlaps, res.Errors)
+				}
+				want := cfg.ops
+				if w == "W5" {
+					want = cfg.waiters
+				}
+				if res.Ops != want || res.OpsPerS <= 0 {
+					t.Fatalf("%s %s: ops %d, %.1f/s; want %d measured", impl, w, res.Ops, res.OpsPerS, want)
+				}
+			})
+		}
+	}
+}
+
+// TestProbe runs the waiter probe small: every waiter granted once, no
+// overlap, the sidecar's memory read, znodes back to their baseline.
+func TestProbe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts ZooKeeper and baton serve")
+	}
+	bin := baton(t)
+	z := testenv.ZooKeeperT(t, testenv.ZKOptions{})
+	for _, k := range []int{1, 10} {
+		p := &prober{bin: bin, zk: z.Servers()[0], waiters: 60, objects: k, batch: 25, znodeWait: 20 * time.Second}
+		res := p.run()
+		if res.Error != "" || res.Errors != 0 || res.Overlaps != 0 {
+			t.Fatalf("objects %d: %+v", k, res)
+		}
+		if p.completed.Load() != 60 || res.HandoffsPerS <= 0 {
+			t.Fatalf("objects %d: %d of 60 waiters granted, %.1f handoffs/s", k, p.completed.Load(), res.HandoffsPerS)
+		}
+		if res.RSSWaitingMiB <= 0 || res.RSSPeakMiB < res.RSSWaitingMiB {
+			t.Fatalf("objects %d: RSS waiting %.1f MiB, peak %.1f MiB", k, res.RSSWaitingMiB, res.RSSPeakMiB)
+		}
+		if res.ZnodesWaiting < res.ZnodesBase+60 || !res.ZnodesBack {
+			t.Fatalf("objects %d: znodes baseline %d, waiting %d, after %d", k, res.ZnodesBase, res.ZnodesWaiting, res.ZnodesAfter)
+		}
+	}
+}
+
+// TestEcho: the raw echo answers keep-alive requests, with or without a
+// body, to both clients reqcost uses.
+func TestEcho(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "e.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"status":"serving","ready":true}`
+	done := make(chan struct{})
+	go func() { serveEcho(ln, echoAnswer([]byte(body))); close(done) }()
+	hc := unixHTTPClient(sock)
+	for range 3 {
+		resp, err := hc.Post("http://x/v1/locks/a/acquire", "application/json", strings.NewReader(`{"wait_ms":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(b) != body {
+			t.Fatalf("body %q, want %q", b, body)
+		}
+	}
+	c := client.New(sock)
+	for range 3 {
+		if err := c.Ready(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+	hc.CloseIdleConnections()
+	ln.Close()
+	<-done
+}
