@@ -18,9 +18,11 @@ var (
 	ErrLockLost = errors.New("client: lock lost")
 	// ErrNoNode: no such lease (never granted, or released).
 	ErrNoNode = errors.New("client: no such lease")
-	// ErrUnavailable: the sidecar cannot be reached, or answered 503
-	// (ZooKeeper unavailable, shutting down, too many waiters, queue
-	// unavailable or full, ops disabled).
+	// ErrUnavailable: the sidecar cannot be reached (*UnreachableError),
+	// something that is not Baton answers on the socket (*NotBatonError),
+	// or the sidecar answered 503 (*APIError: ZooKeeper unavailable,
+	// shutting down, too many waiters, queue unavailable or full, ops
+	// disabled).
 	ErrUnavailable = errors.New("client: sidecar or zookeeper unavailable")
 )
 
