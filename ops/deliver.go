@@ -115,6 +115,18 @@ type outcome struct {
 	cutShort bool  // interrupted by the dispatcher's hard stop, the engine's close or a ZooKeeper outage: not counted
 }
 
+// signalPreempt starts the lock.Signal kinds of a preemption ("preempt",
+// "preempt-forceful"; see the sidecar's preempt.go).
+const signalPreempt = "preempt"
+
+// preemptedError is the cancel cause of a delivery whose grant a preempting
+// foreground acquire asked to yield: not the op's failure, not counted.
+type preemptedError struct{ sig lock.Signal }
+
+func (e *preemptedError) Error() string {
+	return fmt.Sprintf("preempted by a foreground request through sidecar %s (%s): the delivery was cancelled after sidecar.app.preempt.cleanup", e.sig.From, e.sig.Reason)
+}
+
 // lostError is the cancel cause of a delivery whose grant ended.
 type lostError struct{ err error }
 
@@ -125,7 +137,7 @@ func (e *lostError) Unwrap() error { return e.err }
 
 // deliver POSTs op to the app while g is held, bounded by the app timeout,
 // and cancels the request if g ends.
-func (d *Dispatcher) deliver(op queue.Op, g *lock.Grant, set *settings) outcome {
+func (d *Dispatcher) deliver(op queue.Op, g *lock.Grant, set *settings, preempt <-chan lock.Signal) outcome {
 	attempt := op.Attempts + 1
 	body, err := deliveryBody(op, attempt, g.Token())
 	if err != nil {
@@ -138,10 +150,28 @@ func (d *Dispatcher) deliver(op queue.Op, g *lock.Grant, set *settings) outcome 
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		select {
-		case <-g.Done():
-			cancel(&lostError{g.Err()})
-		case <-tctx.Done():
+		var cut <-chan time.Time // the preemption's cleanup running out
+		var sig lock.Signal
+		for {
+			select {
+			case <-g.Done():
+				cancel(&lostError{g.Err()})
+				return
+			case <-tctx.Done():
+				return
+			case sig = <-preempt:
+				preempt = nil
+				wait := set.cleanup
+				if w := time.Duration(sig.WaitMS) * time.Millisecond; w > 0 && w < wait {
+					wait = w
+				}
+				t := time.NewTimer(wait)
+				defer t.Stop()
+				cut = t.C
+			case <-cut:
+				cancel(&preemptedError{sig})
+				return
+			}
 		}
 	}()
 	defer func() { tcancel(); <-watched }()
@@ -178,6 +208,9 @@ func (d *Dispatcher) deliver(op queue.Op, g *lock.Grant, set *settings) outcome 
 	// Why was the request cut short?
 	if d.hard.Err() != nil {
 		return outcome{cutShort: true, err: err}
+	}
+	if pe, ok := errors.AsType[*preemptedError](context.Cause(ctx)); ok {
+		return outcome{cutShort: true, err: pe} // given back, not counted: retried when the object is free
 	}
 	if le, ok := errors.AsType[*lostError](context.Cause(ctx)); ok {
 		// Lost because ZooKeeper became unavailable (the session's validity

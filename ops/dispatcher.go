@@ -67,6 +67,7 @@ type settings struct {
 	policy     retry.Policy
 	appTimeout time.Duration // sidecar.app.timeout
 	lockWait   time.Duration // zookeeper.background.task.timeout; 0 = try once
+	cleanup    time.Duration // sidecar.app.preempt.cleanup
 }
 
 // Dispatcher turns the durable queue into deliveries: it accepts ops over
@@ -206,7 +207,7 @@ func settingsOf(cfg props.Config) (*settings, error) {
 	if cfg.BackgroundTimeout < 0 {
 		return nil, fmt.Errorf("ops: zookeeper.background.task.timeout: %v, want 0 or more", cfg.BackgroundTimeout)
 	}
-	return &settings{policy: p, appTimeout: cfg.AppTimeout, lockWait: cfg.BackgroundTimeout}, nil
+	return &settings{policy: p, appTimeout: cfg.AppTimeout, lockWait: cfg.BackgroundTimeout, cleanup: max(cfg.AppPreemptCleanup, 0)}, nil
 }
 
 // Enabled reports whether background operations are enabled (sidecar.app.url

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -114,7 +115,18 @@ func (d *Dispatcher) attempt(log *slog.Logger, op queue.Op) {
 		d.giveBack(log, op, ev, "zookeeper not connected")
 		return
 	}
-	ao := lock.AcquireOptions{Info: lockInfo(op), Wait: set.lockWait}
+	// A preempting foreground acquire (any sidecar) asks the grant to yield
+	// through its privateLock; deliver cancels the request after the
+	// cleanup (sidecar.app.preempt.cleanup) and the op is given back.
+	preempt := make(chan lock.Signal, 1)
+	ao := lock.AcquireOptions{Info: lockInfo(op), Wait: set.lockWait, OnSignal: func(sig lock.Signal) {
+		if strings.HasPrefix(sig.Kind, signalPreempt) {
+			select {
+			case preempt <- sig:
+			default:
+			}
+		}
+	}}
 	if set.lockWait == 0 {
 		ao.TryOnce = true
 	}
@@ -133,7 +145,7 @@ func (d *Dispatcher) attempt(log *slog.Logger, op queue.Op) {
 		return
 	}
 	ev.Token = g.Token()
-	out := d.deliver(op, g, set)
+	out := d.deliver(op, g, set, preempt)
 	rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	switch rerr := g.Release(rctx); {
 	case rerr == nil, errors.Is(rerr, lock.ErrClosed):

@@ -44,6 +44,9 @@ type Config struct {
 	ShutdownGrace time.Duration // sidecar.shutdown.grace
 	AppURL        string        // sidecar.app.url as written; "" = ops disabled; see [ParseAppURL]
 	AppTimeout    time.Duration // sidecar.app.timeout
+	// AppPreemptCleanup is sidecar.app.preempt.cleanup: how long a delivery
+	// asked to yield (preemption) goes on before its request is cancelled.
+	AppPreemptCleanup time.Duration
 
 	QueueDir       string        // queue.dir
 	QueueWorkers   int           // queue.workers

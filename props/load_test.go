@@ -74,6 +74,7 @@ func TestEachKeyFromFile(t *testing.T) {
 		{"sidecar.shutdown.grace", "0", func(c Config) bool { return c.ShutdownGrace == 0 }},
 		{"sidecar.app.url", "unix:/run/app.sock:/ops", func(c Config) bool { return c.AppURL == "unix:/run/app.sock:/ops" }},
 		{"sidecar.app.timeout", "1500", func(c Config) bool { return c.AppTimeout == 1500*time.Millisecond }},
+		{"sidecar.app.preempt.cleanup", "0", func(c Config) bool { return c.AppPreemptCleanup == 0 }},
 		{"queue.dir", "/srv/q", func(c Config) bool { return c.QueueDir == "/srv/q" }},
 		{"queue.workers", "16", func(c Config) bool { return c.QueueWorkers == 16 }},
 		{"queue.max.ops", "5", func(c Config) bool { return c.QueueMaxOps == 5 }},

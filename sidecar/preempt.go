@@ -21,8 +21,9 @@ import (
 // signal makes the holder's sidecar take the lease (lost, reason
 // "preempted") and free the lock after the validity told; a non-forceful
 // one lifts the preemption (the holder renews as before) and the requester
-// answers 423. Leases that are not preemptible, op deliveries and the
-// plugin's holders ignore the signal: the requester waits as usual.
+// answers 423. Leases that are not preemptible and the plugin's holders
+// ignore the signal: the requester waits as usual. Op deliveries yield
+// (the dispatcher cancels the request after sidecar.app.preempt.cleanup).
 
 // Signal kinds of a preemption.
 const (
