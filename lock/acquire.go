@@ -38,6 +38,10 @@ type request struct {
 	// registered: the grant object was registered with the session; its
 	// finish (lost or released) ends the local acquire, not Acquire.
 	registered bool
+	// listAfter: a listing used by this request must have been sent after
+	// this instant (after our child's create was answered, and after the
+	// last wake-up).
+	listAfter time.Time
 }
 
 // grantOps creates privateLock with its data (the setData's Stat carries the
@@ -117,14 +121,11 @@ func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool
 			r.e.observe(func(o Observer) { o.FastPath(false) })
 			r.e.log.Debug("fast path off: sequence mismatch or object renewed", "object", r.object, "want", p.seq, "got", seq)
 		}
-		r.node, r.seq, r.objCzxid = child, seq, obj.Czxid
+		r.node, r.seq, r.objCzxid, r.listAfter = child, seq, obj.Czxid, time.Now()
 		// Verify: is anyone ahead of us now?
-		kids, err := zcall(ctx, func() ([]string, error) {
-			c, _, err := r.s.conn.Children(r.objPath)
-			return c, err
-		}, nil)
+		l, err := r.e.listShared(ctx, r.s, r.name, r.objPath, r.listAfter)
 		if err == nil {
-			queue, _ := sortedQueue(kids)
+			queue := l.queue
 			if len(queue) > 0 && queue[0] == child {
 				next := int64(-1)
 				if len(queue) == 1 && r.e.objAlone(r.name) {
@@ -187,16 +188,8 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 				return nil, r.fail(ctx, err)
 			}
 		}
-		children, err := zcall(ctx, func() (struct {
-			c []string
-			s *zk.Stat
-		}, error) {
-			c, s, err := r.s.conn.Children(r.objPath)
-			return struct {
-				c []string
-				s *zk.Stat
-			}{c, s}, err
-		}, nil)
+		l, err := r.e.listShared(ctx, r.s, r.name, r.objPath, r.listAfter)
+		r.listAfter = time.Now() // a request never uses one listing twice
 		if err != nil {
 			if retry(err) {
 				if err := r.s.waitConnected(ctx); err != nil {
@@ -210,8 +203,8 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 			}
 			return nil, r.fail(ctx, err)
 		}
-		r.objCzxid = children.s.Czxid
-		queue, locked := sortedQueue(children.c)
+		r.objCzxid = l.czxid
+		queue, locked := l.queue, l.locked
 		idx := slices.Index(queue, r.node)
 		if idx < 0 { // our node was deleted by someone else: queue again
 			r.e.log.Warn("our lock node vanished; queueing again", "object", r.object, "node", r.node)
@@ -253,6 +246,7 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 		}
 		select {
 		case <-ev:
+			r.listAfter = time.Now()
 		case <-r.s.lost:
 			continue
 		case <-ctx.Done():
@@ -266,7 +260,10 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 		// per wake-up instead of two. Its own child is checked in the same
 		// multi. A background request must list: foreground nodes arriving
 		// later sort ahead of it.
-		for r.typ == Foreground && idx <= 1 {
+		// Also when the latest listing this engine has shows that every
+		// other child ahead of ours is one this engine has since deleted
+		// (local handoffs on a long queue: no listing per handoff).
+		for r.typ == Foreground && (idx <= 1 || r.e.firstAfter(r.name, r.s.gen, r.node, target)) {
 			g, err := r.takePrivateLock(ctx, false, true)
 			if err != nil {
 				if errors.Is(err, errNotFirst) {
@@ -328,6 +325,7 @@ func (r *request) createChild(ctx context.Context) error {
 		case err == nil:
 			r.node = path.Base(p)
 			r.seq, _ = seqOf(r.node)
+			r.listAfter = time.Now()
 			if r.seq >= seqRefuse {
 				if err := r.drainWait(ctx); !errors.Is(err, errRecreate) {
 					return err
@@ -487,6 +485,7 @@ func (r *request) recoverOrphans(ctx context.Context, withPL bool) error {
 		if r.node == "" {
 			r.node = c
 			r.seq, _ = seqOf(c)
+			r.listAfter = time.Now()
 			continue
 		}
 		r.s.addCleanup(cleanup{kind: cleanChild, objPath: r.objPath, node: c, reqID: r.reqID})
@@ -522,6 +521,8 @@ func (r *request) fail(ctx context.Context, cause error) error {
 		c := cleanup{kind: cleanChild, objPath: r.objPath, node: r.node, reqID: r.reqID}
 		if _, err := zcall(bg, func() (struct{}, error) { return struct{}{}, c.run(r.s) }, nil); err != nil {
 			r.s.addCleanup(c)
+		} else {
+			r.e.noteGone(r.name, r.node)
 		}
 		r.node = ""
 	}

@@ -95,11 +95,13 @@ func (e *Engine) dialOK(addr string) {
 // answers with the czxid of the node it applied to: a renewed node is seen in
 // the multi's own answer, before anything is reported.
 type objState struct {
-	active    int    // this engine's acquires in flight or held
-	contended bool   // others were seen here: skip create-then-verify until we are seen alone again
-	predict   int64  // sequence number the next create gets if nobody else creates; -1 unknown
-	gen       uint64 // session generation the prediction was made in
-	czxid     int64  // creation zxid of the object node the prediction belongs to
+	active    int                  // this engine's acquires in flight or held
+	contended bool                 // others were seen here: skip create-then-verify until we are seen alone again
+	list      *listing             // the latest listing sent (see listShared)
+	gone      map[string]time.Time // children this engine deleted since (see noteGone)
+	predict   int64                // sequence number the next create gets if nobody else creates; -1 unknown
+	gen       uint64               // session generation the prediction was made in
+	czxid     int64                // creation zxid of the object node the prediction belongs to
 }
 
 // prediction is what objEnter hands to one request.
@@ -380,8 +382,11 @@ func (e *Engine) objLeave(name string, next int64, gen uint64, czxid int64) {
 	} else {
 		st.predict, st.gen, st.czxid, st.contended = next, gen, czxid, false
 	}
-	if st.active == 0 && st.predict < 0 && !st.contended {
-		delete(e.objs, name)
+	if st.active == 0 {
+		st.list, st.gone = nil, nil // only active requests use them
+		if st.predict < 0 && !st.contended {
+			delete(e.objs, name)
+		}
 	}
 	if len(e.objs) > 65536 { // bound the cache: forget idle predictions
 		for k, v := range e.objs {

@@ -346,6 +346,7 @@ func (g *Grant) Release(ctx context.Context) error {
 	})
 	switch {
 	case err == nil:
+		g.e.noteGone(g.name, g.node) // before finish: the object's state lives while our acquire is active
 		g.finish(Released, nil)
 		if g.seq >= seqDrain { // renew the object node before its counter wraps
 			_ = g.s.conn.Delete(g.objPath, -1)

@@ -700,3 +700,58 @@ func TestHandoffRaces(t *testing.T) {
 		t.Errorf("grants %d, overlaps %d, non-increasing tokens %d", check.grants, check.overlaps, check.badToken)
 	}
 }
+
+// Issue 10: ZooKeeper work per handoff does not grow with the queue. N
+// foreground waiters of one engine on one object drain through local
+// handoffs: each waiter, woken by its predecessor's release, proves from the
+// shared listing and its own engine's deletions that it is first and takes
+// privateLock without listing the N children again. Packets the server
+// receives per handoff (release + take, plus the keeper's syncs) stay about
+// 2, at 50 and at 300 waiters.
+func TestLocalHandoffDoesNotListPerHandoff(t *testing.T) {
+	z := testenv.ZooKeeperT(t, testenv.ZKOptions{})
+	root := testRoot(t, z)
+	e := newEngine(t, z.Servers(), root)
+	conn := rawConn(t, z.Servers())
+	pkts := func() int64 {
+		m, err := z.Mntr(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.ParseInt(m["zk_packets_received"], 10, 64)
+		return n
+	}
+	for _, n := range []int{50, 300} {
+		obj := fmt.Sprintf("LH-%d", n)
+		h := acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{})
+		var check overlapChecker
+		var wg sync.WaitGroup
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				g, err := e.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				check.enter(g.Token())
+				check.leave()
+				release(t, g)
+			}()
+		}
+		waitFor(t, 30*time.Second, "all queued", func() bool { return len(children(t, conn, root, obj)) == n+2 })
+		time.Sleep(200 * time.Millisecond) // every waiter has listed and set its watch
+		before, start := pkts(), time.Now()
+		release(t, h)
+		wg.Wait()
+		per := float64(pkts()-before) / float64(n)
+		t.Logf("%d waiters: %.2f packets per handoff, %.0f handoffs/s", n, per, float64(n)/time.Since(start).Seconds())
+		if check.overlaps != 0 || check.badToken != 0 {
+			t.Errorf("overlaps %d, non-increasing tokens %d", check.overlaps, check.badToken)
+		}
+		if per > 2.6 {
+			t.Errorf("%d waiters: %.2f packets per handoff: a listing per handoff", n, per)
+		}
+	}
+}

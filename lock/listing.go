@@ -1,0 +1,129 @@
+package lock
+
+import (
+	"context"
+	"slices"
+	"time"
+)
+
+// listing is one getChildren answer for an object, shared by the engine's
+// requests on it.
+//
+// ZooKeeper answers a session's requests in order, so a listing sent after a
+// request's create was answered shows that create: any such listing of the
+// same session serves the request as well as one of its own. Concurrent
+// waiters on one object (10,000 of them on one sidecar, say) join the
+// listing in flight instead of each sending one.
+type listing struct {
+	gen    uint64    // session generation it was sent in
+	issued time.Time // taken before the request was sent
+	queue  []string  // children but privateLock, in grant order
+	locked bool      // privateLock exists
+	czxid  int64     // the object node's creation zxid
+	err    error
+	done   chan struct{} // closed when answered
+}
+
+// listShared returns a listing of the object sent after after, in session s:
+// the one in flight if it qualifies, else a new one.
+func (e *Engine) listShared(ctx context.Context, s *session, name, objPath string, after time.Time) (*listing, error) {
+	e.objMu.Lock()
+	st := e.objs[name]
+	if st == nil { // not registered (cannot happen for an active request): list alone
+		st = &objState{predict: -1}
+	}
+	l := st.list
+	if l == nil || l.gen != s.gen || !l.issued.After(after) || l.isDone() && l.err != nil {
+		l = &listing{gen: s.gen, issued: time.Now(), done: make(chan struct{})}
+		st.list = l
+		e.wg.Go(func() {
+			c, stat, err := s.conn.Children(objPath)
+			if err == nil {
+				l.queue, l.locked = sortedQueue(c)
+				l.czxid = stat.Czxid
+			}
+			l.err = err
+			close(l.done)
+			if err == nil {
+				e.objMu.Lock()
+				if st := e.objs[name]; st != nil {
+					for n, at := range st.gone { // reflected in this listing
+						if at.Before(l.issued) {
+							delete(st.gone, n)
+						}
+					}
+				}
+				e.objMu.Unlock()
+			}
+		})
+	}
+	e.objMu.Unlock()
+	select {
+	case <-l.done:
+		return l, l.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (l *listing) isDone() bool {
+	select {
+	case <-l.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// noteGone records that this engine deleted a child of the object (the
+// delete was acknowledged): it is gone for good (names do not repeat while
+// the object node lives, and a listing showing it is of that node).
+func (e *Engine) noteGone(name, child string) {
+	e.objMu.Lock()
+	defer e.objMu.Unlock()
+	st := e.objs[name]
+	if st == nil {
+		return
+	}
+	if st.gone == nil {
+		st.gone = make(map[string]time.Time)
+	}
+	if len(st.gone) < 1<<16 {
+		st.gone[child] = time.Now()
+	}
+}
+
+// firstAfter reports whether node, a foreground child of session gen, is
+// first in order now that watched (the node it watched) is gone: every child
+// that sorted ahead of it in the latest completed listing showing it is
+// watched or a child this engine has since deleted. Only children with a
+// lower sequence number can sort ahead of a foreground node, and all of them
+// existed when that listing was answered.
+func (e *Engine) firstAfter(name string, gen uint64, node, watched string) bool {
+	e.objMu.Lock()
+	defer e.objMu.Unlock()
+	st := e.objs[name]
+	if st == nil || st.list == nil || st.list.gen != gen {
+		return false
+	}
+	l := st.list
+	if !l.isDone() {
+		return false
+	}
+	if l.err != nil {
+		return false
+	}
+	idx := slices.Index(l.queue, node)
+	if idx < 0 {
+		return false
+	}
+	for _, a := range l.queue[:idx] {
+		if a == watched {
+			continue
+		}
+		if _, ok := st.gone[a]; !ok {
+			return false
+		}
+	}
+	return true
+}
