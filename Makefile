@@ -15,18 +15,19 @@ APT_PKGS := openjdk-17-jre-headless zookeeper zookeeper-bin kcat
 help: ## this list
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
 
-deps: ## install what is missing on a fresh Debian machine (java, ZooKeeper, kcat); idempotent
+deps: ## install what is missing on a fresh Debian machine (java, ZooKeeper, kcat, iptables for the partition test); idempotent
 	@missing=""; \
 	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	command -v javac >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
 	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper zookeeper-bin"; \
 	command -v kcat >/dev/null || missing="$$missing kcat"; \
+	command -v iptables >/dev/null || missing="$$missing iptables"; \
 	if [ -n "$$missing" ]; then \
 	  echo "deps: installing$$missing"; \
 	  t0=$$(date +%s); \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null && \
 	  echo "deps: installed in $$(( $$(date +%s) - t0 )) s"; \
-	else echo "deps: java, zookeeper and kcat present"; fi
+	else echo "deps: java, zookeeper, kcat and iptables present"; fi
 
 build: ## build bin/baton (release build: no dev command)
 	$(GO) build -o bin/baton ./cmd/baton
