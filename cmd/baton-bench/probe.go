@@ -43,6 +43,8 @@ type probeResult struct {
 	ZnodesAfter   int64   `json:"znodes_after"`
 	ZnodesBack    bool    `json:"znodes_back_to_baseline"`
 	PktsPerHand   float64 `json:"pkts_per_handoff"`
+	PktsDrain     int64   `json:"pkts_drain"` // zk_packets_received during the drain, gates' releases included
+	Granted       int64   `json:"granted"`
 	Error         string  `json:"error,omitempty"`
 }
 
@@ -66,7 +68,7 @@ func probeMain(args []string) int {
 	phases := fs.String("phases", "one,spread", "one: all waiters on one object; spread: over --objects")
 	waiters := fs.Int("waiters", 1000, "concurrent waiting acquires (the issue's probe: 10000)")
 	objects := fs.Int("objects", 1000, "objects of the spread phase")
-	batch := fs.Int("batch", 500, "waiters started at once (the socket's listen backlog bounds parallel dials)")
+	batch := fs.Int("batch", 100, "waiters started at once; the next batch starts when these wait with a node in ZooKeeper")
 	znodeWait := fs.Duration("znode-wait", 20*time.Second, "how long to wait for the znode count to come back to its baseline")
 	_ = fs.Parse(args)
 	bin, err := batonBin(*bat)
@@ -227,6 +229,7 @@ func (p *prober) do(res *probeResult) error {
 	wg.Wait()
 	drain := time.Since(start)
 	pk1, _ := mntr(p.zk, "zk_packets_received")
+	res.PktsDrain, res.Granted = pk1-pk0, p.completed.Load()
 	if gerr := <-gdone; gerr != nil {
 		return fmt.Errorf("gate release: %w", gerr)
 	}
