@@ -247,6 +247,13 @@ type Holder struct {
 	// Revocation is the reason of a revocation written to the holder
 	// and not yet carried out (the lock is freed after the validity told).
 	Revocation string `json:"revocation,omitempty"`
+	// Preemption describes a preemption asked of the holder ("preempt" or
+	// "preempt-forceful", then who asked), from its node.
+	Preemption string `json:"preemption,omitempty"`
+	// Preemptible is known when the holder is a lease of the sidecar
+	// answering (preemptible leases and op deliveries live there, not in
+	// ZooKeeper).
+	Preemptible bool `json:"preemptible,omitempty"`
 }
 
 // Waiter is one waiting request, in grant order.

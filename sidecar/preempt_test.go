@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/batonhq/baton/api"
 )
 
@@ -67,6 +69,11 @@ func TestPreempt(t *testing.T) {
 		}
 		if told > 100*time.Millisecond {
 			t.Errorf("told %v after the request, want ≤ 100ms", told)
+		}
+		var st api.LockStatus
+		if err := json.Unmarshal(a.mustCall(200, "GET", "/v1/locks/released-in-time", ""), &st); err != nil || st.Holder == nil ||
+			!st.Holder.Preemptible || !strings.Contains(st.Holder.Preemption, "user saves") {
+			t.Errorf("inspect while preempted: %+v %v, want preemptible and the pending preemption", st.Holder, err)
 		}
 		a.release(h.LeaseID)
 		r := <-got
@@ -147,6 +154,28 @@ func TestPreempt(t *testing.T) {
 			t.Errorf("a lease that is not preemptible = %+v, want held", l)
 		}
 		a.release(h.LeaseID)
+	})
+
+	t.Run("plugin-holder", func(t *testing.T) {
+		// A privateLock as the original plugin writes it: never preempted.
+		if _, err := conn.Create(root+"/plug", nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Create(root+"/plug/privateLock", []byte("plugin-holder"), zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = conn.Delete(root+"/plug/privateLock", -1); _ = conn.Delete(root+"/plug", -1) }()
+		r := <-request("plug", `{"preempt":true,"forceful":true,"preempt_wait_ms":200,"wait_ms":800}`)
+		if r.st != 423 {
+			t.Fatalf("requester: %d %s, want 423 after its wait", r.st, r.raw)
+		}
+		if e := decodeError(t, r.raw); e.Reason != "" {
+			t.Errorf("423 = %+v: no preemption was asked of a plugin holder, want no preemption reason", e)
+		}
+		data, stat, err := conn.Get(root + "/plug/privateLock")
+		if err != nil || string(data) != "plugin-holder" || stat.Version != 0 {
+			t.Errorf("the plugin's privateLock changed: %q version %d %v", data, stat.Version, err)
+		}
 	})
 
 	t.Run("bad-input", func(t *testing.T) {

@@ -140,3 +140,10 @@ func (l *lease) holdsOf() int {
 	}
 	return l.holds
 }
+
+// preemptibleOf reports whether l yields to a preemption (op deliveries do).
+func (l *lease) preemptibleOf() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.preemptible || l.external
+}

@@ -530,6 +530,7 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) error {
 	if h := out.Holder; h != nil {
 		if l := s.leaseByToken(obj, h.Token); l != nil {
 			h.Holds = l.holdsOf()
+			h.Preemptible = l.preemptibleOf()
 		}
 	}
 	for _, n := range st.Waiters {
@@ -544,8 +545,13 @@ func holderOf(n *lock.Node) *api.Holder {
 		return nil
 	}
 	h := &api.Holder{Node: n.Name, Type: n.Type, Info: n.Info, Sidecar: n.Sidecar, Token: n.Token, Since: api.NewTime(n.Since)}
-	if n.Signal != nil && n.Signal.Kind == SignalRevoke {
-		h.Revocation = revokeReason(n.Signal.Reason)
+	if n.Signal != nil {
+		switch n.Signal.Kind {
+		case SignalRevoke:
+			h.Revocation = revokeReason(n.Signal.Reason)
+		case SignalPreempt, SignalPreemptForceful:
+			h.Preemption = n.Signal.Kind + " by a request through sidecar " + n.Signal.From + ": " + n.Signal.Reason
+		}
 	}
 	return h
 }
