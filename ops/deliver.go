@@ -119,11 +119,17 @@ type outcome struct {
 // "preempt-forceful"; see the sidecar's preempt.go).
 const signalPreempt = "preempt"
 
+// signalRevoke is the lock.Signal kind of an operator's revocation.
+const signalRevoke = "revoke"
+
 // preemptedError is the cancel cause of a delivery whose grant a preempting
 // foreground acquire asked to yield: not the op's failure, not counted.
 type preemptedError struct{ sig lock.Signal }
 
 func (e *preemptedError) Error() string {
+	if e.sig.Kind == signalRevoke {
+		return fmt.Sprintf("revoked by an operator (%s, through sidecar %s): %s", e.sig.Who, e.sig.From, e.sig.Reason)
+	}
 	return fmt.Sprintf("preempted by a foreground request through sidecar %s (%s): the delivery was cancelled after sidecar.app.preempt.cleanup", e.sig.From, e.sig.Reason)
 }
 
@@ -164,6 +170,9 @@ func (d *Dispatcher) deliver(op queue.Op, g *lock.Grant, set *settings, preempt 
 				wait := set.cleanup
 				if w := time.Duration(sig.WaitMS) * time.Millisecond; w > 0 && w < wait {
 					wait = w
+				}
+				if sig.Kind == signalRevoke {
+					wait = 0
 				}
 				t := time.NewTimer(wait)
 				defer t.Stop()

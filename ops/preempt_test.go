@@ -73,3 +73,44 @@ func TestPreemptedDelivery(t *testing.T) {
 		t.Errorf("op = %+v, want done with no counted failure", op)
 	}
 }
+
+// TestRevokedDelivery: an operator's revocation (POST .../revoke) of an
+// object whose op is being delivered cancels the delivery's request at
+// once; the op is given back without counting the attempt and delivered
+// again (done, not dead-lettered with retry.count 0).
+func TestRevokedDelivery(t *testing.T) {
+	e := newEnv(t, envOptions{noKafka: true, config: func(c *props.Config) { c.RetryCount = 0 }})
+	var n atomic.Int32
+	cancelled := make(chan time.Time, 1)
+	started := make(chan struct{})
+	e.app.SetRespond(func(ctx context.Context, _ opstest.Delivery) int {
+		if n.Add(1) == 1 { // the first delivery hangs until cancelled
+			close(started)
+			<-ctx.Done()
+			cancelled <- time.Now()
+		}
+		return http.StatusOK
+	})
+	id := e.submit(`{"id":"rev-1","object":"rev"}`)
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no delivery")
+	}
+	time.Sleep(100 * time.Millisecond) // past the holder watch's arming delay
+	t0 := time.Now()
+	e.mustCall(202, "POST", "/v1/locks/rev/revoke", `{"reason":"stuck handler"}`)
+	select {
+	case cut := <-cancelled:
+		t.Logf("delivery cancelled %v after the revocation", cut.Sub(t0).Round(time.Millisecond))
+		if cut.Sub(t0) > time.Second {
+			t.Errorf("cancelled %v after the revocation, want at once", cut.Sub(t0))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the delivery's request was not cancelled")
+	}
+	e.waitState(id, api.OpDone, 20*time.Second)
+	if evs := e.waitEvents(id, 2); len(evs) != 2 || evs[0].Outcome != "requeued" || evs[1].Attempt != 1 {
+		t.Errorf("attempts = %+v, want the revoked one given back, then done as attempt 1", evs)
+	}
+}

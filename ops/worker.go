@@ -117,10 +117,15 @@ func (d *Dispatcher) attempt(log *slog.Logger, op queue.Op) {
 	}
 	// A preempting foreground acquire (any sidecar) asks the grant to yield
 	// through its privateLock; deliver cancels the request after the
-	// cleanup (sidecar.app.preempt.cleanup) and the op is given back.
+	// cleanup (sidecar.app.preempt.cleanup) and the op is given back. An
+	// operator's revocation cancels it at once, given back too.
 	preempt := make(chan lock.Signal, 1)
 	ao := lock.AcquireOptions{Info: lockInfo(op), Wait: set.lockWait, OnSignal: func(sig lock.Signal) {
-		if strings.HasPrefix(sig.Kind, signalPreempt) {
+		if sig.Kind == signalRevoke {
+			log.Warn("audit: op delivery revoked: its request is cancelled and the op given back (not counted)",
+				"reason", sig.Reason, "caller", sig.Who, "requested_through", sig.From)
+		}
+		if strings.HasPrefix(sig.Kind, signalPreempt) || sig.Kind == signalRevoke {
 			select {
 			case preempt <- sig:
 			default:

@@ -148,7 +148,7 @@ func (s *Server) onSignal(l *lease, sig lock.Signal) {
 // returns that instant, and false if l had already ended.
 func (s *Server) revokeLease(l *lease, sig lock.Signal) (time.Time, bool) {
 	if l.external {
-		return time.Time{}, false // an op delivery: not revocable (see README)
+		return time.Time{}, false // an op delivery: the dispatcher cancels it on the signal
 	}
 	reason := revokeReason(sig.Reason)
 	msg := fmt.Sprintf("revoked by an operator (%s, through sidecar %s)", sig.Who, sig.From)
