@@ -45,6 +45,8 @@ type PublisherOptions struct {
 	// Logger receives kafka-go's messages at debug level and its errors at
 	// warn level. Nil discards.
 	Logger *slog.Logger
+	// Security is TLS and SASL (see [SecurityOf]); zero = plaintext.
+	Security Security
 }
 
 // Publisher writes dead letters. It is safe for concurrent use; concurrent
@@ -57,6 +59,7 @@ type Publisher struct {
 	topic   string
 	max     int
 	log     *slog.Logger
+	sec     Security
 
 	mu      sync.Mutex
 	limit   int       // last limit learnt from the broker (0: none yet)
@@ -110,12 +113,12 @@ func NewPublisher(opts PublisherOptions) (*Publisher, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "dlq", "topic", opts.Topic)
-	t := &kafka.Transport{
+	t := opts.Security.apply(&kafka.Transport{
 		Dial:        (&net.Dialer{Timeout: opts.DialTimeout}).DialContext,
 		DialTimeout: opts.DialTimeout,
 		IdleTimeout: 30 * time.Second,
 		MetadataTTL: 6 * time.Second,
-	}
+	})
 	w := &kafka.Writer{
 		Addr:            kafka.TCP(opts.Brokers...),
 		Topic:           opts.Topic,
@@ -134,7 +137,7 @@ func NewPublisher(opts PublisherOptions) (*Publisher, error) {
 		ErrorLogger:     slogPrintf(log, slog.LevelWarn),
 	}
 	return &Publisher{
-		w: w, t: t, timeout: opts.Timeout, topic: opts.Topic, max: opts.MaxMessageBytes, log: log,
+		w: w, t: t, timeout: opts.Timeout, topic: opts.Topic, max: opts.MaxMessageBytes, log: log, sec: opts.Security,
 		client: &kafka.Client{Addr: kafka.TCP(opts.Brokers...), Timeout: opts.DialTimeout, Transport: t},
 	}, nil
 }
@@ -200,7 +203,7 @@ func (p *Publisher) topicLimit(ctx context.Context) (int, error) {
 		}},
 	})
 	if err != nil {
-		return 0, err
+		return 0, p.sec.explain(err)
 	}
 	for _, r := range res.Resources {
 		if r.Error != nil {
@@ -234,7 +237,7 @@ func (p *Publisher) Publish(ctx context.Context, l Letter) error {
 		if errors.As(err, &we) && len(we) == 1 && we[0] != nil {
 			err = we[0]
 		}
-		return fmt.Errorf("dlq: publish %q to %s: %w", l.ID, p.topic, err)
+		return fmt.Errorf("dlq: publish %q to %s: %w", l.ID, p.topic, p.sec.explain(err))
 	}
 	return nil
 }
@@ -296,6 +299,9 @@ func (p *Publisher) PublishBatch(ctx context.Context, letters []Letter) error {
 				break
 			}
 		}
+		for i, e := range we {
+			we[i] = p.sec.explain(e)
+		}
 		return &BatchError{Errs: we}
 	}
 	if errors.Is(err, kafka.MessageSizeTooLarge) {
@@ -315,7 +321,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, letters []Letter) error {
 		return &BatchError{Errs: errs}
 	}
 	if err != nil {
-		return fmt.Errorf("dlq: publish %d letters to %s: %w", len(letters), p.topic, err)
+		return fmt.Errorf("dlq: publish %d letters to %s: %w", len(letters), p.topic, p.sec.explain(err))
 	}
 	return nil
 }

@@ -33,6 +33,8 @@ type ReaderOptions struct {
 	// Logger receives kafka-go's messages at debug level and its errors at
 	// warn level. Nil discards.
 	Logger *slog.Logger
+	// Security is TLS and SASL (see [SecurityOf]); zero = plaintext.
+	Security Security
 }
 
 // Reader reads dead letters. Each List or Replay call uses its own
@@ -69,11 +71,11 @@ func NewReader(opts ReaderOptions) (*Reader, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	t := &kafka.Transport{
+	t := opts.Security.apply(&kafka.Transport{
 		Dial:        (&net.Dialer{Timeout: opts.Timeout}).DialContext,
 		DialTimeout: opts.Timeout,
 		IdleTimeout: 30 * time.Second,
-	}
+	})
 	return &Reader{
 		opts:      opts,
 		client:    &kafka.Client{Addr: kafka.TCP(opts.Brokers...), Timeout: opts.Timeout, Transport: t},
@@ -157,7 +159,7 @@ func (r *Reader) config() kafka.ReaderConfig {
 		MinBytes:    1,
 		MaxBytes:    16 << 20,
 		MaxWait:     r.opts.MaxWait,
-		Dialer:      &kafka.Dialer{Timeout: r.opts.Timeout},
+		Dialer:      &kafka.Dialer{Timeout: r.opts.Timeout, TLS: r.opts.Security.TLS, SASLMechanism: r.opts.Security.SASL},
 		Logger:      slogPrintf(r.log, slog.LevelDebug),
 		ErrorLogger: slogPrintf(r.log, slog.LevelWarn),
 	}
@@ -169,6 +171,11 @@ func (r *Reader) config() kafka.ReaderConfig {
 // consumer group. It stops at fn's first error and returns it. It returns
 // how many messages fn was called for.
 func (r *Reader) List(ctx context.Context, max int, fn func(Message) error) (int, error) {
+	n, err := r.list(ctx, max, fn)
+	return n, r.opts.Security.explain(err)
+}
+
+func (r *Reader) list(ctx context.Context, max int, fn func(Message) error) (int, error) {
 	spans, err := r.spans(ctx)
 	if err != nil {
 		return 0, err
@@ -258,6 +265,11 @@ type Counts struct {
 // (a *DecodeError). Without Follow it returns once every partition reached
 // the end it had at start; with Follow it returns nil when ctx ends.
 func (r *Reader) Replay(ctx context.Context, ro ReplayOptions, fn func(Letter) error) (Counts, error) {
+	c, err := r.replay(ctx, ro, fn)
+	return c, r.opts.Security.explain(err)
+}
+
+func (r *Reader) replay(ctx context.Context, ro ReplayOptions, fn func(Letter) error) (Counts, error) {
 	var c Counts
 	if ro.Group == "" {
 		ro.Group = DefaultGroup

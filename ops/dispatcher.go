@@ -114,8 +114,10 @@ type Dispatcher struct {
 // New builds a Dispatcher from the configuration: it opens the queue in
 // queue.dir (created 0700; the directory's file lock allows one sidecar per
 // dir), builds the retry policy (retry.*, elastic.request.retry.count), the
-// dead-letter publisher (kafka.brokers, kafka.dlq.topic; it connects on the
-// first publish) and the app client (sidecar.app.url). With an empty
+// dead-letter publisher (kafka.brokers, kafka.dlq.topic, kafka.tls.*,
+// kafka.sasl.*: their files are read here, an unreadable one is an error; it
+// connects on the first publish, where a refused password or an untrusted
+// certificate is an error naming the key) and the app client (sidecar.app.url). With an empty
 // sidecar.app.url ops are disabled: nothing is opened, the handler answers
 // 503 OpsDisabled and Run only waits for its ctx. Call Close when done.
 func New(cfg props.Config, deps Deps) (*Dispatcher, error) {
@@ -172,8 +174,12 @@ func New(cfg props.Config, deps Deps) (*Dispatcher, error) {
 		return fail(fmt.Errorf("ops: sidecar.app.url: %w", err))
 	}
 	d.app = newAppClient(ep)
+	sec, err := dlq.SecurityOf(cfg)
+	if err != nil {
+		return fail(fmt.Errorf("ops: %w", err))
+	}
 	d.pub, err = dlq.NewPublisher(dlq.PublisherOptions{
-		Brokers: cfg.KafkaBrokers, Topic: cfg.DLQTopic, Timeout: deps.PublishTimeout, Logger: deps.Logger,
+		Brokers: cfg.KafkaBrokers, Topic: cfg.DLQTopic, Timeout: deps.PublishTimeout, Logger: deps.Logger, Security: sec,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("ops: %w", err))

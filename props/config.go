@@ -11,7 +11,7 @@ import (
 // Config is the typed, validated configuration. Every field is set by
 // [Load]; the zero value is not a usable configuration (see [Defaults]).
 //
-// AuthDigest holds a secret: String, GoString, MarshalJSON and LogValue
+// AuthDigest and KafkaSASLPassword hold secrets: String, GoString, MarshalJSON and LogValue
 // print [Redacted] in its place. Do not print the field on its own.
 type Config struct {
 	ZKServers         []string      // zookeeper.servers: host:port list, without the chroot
@@ -61,6 +61,16 @@ type Config struct {
 	KafkaBrokers []string // kafka.brokers: host:port list
 	DLQTopic     string   // kafka.dlq.topic
 
+	KafkaTLSEnabled       string // kafka.tls.enabled: "true" or "false"
+	KafkaTLSCAFile        string // kafka.tls.ca.file
+	KafkaTLSCertFile      string // kafka.tls.cert.file
+	KafkaTLSKeyFile       string // kafka.tls.key.file
+	KafkaTLSServerName    string // kafka.tls.server.name
+	KafkaSASLMechanism    string // kafka.sasl.mechanism: "", "PLAIN", "SCRAM-SHA-256" or "SCRAM-SHA-512"
+	KafkaSASLUsername     string // kafka.sasl.username
+	KafkaSASLPassword     string // kafka.sasl.password — secret
+	KafkaSASLPasswordFile string // kafka.sasl.password.file (read when used: see dlq.SecurityOf)
+
 	LogLevel  slog.Level // log.level
 	LogFormat string     // log.format: "text" or "json"
 }
@@ -69,6 +79,7 @@ type Config struct {
 func (c Config) redacted() redactedConfig {
 	r := redactedConfig(c)
 	r.AuthDigest = Redact("zookeeper.auth.digest", r.AuthDigest)
+	r.KafkaSASLPassword = Redact("kafka.sasl.password", r.KafkaSASLPassword)
 	return r
 }
 

@@ -39,7 +39,7 @@ type KeyInfo struct {
 	Default string // raw default value; for sidecar.node.id the host name at the time of the call
 	Class   Class  // reload class
 	Help    string // one line, with the unit
-	Secret  bool   // true for zookeeper.auth.digest: never printed, see [Redact]
+	Secret  bool   // true for zookeeper.auth.digest and kafka.sasl.password: never printed, see [Redact]
 	Env     string // environment variable that sets it, e.g. "BATON_ZOOKEEPER_SESSION_TIMEOUT"
 }
 
@@ -170,6 +170,33 @@ var defs = []keyDef{
 		"Kafka bootstrap host:port list", false, setBrokers},
 	{"kafka.dlq.topic", "MdmDeadLetterQueue", Restart,
 		"dead-letter topic, [a-zA-Z0-9._-]{1,249}", false, setTopic},
+	{"kafka.tls.enabled", "false", Restart,
+		"true: talk to the brokers over TLS (kafka.brokers then lists their TLS listeners)", false,
+		setEnum(func(c *Config) *string { return &c.KafkaTLSEnabled }, "true", "false")},
+	{"kafka.tls.ca.file", "", Restart,
+		"PEM file of the CA(s) that sign the brokers' certificates; empty = the system roots", false,
+		setFile(func(c *Config) *string { return &c.KafkaTLSCAFile })},
+	{"kafka.tls.cert.file", "", Restart,
+		"PEM client certificate, when the brokers require one (with kafka.tls.key.file)", false,
+		setFile(func(c *Config) *string { return &c.KafkaTLSCertFile })},
+	{"kafka.tls.key.file", "", Restart,
+		"PEM private key of the client certificate; the file is read, its content never printed", false,
+		setFile(func(c *Config) *string { return &c.KafkaTLSKeyFile })},
+	{"kafka.tls.server.name", "", Restart,
+		"name the brokers' certificates must carry; empty = each broker's host", false,
+		func(c *Config, v string) error { c.KafkaTLSServerName = v; return nil }},
+	{"kafka.sasl.mechanism", "", Restart,
+		"SASL mechanism: empty (none), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (PLAIN sends the password as is: use it with TLS)", false,
+		setEnum(func(c *Config) *string { return &c.KafkaSASLMechanism }, "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")},
+	{"kafka.sasl.username", "", Restart,
+		"SASL user name (with kafka.sasl.mechanism)", false,
+		func(c *Config, v string) error { c.KafkaSASLUsername = v; return nil }},
+	{"kafka.sasl.password", "", Restart,
+		"SASL password; best set through BATON_KAFKA_SASL_PASSWORD or kafka.sasl.password.file; never printed", true,
+		func(c *Config, v string) error { c.KafkaSASLPassword = v; return nil }},
+	{"kafka.sasl.password.file", "", Restart,
+		"file holding the SASL password (one trailing newline ignored); its content is never printed", false,
+		setFile(func(c *Config) *string { return &c.KafkaSASLPasswordFile })},
 	{"log.level", "info", Live,
 		"debug, info, warn or error", false, setLogLevel},
 	{"log.format", "text", Live,

@@ -51,6 +51,15 @@ var specDefaults = []struct {
 	{"retry.randomization", "0.5", Next},
 	{"kafka.brokers", "localhost:9092", Restart},
 	{"kafka.dlq.topic", "MdmDeadLetterQueue", Restart},
+	{"kafka.tls.enabled", "false", Restart},
+	{"kafka.tls.ca.file", "", Restart},
+	{"kafka.tls.cert.file", "", Restart},
+	{"kafka.tls.key.file", "", Restart},
+	{"kafka.tls.server.name", "", Restart},
+	{"kafka.sasl.mechanism", "", Restart},
+	{"kafka.sasl.username", "", Restart},
+	{"kafka.sasl.password", "", Restart},
+	{"kafka.sasl.password.file", "", Restart},
 	{"log.level", "info", Live},
 	{"log.format", "text", Live},
 }
@@ -78,7 +87,7 @@ func defaultConfig() Config {
 		QueueRetention: 7 * 24 * time.Hour,
 		RetryInitial:   500 * time.Millisecond, RetryMax: 30 * time.Second,
 		RetryMultiplier: 2, RetryRandomization: 0.5,
-		KafkaBrokers: []string{"localhost:9092"}, DLQTopic: "MdmDeadLetterQueue",
+		KafkaBrokers: []string{"localhost:9092"}, DLQTopic: "MdmDeadLetterQueue", KafkaTLSEnabled: "false",
 		LogLevel: slog.LevelInfo, LogFormat: "text",
 	}
 }

@@ -172,7 +172,7 @@ type Loaded struct {
 	File     string // the properties file read, "" if none
 }
 
-// Lines returns one `key=value  # source` line per key, sorted by key, the
+// Lines returns one `key=value  # source` line per key, sorted as text, the
 // secret redacted and values escaped as in a properties file. This is what
 // `baton config check` prints.
 func (l *Loaded) Lines() []string {
@@ -185,6 +185,7 @@ func (l *Loaded) Lines() []string {
 	for i, k := range keys {
 		out[i] = fmt.Sprintf("%s=%s  # %s", k, EscapeValue(Redact(k, l.Values[k])), l.Sources[k])
 	}
+	slices.Sort(out) // as text: kafka.sasl.password.file=… sorts before kafka.sasl.password=…
 	return out
 }
 

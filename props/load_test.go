@@ -87,6 +87,16 @@ func TestEachKeyFromFile(t *testing.T) {
 			return slices.Equal(c.KafkaBrokers, []string{"k1:9092", "[::1]:9093"})
 		}},
 		{"kafka.dlq.topic", "dead.letters_v1-x", func(c Config) bool { return c.DLQTopic == "dead.letters_v1-x" }},
+		{"kafka.tls.enabled", "true", func(c Config) bool { return c.KafkaTLSEnabled == "true" }},
+		{"kafka.tls.ca.file", "/dev/null", func(c Config) bool { return c.KafkaTLSCAFile == "/dev/null" }},
+		{"kafka.tls.cert.file", "/dev/null", func(c Config) bool { return c.KafkaTLSCertFile == "/dev/null" }},
+		{"kafka.tls.key.file", "/dev/null", func(c Config) bool { return c.KafkaTLSKeyFile == "/dev/null" }},
+		{"kafka.tls.server.name", "kafka.example", func(c Config) bool { return c.KafkaTLSServerName == "kafka.example" }},
+		{"kafka.sasl.mechanism", "SCRAM-SHA-512", func(c Config) bool { return c.KafkaSASLMechanism == "SCRAM-SHA-512" }},
+		{"kafka.sasl.username", "alice", func(c Config) bool { return c.KafkaSASLUsername == "alice" }},
+		{"kafka.sasl.password", "pw", func(c Config) bool { return c.KafkaSASLPassword == "pw" }},
+		// With kafka.sasl.password set, the file must stay empty (one source): see TestKafkaSASLChecks.
+		{"kafka.sasl.password.file", "", func(c Config) bool { return c.KafkaSASLPasswordFile == "" }},
 		{"log.level", "DEBUG", func(c Config) bool { return c.LogLevel == slog.LevelDebug }},
 		{"log.format", "json", func(c Config) bool { return c.LogFormat == "json" }},
 	}
@@ -167,6 +177,13 @@ func TestBadValues(t *testing.T) {
 		{"kafka.brokers", "k:x", `port "x" of "k:x" is not 1..65535`},
 		{"kafka.dlq.topic", "dead letters", `is not a Kafka topic name`},
 		{"kafka.dlq.topic", "..", `is not a Kafka topic name`},
+		{"kafka.tls.enabled", "on", `"on" is not one of true, false`},
+		{"kafka.tls.ca.file", "/dev/null", `"/dev/null" is not empty while kafka.tls.enabled is false (set it to true)`},
+		{"kafka.tls.key.file", "/nonexistent/k.pem", `is not a readable file (no such file or directory)`},
+		{"kafka.sasl.mechanism", "GSSAPI", `"GSSAPI" is not one of , PLAIN, SCRAM-SHA-256, SCRAM-SHA-512`},
+		{"kafka.sasl.username", "alice", `"alice" is not empty while kafka.sasl.mechanism is empty`},
+		{"kafka.sasl.password", "pw", `<redacted> is not empty while kafka.sasl.mechanism is empty`},
+		{"kafka.sasl.password.file", "/nonexistent/pw", `is not a readable file`},
 		{"log.level", "verbose", `"verbose" is not one of debug, info, warn, error`},
 		{"log.format", "xml", `"xml" is not one of text, json`},
 	}
@@ -558,5 +575,62 @@ func TestChroot(t *testing.T) {
 		if err != nil || l.Config.ZKChroot != tc.chroot {
 			t.Errorf("zookeeper.servers=%q: chroot %q, %v; want %q", tc.in, l.Config.ZKChroot, err, tc.chroot)
 		}
+	}
+}
+
+func TestKafkaSASLChecks(t *testing.T) {
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "pw")
+	if err := os.WriteFile(pwFile, []byte("x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		set  []string
+		want []string // one FieldError per entry: "key: message part"
+	}{
+		{"mechanism alone", []string{"kafka.sasl.mechanism=PLAIN"}, []string{
+			`kafka.sasl.username: "" is not a user name: kafka.sasl.mechanism PLAIN needs one`,
+			`kafka.sasl.password.file: "" is not a password file: kafka.sasl.mechanism PLAIN needs kafka.sasl.password.file or BATON_KAFKA_SASL_PASSWORD`,
+		}},
+		{"two password sources", []string{"kafka.sasl.mechanism=SCRAM-SHA-256", "kafka.sasl.username=u", "kafka.sasl.password=pw", "kafka.sasl.password.file=" + pwFile}, []string{
+			`kafka.sasl.password.file: "` + pwFile + `" is not allowed together with kafka.sasl.password (BATON_KAFKA_SASL_PASSWORD): set only one`,
+		}},
+		{"file", []string{"kafka.sasl.mechanism=SCRAM-SHA-256", "kafka.sasl.username=u", "kafka.sasl.password.file=" + pwFile}, nil},
+	} {
+		_, err := Load(LoadOptions{NoFile: true, Set: tc.set})
+		fes := fieldErrors(err)
+		if len(fes) != len(tc.want) {
+			t.Errorf("%s: %v, want %d errors", tc.name, err, len(tc.want))
+			continue
+		}
+		for i, fe := range fes {
+			if !strings.Contains(fe.Error(), tc.want[i]) {
+				t.Errorf("%s: error %q, want %q", tc.name, fe.Error(), tc.want[i])
+			}
+		}
+	}
+}
+
+func TestKafkaPasswordFromEnvNeverPrinted(t *testing.T) {
+	const secret = "k4fka-s3cret"
+	l, err := Load(LoadOptions{NoFile: true, Env: []string{"BATON_KAFKA_SASL_PASSWORD=" + secret}, Set: []string{"kafka.sasl.mechanism=PLAIN", "kafka.sasl.username=alice"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Config.KafkaSASLPassword != secret || !IsSecret("kafka.sasl.password") {
+		t.Fatalf("KafkaSASLPassword = %q, secret %v", l.Config.KafkaSASLPassword, IsSecret("kafka.sasl.password"))
+	}
+	js, _ := json.Marshal(l.Config)
+	for name, out := range map[string]string{
+		"String": l.Config.String(), "%#v": fmt.Sprintf("%#v", l.Config), "JSON": string(js),
+		"Lines": strings.Join(l.Lines(), "\n"),
+	} {
+		if strings.Contains(out, secret) {
+			t.Errorf("%s prints the secret: %s", name, out)
+		}
+	}
+	if !strings.Contains(strings.Join(l.Lines(), "\n"), "kafka.sasl.password=<redacted>  # env BATON_KAFKA_SASL_PASSWORD") {
+		t.Errorf("Lines: %q, want the password redacted with its source", l.Lines())
 	}
 }

@@ -406,6 +406,7 @@ func crossCheck(c *Config, values map[string]string, sources map[string]Source) 
 			fail(tt, fmt.Sprintf("at most half of zookeeper.session.timeout (%d ms)", c.ZKSessionTimeout.Milliseconds()/2))
 		}
 	}
+	kafkaChecks(c, fail)
 	ordered("sidecar.lease.default", "sidecar.lease.max", c.LeaseDefault, c.LeaseMax)
 	ordered("retry.initial.interval", "retry.max.interval", c.RetryInitial, c.RetryMax)
 	return errs
@@ -419,4 +420,34 @@ func blame(sources map[string]Source, prim, other string) string {
 		return other
 	}
 	return prim
+}
+
+// kafkaChecks: SASL needs a user and exactly one password source, and
+// credentials or TLS files are never silently unused.
+func kafkaChecks(c *Config, fail func(key, exp string)) {
+	const mech, user, pass, passFile = "kafka.sasl.mechanism", "kafka.sasl.username", "kafka.sasl.password", "kafka.sasl.password.file"
+	if c.KafkaSASLPassword != "" && c.KafkaSASLPasswordFile != "" {
+		fail(passFile, "allowed together with kafka.sasl.password (BATON_KAFKA_SASL_PASSWORD): set only one")
+	}
+	if c.KafkaSASLMechanism != "" {
+		if c.KafkaSASLUsername == "" {
+			fail(user, "a user name: kafka.sasl.mechanism "+c.KafkaSASLMechanism+" needs one")
+		}
+		if c.KafkaSASLPassword == "" && c.KafkaSASLPasswordFile == "" {
+			fail(passFile, "a password file: kafka.sasl.mechanism "+c.KafkaSASLMechanism+" needs kafka.sasl.password.file or BATON_KAFKA_SASL_PASSWORD")
+		}
+	} else {
+		for _, k := range []struct{ key, v string }{{user, c.KafkaSASLUsername}, {pass, c.KafkaSASLPassword}, {passFile, c.KafkaSASLPasswordFile}} {
+			if k.v != "" {
+				fail(k.key, "empty while kafka.sasl.mechanism is empty (set PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)")
+			}
+		}
+	}
+	if c.KafkaTLSEnabled != "true" {
+		for _, k := range []struct{ key, v string }{{"kafka.tls.ca.file", c.KafkaTLSCAFile}, {"kafka.tls.cert.file", c.KafkaTLSCertFile}, {"kafka.tls.key.file", c.KafkaTLSKeyFile}, {"kafka.tls.server.name", c.KafkaTLSServerName}} {
+			if k.v != "" {
+				fail(k.key, "empty while kafka.tls.enabled is false (set it to true)")
+			}
+		}
+	}
 }

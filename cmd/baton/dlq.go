@@ -41,7 +41,11 @@ func loadForDLQ(g *globals) (*props.Loaded, *dlq.Reader, error) {
 	for _, w := range l.Warnings {
 		fmt.Fprintf(g.stderr, "baton: warning: %s\n", w)
 	}
-	r, err := dlq.NewReader(dlq.ReaderOptions{Brokers: l.Config.KafkaBrokers, Topic: l.Config.DLQTopic})
+	sec, err := dlq.SecurityOf(l.Config)
+	if err != nil {
+		return nil, nil, exitWith(exitFailure, err)
+	}
+	r, err := dlq.NewReader(dlq.ReaderOptions{Brokers: l.Config.KafkaBrokers, Topic: l.Config.DLQTopic, Security: sec})
 	if err != nil {
 		return nil, nil, exitWith(exitFailure, err)
 	}
