@@ -83,7 +83,7 @@ type tomb struct {
 func (s *Server) activeLeases() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.leases)
+	return len(s.leases) - s.deliveries
 }
 
 // addLease registers a fresh grant as a lease and starts watching it. It
@@ -154,6 +154,9 @@ func (s *Server) finishLease(l *lease, state, reason, msg string, cond func() bo
 
 	s.mu.Lock()
 	delete(s.leases, l.id)
+	if l.external {
+		s.deliveries--
+	}
 	if state == api.StateLost {
 		s.addTombLocked(l.id, tomb{reason: reason, object: l.g.Object(), msg: msg, until: now.Add(TombstoneTTL)})
 	}
@@ -178,6 +181,9 @@ func (s *Server) finishLease(l *lease, state, reason, msg string, cond func() bo
 	case "":
 	default:
 		result = leaseLost
+	}
+	if l.external { // an op delivery's grant: counted by the dispatcher's metrics
+		return true
 	}
 	s.m.leases.WithLabelValues(result).Inc()
 	s.m.hold.WithLabelValues(l.g.Type().String(), result).Observe(now.Sub(l.g.AcquiredAt()).Seconds())

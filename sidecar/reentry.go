@@ -105,6 +105,7 @@ func (s *Server) HoldDelivery(id string, g *lock.Grant) (done func()) {
 		return func() {}
 	}
 	s.leases[id] = l
+	s.deliveries++
 	l.mu.Lock()
 	l.stopLost = context.AfterFunc(g.Context(), func() {
 		if err := g.Err(); err != nil {

@@ -67,6 +67,7 @@ type Server struct {
 	tombQ      []tombRef
 	pids       map[int32]*pidWatch
 	revoked    map[*lease]time.Time // revoked leases whose grant is freed after the valid_until told (revoke.go)
+	deliveries int                  // op deliveries among leases (reentry.go): not API leases
 	leaseEnded chan struct{}        // closed and replaced whenever a lease ends
 	closed     bool
 
