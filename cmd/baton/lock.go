@@ -65,6 +65,17 @@ The lease is renewed in the background and the sidecar is long-polled for a
 loss. CMD gets BATON_OBJECT, BATON_LEASE_ID and BATON_FENCING_TOKEN (hand the
 token to the storage with every write; inherited values are replaced).
 
+Run by a baton lock holding the same OBJECT (BATON_OBJECT and BATON_LEASE_ID
+in the environment), it re-enters that lease instead of waiting on its
+parent: same token, one more hold, released when CMD exits.
+
+With --preemptible, a foreground baton lock --preempt (any sidecar) can ask
+CMD to yield: CMD gets SIGTERM at once and has --cleanup to exit (then exit
+76); the lock's validity is never told more than --cleanup ahead. With
+--preempt, a preemptible holder is asked to yield; --forceful takes the lock
+from one that did not within --preempt-wait (give --wait enough for that
+plus its cleanup), else 75 once --preempt-wait is over.
+
 The lease is bound to this process ("bind":"process"): if baton lock dies,
 the sidecar releases the lock at once (and the kernel kills CMD). Its
 validity is counted from when the acquire was sent plus the time the
