@@ -79,7 +79,7 @@ func newSession(e *Engine, gen uint64) (*session, error) {
 	conn, _, err := zk.Connect(e.servers, e.opts.SessionTimeout,
 		zk.WithDialer(dialer),
 		zk.WithEventCallback(s.onEvent),
-		zk.WithLogger(zkLogger{e.log}),
+		zk.WithLogger(zkLogger{e.opts.Logger}), // its own component, not "lock" twice
 		zk.WithLogInfo(false),
 	)
 	if err != nil {

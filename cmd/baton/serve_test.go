@@ -501,15 +501,19 @@ func leaseOf(t *testing.T, socket, id string) (int, api.Lease) {
 // baton lock SIGTERM and SIGKILL came together ("SIGKILL in 0s") when the
 // validity ran out, blaming the sidecar. Its own ZooKeeper: it is frozen.
 func testLockZooKeeperStall(t *testing.T, e *env) {
-	z := testenv.ZooKeeperT(t, testenv.ZKOptions{})
-	extra := map[string]string{"zookeeper.servers": z.ConnString(), "zookeeper.session.timeout": "9000"}
+	// 1 s ticks allow a 20 s session: the lease turns suspect when
+	// go-zookeeper notices (2/3 of the session, ~13 s) and validity, counted
+	// from the leader a tickTime back, lasts ~18 s, leaving ~4 s to resume
+	// ZooKeeper before the short freeze's SIGTERM is due, even under load.
+	z := testenv.ZooKeeperT(t, testenv.ZKOptions{TickTime: time.Second})
+	extra := map[string]string{"zookeeper.servers": z.ConnString(), "zookeeper.session.timeout": "20000", "zookeeper.tick.time": "1000"}
 	a := e.startSidecar(t, "stall-a", extra)
 	b := e.startSidecar(t, "stall-b", extra)
 
 	// A short freeze: ZooKeeper answers again before the SIGTERM is due
 	// (validity − 1 s): nothing is sent, the command runs to its end.
 	short, _, shortLease := startHolderScript(t, e, "lock-short-stall", a.socket, "short-stall",
-		`trap 'echo got-TERM' TERM; echo "pid $$ lease $BATON_LEASE_ID"; sleep 14; echo finished`, "--kill-grace", "1s")
+		`trap 'echo got-TERM' TERM; echo "pid $$ lease $BATON_LEASE_ID"; sleep 22; echo finished`, "--kill-grace", "1s")
 	if err := z.Pause(1); err != nil {
 		t.Fatal(err)
 	}
