@@ -449,6 +449,36 @@ func (c *Client) Op(ctx context.Context, id string) (*api.Op, error) {
 	return &v, nil
 }
 
+// OpsOptions select ops for Ops.
+type OpsOptions struct {
+	State  string // only ops in this state (api.OpQueued, …)
+	Object string // only ops of this object
+	After  string // the previous page's Next
+	Limit  int    // at most this many (1..1000); 0 = the sidecar's default (100)
+}
+
+// Ops returns a page of the sidecar's ops in id order (GET /v1/ops).
+func (c *Client) Ops(ctx context.Context, o OpsOptions) (*api.OpList, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"state": o.State, "object": o.Object, "after": o.After} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if o.Limit != 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	p := "/v1/ops"
+	if len(q) > 0 {
+		p += "?" + q.Encode()
+	}
+	var v api.OpList
+	if _, err := c.send(ctx, http.MethodGet, p, nil, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
 // Replay queues a dead-lettered operation again.
 func (c *Client) Replay(ctx context.Context, id string) (*OpAck, error) {
 	var v api.OpAck
