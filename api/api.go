@@ -356,7 +356,7 @@ const (
 	OpDeadLettered = "dead_lettered"
 )
 
-// Op is the answer of GET /v1/ops/{id}.
+// Op is the answer of GET /v1/ops/{id} and an entry of [OpList].
 type Op struct {
 	ID            string `json:"id"`
 	Object        string `json:"object"`
@@ -369,4 +369,28 @@ type Op struct {
 	// LetterNote, on a dead_lettered op, says how its dead letter differs
 	// from the op (e.g. published without its payload).
 	LetterNote string `json:"letter_note,omitempty"`
+	// ErrorClass is the class of LastError ("" when there is none).
+	ErrorClass string `json:"error_class,omitempty"`
+	// Replays counts the replays of the op.
+	Replays int `json:"replays"`
+	// History lists the finished attempts and replays, oldest first,
+	// across replays (the last 50; HistoryDropped counts older ones).
+	History        []OpEvent `json:"history"`
+	HistoryDropped int       `json:"history_dropped,omitempty"`
+}
+
+// OpEvent is one entry of an op's history.
+type OpEvent struct {
+	At Time `json:"at"`
+	// Outcome is the state the attempt led to (done, retrying,
+	// dlq_pending), or "replayed".
+	Outcome    string `json:"outcome"`
+	ErrorClass string `json:"error_class,omitempty"`
+	Error      string `json:"error,omitempty"` // the start of the attempt's error
+}
+
+// OpList is the answer of GET /v1/ops: a page of ops in id order.
+type OpList struct {
+	Ops  []Op   `json:"ops"`
+	Next string `json:"next"` // pass as after for the next page; "" at the end
 }

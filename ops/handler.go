@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -84,7 +85,13 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) error {
 	if id != "" && !replay {
 		want = http.MethodGet
 	}
+	if id == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		return h.list(w, r)
+	}
 	if r.Method != want && !(want == http.MethodGet && r.Method == http.MethodHead) {
+		if id == "" {
+			want = "GET, POST"
+		}
 		w.Header().Set("Allow", want)
 		return newError(api.MethodNotAllowed, "method %s is not allowed on %s; use %s", r.Method, r.URL.Path, want)
 	}
@@ -128,11 +135,60 @@ func (h *handler) get(w http.ResponseWriter, id string) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, api.Op{
+	writeJSON(w, http.StatusOK, apiOp(op))
+	return nil
+}
+
+// apiOp is the wire form of op.
+func apiOp(op queue.Op) api.Op {
+	hist := make([]api.OpEvent, len(op.History))
+	for i, e := range op.History {
+		hist[i] = api.OpEvent{At: api.NewTime(e.At), Outcome: e.Outcome, ErrorClass: e.ErrorClass, Error: e.Error}
+	}
+	return api.Op{
 		ID: op.ID, Object: op.Object, State: string(op.State), Attempts: op.Attempts, LastError: op.LastError,
 		NextAttemptAt: api.NewTime(op.NextAttemptAt), AcceptedAt: api.NewTime(op.AcceptedAt), Seq: int64(op.Seq),
-		LetterNote: op.LetterNote,
-	})
+		LetterNote: op.LetterNote, ErrorClass: op.ErrorClass, Replays: op.Replays, History: hist,
+		HistoryDropped: op.HistoryDropped,
+	}
+}
+
+// list serves GET /v1/ops?state=&object=&limit=&after=: a page of ops in id
+// order. An unknown or repeated parameter, or a bad value, is a 400 naming it.
+func (h *handler) list(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	var opts queue.ListOptions
+	for name, vs := range q {
+		if len(vs) != 1 {
+			return badRequest(name, "is given %d times; give it once", len(vs))
+		}
+		v := vs[0]
+		switch name {
+		case "state":
+			opts.State = queue.State(v)
+		case "object":
+			opts.Object = v
+		case "after":
+			opts.After = v
+		case "limit":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > queue.MaxListLimit {
+				return badRequest("limit", "%q is not a whole number from 1 to %d", v, queue.MaxListLimit)
+			}
+			opts.Limit = n
+		default:
+			return badRequest(name, "is not a parameter of GET /v1/ops (state, object, limit, after)")
+		}
+	}
+	ops, next, err := h.d.store.List(opts)
+	if err != nil {
+		return err
+	}
+	out := api.OpList{Ops: make([]api.Op, len(ops)), Next: next}
+	for i, op := range ops {
+		out.Ops[i] = apiOp(op)
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

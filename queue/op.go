@@ -71,6 +71,47 @@ type Op struct {
 	// BodyHash is the hex SHA-256 of the canonical (id, object, info,
 	// payload): equal hashes mean the same submission.
 	BodyHash string `json:"body_hash"`
+	// Replays counts the replays of the op (each queued it again).
+	Replays int `json:"replays,omitempty"`
+	// History lists the op's finished attempts and replays, oldest first,
+	// across replays (Attempts counts only the attempts since the last
+	// replay: the retry policy's count). It keeps the last MaxHistory
+	// entries; HistoryDropped counts the older ones let go.
+	History        []Event `json:"history,omitempty"`
+	HistoryDropped int     `json:"history_dropped,omitempty"`
+}
+
+// Event is one entry of an op's history: a finished attempt or a replay.
+type Event struct {
+	At time.Time `json:"at"`
+	// Outcome is the state the attempt led to (done, retrying,
+	// dlq_pending), or "replayed".
+	Outcome    string `json:"outcome"`
+	ErrorClass string `json:"error_class,omitempty"`
+	// Error is the start of the attempt's error message (at most
+	// MaxEventErrorBytes).
+	Error string `json:"error,omitempty"`
+}
+
+// Outcome of a replay in an op's history.
+const Replayed = "replayed"
+
+// MaxHistory is how many history entries an op keeps; MaxEventErrorBytes
+// bounds the error message of one.
+const (
+	MaxHistory         = 50
+	MaxEventErrorBytes = 256
+)
+
+// record appends ev to the op's history, dropping the oldest beyond
+// MaxHistory.
+func (op *Op) record(ev Event) {
+	ev.Error = truncate(ev.Error, MaxEventErrorBytes)
+	op.History = append(op.History, ev)
+	if n := len(op.History) - MaxHistory; n > 0 {
+		op.History = append([]Event(nil), op.History[n:]...)
+		op.HistoryDropped += n
+	}
 }
 
 // SubmitRequest is the body of a submission.

@@ -302,12 +302,15 @@ func (s *Store) tryClaim(now time.Time) (op Op, ok bool, changed <-chan struct{}
 	return op, true, nil, 0, nil
 }
 
-// Done records a successful delivery: running → done. The payload is
+// Done records a successful delivery: running → done, with last_error and
+// error_class cleared (the history keeps the failures). The payload is
 // deleted (the body hash stays: resubmitting the same body is still
 // recognised).
 func (s *Store) Done(ctx context.Context, id string) error {
 	return s.transition(ctx, id, Running, Done, func(op *Op, now time.Time) {
 		op.FinishedAt = now
+		op.LastError, op.ErrorClass = "", ""
+		op.record(Event{At: now, Outcome: string(Done)})
 	})
 }
 
@@ -319,6 +322,7 @@ func (s *Store) Retry(ctx context.Context, id, errClass, errMsg string, nextAt t
 		op.Attempts++
 		op.ErrorClass, op.LastError = errClass, truncate(errMsg, MaxErrorBytes)
 		op.NextAttemptAt = msTime(nextAt)
+		op.record(Event{At: now, Outcome: string(Retrying), ErrorClass: errClass, Error: errMsg})
 	})
 }
 
@@ -329,6 +333,7 @@ func (s *Store) DeadLetterPending(ctx context.Context, id, errClass, errMsg stri
 	return s.transition(ctx, id, Running, DLQPending, func(op *Op, now time.Time) {
 		op.Attempts++
 		op.ErrorClass, op.LastError = errClass, truncate(errMsg, MaxErrorBytes)
+		op.record(Event{At: now, Outcome: string(DLQPending), ErrorClass: errClass, Error: errMsg})
 	})
 }
 
@@ -446,7 +451,8 @@ func (s *Store) transition(ctx context.Context, id string, from, to State, mutat
 
 // Replay queues a dead_lettered op again: it gets the next seq of its object
 // (behind the object's newer ops), AcceptedAt = now, attempts 0, and its
-// error and attempt times are cleared. Any other state is a *StateError
+// error and attempt times are cleared; its history keeps the earlier
+// attempts and gains a "replayed" entry, and Replays counts it. Any other state is a *StateError
 // wrapping ErrNotDeadLettered; an unknown id is ErrNotFound. Replay counts
 // against MaxOps (ErrQueueFull).
 func (s *Store) Replay(ctx context.Context, id string) (Op, error) {
@@ -487,6 +493,8 @@ func (s *Store) Replay(ctx context.Context, id string) (Op, error) {
 		op.Seq, op.AcceptedAt, op.State, op.Attempts = e.seq, e.acceptedAt, Queued, 0
 		op.LastError, op.ErrorClass, op.LetterNote = "", "", ""
 		op.NextAttemptAt, op.FirstAttemptAt, op.FinishedAt = time.Time{}, time.Time{}, time.Time{}
+		op.Replays++
+		op.record(Event{At: e.acceptedAt, Outcome: Replayed})
 		if err := putOp(ops, op); err != nil {
 			return err
 		}

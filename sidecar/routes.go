@@ -50,7 +50,7 @@ func (s *Server) routes() http.Handler {
 		lease:     methods{http.MethodGet: s.getLease, http.MethodDelete: s.deleteLease},
 		renew:     methods{http.MethodPost: s.renewLease},
 		drain:     methods{http.MethodPost: s.startDrain},
-		opsSubmit: methods{http.MethodPost: s.serveOps},
+		opsSubmit: methods{http.MethodPost: s.serveOps, http.MethodGet: s.serveOps},
 		opsGet:    methods{http.MethodGet: s.serveOps},
 		opsReplay: methods{http.MethodPost: s.serveOps},
 	}
