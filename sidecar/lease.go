@@ -123,6 +123,7 @@ func (s *Server) lookup(id string) (*lease, error) {
 	if l := s.leases[id]; l != nil {
 		return l, nil
 	}
+	s.pruneTombsLocked(maxTombstones)
 	if t, ok := s.tombs[id]; ok && time.Now().Before(t.until) {
 		return nil, lockLost(t.reason, "lease %s on %q is lost: %s", id, t.object, t.msg)
 	}
@@ -200,10 +201,19 @@ func (s *Server) finishLease(l *lease, state, reason, msg string, cond func() bo
 }
 
 func (s *Server) addTombLocked(id string, t tomb) {
+	s.pruneTombsLocked(maxTombstones - 1)
+	s.tombs[id] = t
+	s.tombQ = append(s.tombQ, tombRef{id, t.until})
+}
+
+// pruneTombsLocked drops expired tombstones, and the oldest beyond keep.
+// It runs on every lookup too, so expired tombstones do not stay until the
+// next loss. s.mu must be held.
+func (s *Server) pruneTombsLocked(keep int) {
 	now := time.Now()
 	for len(s.tombQ) > 0 {
 		old := s.tombQ[0]
-		if now.Before(old.until) && len(s.tombQ) < maxTombstones {
+		if now.Before(old.until) && len(s.tombQ) <= keep {
 			break
 		}
 		if cur, ok := s.tombs[old.id]; ok && cur.until.Equal(old.until) {
@@ -211,8 +221,9 @@ func (s *Server) addTombLocked(id string, t tomb) {
 		}
 		s.tombQ = s.tombQ[1:]
 	}
-	s.tombs[id] = t
-	s.tombQ = append(s.tombQ, tombRef{id, t.until})
+	if len(s.tombQ) == 0 {
+		s.tombQ = nil // let the backing array go
+	}
 }
 
 type tombRef struct {
