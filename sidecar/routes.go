@@ -62,7 +62,7 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s := rt.s
 	h := rt.match(r)
 	if h == nil {
-		s.writeError(w, r, newError(api.NotFound, "no such path %q; the API is under /v1/locks, /v1/leases and /v1/ops, plus /v1/drain, /healthz, /readyz and /metrics", r.URL.Path))
+		s.writeError(w, r, newError(api.NotFound, "no such path %q; the API is under /v1/locks, /v1/leases and /v1/ops, plus /v1/drain, /healthz, /readyz and /metrics (all of it: GET /v1/openapi.json)", r.URL.Path))
 		return
 	}
 	method := r.Method
