@@ -88,7 +88,9 @@ func (s *Server) activeLeases() int {
 
 // addLease registers a fresh grant as a lease and starts watching it. It
 // fails (and the caller must release g) when shutdown has begun.
-func (s *Server) addLease(g *lock.Grant, pid int32, length time.Duration) (*lease, error) {
+// held, if not nil, is the exit watch holdPID started when the request
+// arrived: a process that exited during the wait gets no lease.
+func (s *Server) addLease(g *lock.Grant, pid int32, held *pidWatch, length time.Duration) (*lease, error) {
 	now := time.Now()
 	l := &lease{
 		id: s.newLeaseID(), g: g, pid: pid, length: length,
@@ -98,6 +100,10 @@ func (s *Server) addLease(g *lock.Grant, pid int32, length time.Duration) (*leas
 	if s.stopping() || s.closed {
 		s.mu.Unlock()
 		return nil, shuttingDown(nil)
+	}
+	if held != nil && held.exited {
+		s.mu.Unlock()
+		return nil, errCallerExited
 	}
 	s.leases[l.id] = l
 	s.watchPIDLocked(l)

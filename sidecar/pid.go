@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"os"
 	"sync"
 	"time"
@@ -23,6 +24,8 @@ type pidWatch struct {
 	pid      int32
 	leases   map[string]*lease // guarded by Server.mu
 	linger   *time.Timer       // guarded by Server.mu: stops an idle watch later
+	holds    int               // guarded by Server.mu: acquires waiting with this watch (holdPID)
+	exited   bool              // guarded by Server.mu: the process exited
 	w        exitWaiter
 	stopOnce sync.Once
 }
@@ -41,7 +44,7 @@ func (s *Server) idleLocked(pw *pidWatch) {
 	}
 	pw.linger = time.AfterFunc(pidLinger, func() {
 		s.mu.Lock()
-		idle := len(pw.leases) == 0 && s.pids[pw.pid] == pw
+		idle := len(pw.leases) == 0 && pw.holds == 0 && s.pids[pw.pid] == pw
 		if idle {
 			delete(s.pids, pw.pid)
 		}
@@ -72,6 +75,48 @@ type exitWaiter interface {
 	stop()
 }
 
+// holdPID starts (or joins) the exit watch of the process behind a bound
+// acquire when the request arrives, before it waits: the pidfd then refers
+// to the process that asked, however long the wait and whatever process
+// gets its pid afterwards. Pair with unholdPID; addLease binds to this watch.
+func (s *Server) holdPID(pid int32) *pidWatch {
+	if pid <= 0 || int(pid) == os.Getpid() {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pw := s.pids[pid]
+	if pw == nil || pw.exited {
+		pw = s.startPIDWatchLocked(pid)
+	}
+	if pw.linger != nil {
+		pw.linger.Stop()
+		pw.linger = nil
+	}
+	pw.holds++
+	return pw
+}
+
+func (s *Server) unholdPID(pw *pidWatch) {
+	if pw == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pw.holds--
+	if pw.holds == 0 && len(pw.leases) == 0 && !pw.exited && s.pids[pw.pid] == pw {
+		s.idleLocked(pw)
+	}
+}
+
+func (s *Server) startPIDWatchLocked(pid int32) *pidWatch {
+	pw := &pidWatch{pid: pid, leases: map[string]*lease{}, w: newExitWaiter(int(pid), s.log)}
+	s.pids[pid] = pw
+	s.wg.Add(1)
+	go s.runPIDWatch(pw)
+	return pw
+}
+
 // watchPIDLocked adds l to its process's watch, starting one if needed.
 // Leases of the sidecar's own process (in-process clients) and of callers
 // whose pid is not visible (another pid namespace: 0) rely on the lease
@@ -82,10 +127,7 @@ func (s *Server) watchPIDLocked(l *lease) {
 	}
 	pw := s.pids[l.pid]
 	if pw == nil {
-		pw = &pidWatch{pid: l.pid, leases: map[string]*lease{}, w: newExitWaiter(int(l.pid), s.log)}
-		s.pids[l.pid] = pw
-		s.wg.Add(1)
-		go s.runPIDWatch(pw)
+		pw = s.startPIDWatchLocked(l.pid)
 	}
 	if pw.linger != nil {
 		pw.linger.Stop()
@@ -101,6 +143,7 @@ func (s *Server) runPIDWatch(pw *pidWatch) {
 		return
 	}
 	s.mu.Lock()
+	pw.exited = true
 	if s.pids[pw.pid] == pw {
 		delete(s.pids, pw.pid)
 	}
@@ -116,3 +159,6 @@ func (s *Server) runPIDWatch(pw *pidWatch) {
 		}
 	}
 }
+
+// errCallerExited: a bound acquire's process exited while it waited.
+var errCallerExited = errors.New("the process that asked for the lease exited while it waited")

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"net/http"
 	"net/url"
@@ -310,6 +311,11 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 	stop := context.AfterFunc(s.stopCtx, cancel)
 	defer stop()
 
+	var caller *pidWatch // bound: watch the caller from now, not from the grant
+	if req.Bind == api.BindProcess {
+		caller = s.holdPID(pidFrom(r.Context()))
+		defer s.unholdPID(caller)
+	}
 	asked := req.Preempt && s.askToYield(ctx, obj, req, preemptWait, who(r.Context()))
 	if asked && !req.Forceful && preemptWait < opts.Wait && !opts.TryOnce {
 		opts.Wait = max(preemptWait, time.Millisecond)
@@ -345,7 +351,12 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 	if req.Bind == api.BindProcess {
 		pid = pidFrom(r.Context())
 	}
-	l, err := s.addLease(g, pid, length)
+	l, err := s.addLease(g, pid, caller, length)
+	if errors.Is(err, errCallerExited) {
+		result = resCanceled
+		s.releaseGrant(g)
+		return clientGone(err)
+	}
 	if err != nil {
 		result = resShuttingDown
 		s.releaseGrant(g)
