@@ -354,6 +354,18 @@ func (r *Reader) replay(ctx context.Context, ro ReplayOptions, fn func(Letter) e
 	return c, nil
 }
 
+// Committed returns the group's committed offset per partition of the
+// topic (-1 if none): the next offset a Replay in that group reads, so a
+// message at a lower offset was handled by it.
+func (r *Reader) Committed(ctx context.Context, group string) (map[int]int64, error) {
+	spans, err := r.spans(ctx)
+	if err != nil {
+		return nil, r.opts.Security.explain(err)
+	}
+	m, err := r.committed(ctx, group, spans)
+	return m, r.opts.Security.explain(err)
+}
+
 // committed returns the group's committed offset per partition (-1 if
 // none).
 func (r *Reader) committed(ctx context.Context, group string, spans map[int]span) (map[int]int64, error) {

@@ -56,16 +56,27 @@ func newDLQLsCmd(g *globals) *cobra.Command {
 	var (
 		maxN   int
 		asJSON bool
+		group  string
 	)
 	cmd := &cobra.Command{
-		Use:   "ls [--max N] [--json]",
+		Use:   "ls [--max N] [--group G] [--json]",
 		Short: "Print the dead letters without consuming them",
 		Long: `ls prints the dead-letter topic from its first offset to the end it has now,
 without joining a consumer group or committing anything. One line per
-message: PARTITION:OFFSET, key (the object), op id, error class, attempts
-and the last error (quoted, cut at 200 bytes). A message that is not a valid
-dead letter shows "-" and INVALID with the reason. --json prints each
-message's value (the letter's JSON) as it is, one per line.
+message: PARTITION:OFFSET, key (the object), op id, error class, attempts,
+REPLAYED, OP and the last error (quoted, cut at 200 bytes).
+
+REPLAYED is "yes" when the letter was handled by 'baton dlq replay' in group
+G (default baton-dlq-replay: its committed offset is past the letter) or the
+op was accepted again after the letter was written (replayed by any means),
+else "no". OP is the op's current state as the sidecar (sidecar.socket.path)
+has it: queued, running, retrying, done, dlq_pending, dead_lettered;
+"unknown" when the sidecar does not know the op (another node's, or
+purged); "-" when the sidecar cannot be asked (a warning says why).
+
+A message that is not a valid dead letter shows "-" and INVALID with the
+reason. --json prints each message's value (the letter's JSON) as it is, one
+per line.
 
 Exit status 0; 69 when Kafka cannot be reached.`,
 		Args: cobra.NoArgs,
@@ -78,10 +89,20 @@ Exit status 0; 69 when Kafka cannot be reached.`,
 				return err
 			}
 			defer r.Close()
-			var tw *tabwriter.Writer
+			var (
+				tw *tabwriter.Writer
+				st *letterStatus
+			)
 			if !asJSON {
+				committed, err := r.Committed(cmd.Context(), group)
+				if err != nil {
+					return exitWith(exitUnavailable, fmt.Errorf("reading %s from %s: %w", l.Config.DLQTopic, strings.Join(l.Config.KafkaBrokers, ","), err))
+				}
+				c := client.New(l.Config.SocketPath)
+				defer c.Close()
+				st = &letterStatus{c: c, committed: committed, ops: map[string]*api.Op{}, g: g}
 				tw = tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "OFFSET\tKEY\tID\tCLASS\tATTEMPTS\tLAST_ERROR")
+				fmt.Fprintln(tw, "OFFSET\tKEY\tID\tCLASS\tATTEMPTS\tREPLAYED\tOP\tLAST_ERROR")
 			}
 			var werr error
 			n, err := r.List(cmd.Context(), maxN, func(m dlq.Message) error {
@@ -95,11 +116,12 @@ Exit status 0; 69 when Kafka cannot be reached.`,
 				}
 				pos := fmt.Sprintf("%d:%d", m.Partition, m.Offset)
 				if m.Err != nil {
-					fmt.Fprintf(tw, "%s\t%s\t-\tINVALID\t-\t%s\n", pos, orDash(string(m.Raw.Key)), quoteCut(m.Err.Error()))
+					fmt.Fprintf(tw, "%s\t%s\t-\tINVALID\t-\t-\t-\t%s\n", pos, orDash(string(m.Raw.Key)), quoteCut(m.Err.Error()))
 					return nil
 				}
 				lt := m.Letter
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", pos, lt.Object, lt.ID, orDash(lt.ErrorClass), lt.Attempts, quoteCut(lt.LastError))
+				replayed, state := st.of(cmd.Context(), m)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", pos, lt.Object, lt.ID, orDash(lt.ErrorClass), lt.Attempts, replayed, state, quoteCut(lt.LastError))
 				return nil
 			})
 			if werr != nil {
@@ -119,8 +141,56 @@ Exit status 0; 69 when Kafka cannot be reached.`,
 		},
 	}
 	cmd.Flags().IntVar(&maxN, "max", 0, "print at most `N` messages (0 = all)")
+	cmd.Flags().StringVar(&group, "group", dlq.DefaultGroup, "consumer `G`roup of 'baton dlq replay' whose committed offsets mark letters replayed")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw letters, one JSON value per line")
 	return cmd
+}
+
+// letterStatus says, for dlq ls, whether a letter was replayed and what
+// its op's state is now.
+type letterStatus struct {
+	c         *client.Client
+	committed map[int]int64
+	ops       map[string]*api.Op // by id; nil = unknown to the sidecar
+	down      bool               // the sidecar could not be asked: stop asking
+	g         *globals
+}
+
+func (st *letterStatus) of(ctx context.Context, m dlq.Message) (replayed, state string) {
+	lt := m.Letter
+	op, known := st.ops[lt.ID]
+	if !known && !st.down {
+		ctx, cancel := context.WithTimeout(ctx, clientTimeout)
+		got, err := st.c.Op(ctx, lt.ID)
+		cancel()
+		ae, isAPI := errors.AsType[*client.APIError](err)
+		switch {
+		case err == nil:
+			op = got
+		case isAPI && ae.Status == http.StatusNotFound:
+		default:
+			st.down = true
+			fmt.Fprintf(st.g.stderr, "baton: warning: op states not shown (OP -): %v\n", unprefixed(err))
+		}
+		if !st.down {
+			st.ops[lt.ID] = op
+		}
+	}
+	replayed, state = "no", "-"
+	if off, ok := st.committed[m.Partition]; ok && off > m.Offset {
+		replayed = "yes"
+	}
+	switch {
+	case st.down:
+	case op == nil:
+		state = "unknown"
+	default:
+		state = op.State
+		if superseded(op, lt) {
+			replayed = "yes"
+		}
+	}
+	return replayed, state
 }
 
 // quoteCut quotes s for one line, cut at 200 bytes.
@@ -154,6 +224,46 @@ type replayer struct {
 	max      int
 	replayed map[string]int
 	rc       replayCounts
+	pace     *pacer // nil: as fast as the sidecar answers
+}
+
+// pacer spaces calls at least interval apart (dlq replay --rate).
+type pacer struct {
+	interval time.Duration
+	next     time.Time
+}
+
+// wait blocks until the next call may start, or ctx ends.
+func (p *pacer) wait(ctx context.Context) error {
+	if p == nil {
+		return nil
+	}
+	now := time.Now()
+	if d := p.next.Sub(now); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		now = p.next
+	}
+	p.next = now.Add(p.interval)
+	return nil
+}
+
+// parseRate reads --rate: "N/s" (or "N") with N > 0 letters a second; ""
+// or "0" means no limit.
+func parseRate(s string) (*pacer, error) {
+	if s == "" || s == "0" || s == "0/s" {
+		return nil, nil
+	}
+	n, err := strconv.ParseFloat(strings.TrimSuffix(s, "/s"), 64)
+	if err != nil || !(n > 0) || n > 1e6 {
+		return nil, usageErrorf("--rate %q is not N/s with N from 0 to 1000000 (e.g. 20/s; 0 = no limit)", s)
+	}
+	return &pacer{interval: time.Duration(float64(time.Second) / n)}, nil
 }
 
 func newReplayer(c *client.Client, max int) *replayer {
@@ -205,6 +315,9 @@ func (rp *replayer) replay(ctx context.Context, lt dlq.Letter) (string, error) {
 		rc.capped++
 		return fmt.Sprintf("skipped %s (object %s): replayed %d time(s) in this run (--max-replays); it failed again: "+
 			"see its last error with baton ops get %s, replay it with baton ops replay %s", lt.ID, lt.Object, n, lt.ID, lt.ID), nil
+	}
+	if err := rp.pace.wait(ctx); err != nil {
+		return "", fmt.Errorf("op %s: %w", lt.ID, err)
 	}
 	if cur == nil {
 		if lt.Elided {
@@ -268,9 +381,10 @@ func newDLQReplayCmd(g *globals) *cobra.Command {
 	var (
 		ro         dlq.ReplayOptions
 		maxReplays int
+		rate       string
 	)
 	cmd := &cobra.Command{
-		Use:   "replay [--group G] [--object O] [--dry-run] [--follow] [--max-replays N]",
+		Use:   "replay [--group G] [--object O] [--dry-run] [--follow] [--max-replays N] [--rate N/s]",
 		Short: "Queue the dead letters again through the sidecar",
 		Long: `replay reads the dead-letter topic as consumer group G (default
 baton-dlq-replay), from the group's committed offsets, and hands each letter
@@ -290,7 +404,9 @@ It stops at the first refusal (sidecar unreachable, 503, 400, ...): exit
 status 1, with the counts. --object replays only that object's letters and
 --dry-run only prints what it would do (calling nothing); neither commits.
 Without --follow it stops at the end the topic had when it started; with
---follow it keeps reading until SIGINT/SIGTERM.
+--follow it keeps reading until SIGINT/SIGTERM. --rate N/s hands at most N
+letters a second to the sidecar (replays and submissions; letters skipped
+as handled are not paced), so a large backlog does not flood the app.
 
 Exit status 0; 1 on a refusal or an invalid letter; 69 when Kafka cannot be
 reached.`,
@@ -299,17 +415,23 @@ reached.`,
 			if maxReplays < 1 {
 				return usageErrorf("--max-replays must be at least 1")
 			}
+			pace, err := parseRate(rate)
+			if err != nil {
+				return err
+			}
 			l, r, err := loadForDLQ(g)
 			if err != nil {
 				return err
 			}
 			defer r.Close()
-			c := client.New(l.Config.SocketPath)
+			rp := newReplayer(client.New(l.Config.SocketPath), maxReplays)
+			rp.pace = pace
+			c := rp.c
 			defer c.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 
-			_, refused, err := replayAll(ctx, g, r, newReplayer(c, maxReplays), ro)
+			_, refused, err := replayAll(ctx, g, r, rp, ro)
 			switch {
 			case refused != nil:
 				return exitWith(exitFailure, fmt.Errorf("replay stopped: %w", unprefixed(refused)))
@@ -327,5 +449,6 @@ reached.`,
 	f.BoolVar(&ro.DryRun, "dry-run", false, "print what would be replayed; call nothing, commit nothing")
 	f.BoolVar(&ro.Follow, "follow", false, "keep replaying new letters until interrupted")
 	f.IntVar(&maxReplays, "max-replays", 1, "replay one op at most `N` times in this run")
+	f.StringVar(&rate, "rate", "", "hand at most `N/s` letters a second to the sidecar (e.g. 20/s; default no limit)")
 	return cmd
 }

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -18,12 +20,13 @@ func init() { commands = append(commands, newOpsCmd) }
 func newOpsCmd(g *globals) *cobra.Command {
 	c := groupCommand("ops", "Submit and inspect background operations")
 	c.Long = `ops talks to the sidecar's background-operations API (/v1/ops) over its unix
-socket: submit an op, show its state, or queue a dead-lettered op again.
+socket: submit an op, show its state and history, list ops, or queue a
+dead-lettered op again.
 
 Exit status 0; 1 when the sidecar refuses (unknown op, 409 conflict); 64 for
 bad input; 69 when the sidecar cannot be reached or answers 503 (queue full,
 ops disabled, shutting down).`
-	c.AddCommand(newOpsSubmitCmd(g), newOpsGetCmd(g), newOpsReplayCmd(g))
+	c.AddCommand(newOpsSubmitCmd(g), newOpsGetCmd(g), newOpsLsCmd(g), newOpsReplayCmd(g))
 	return c
 }
 
@@ -144,10 +147,110 @@ func printOp(w io.Writer, op *api.Op) error {
 	fmt.Fprintf(tw, "id\t%s\n", op.ID)
 	fmt.Fprintf(tw, "object\t%s\n", op.Object)
 	fmt.Fprintf(tw, "state\t%s\n", op.State)
-	fmt.Fprintf(tw, "attempts\t%d failed\n", op.Attempts)
+	fmt.Fprintf(tw, "attempts\t%d failed since accepted\n", op.Attempts)
 	fmt.Fprintf(tw, "last_error\t%s\n", orDash(op.LastError))
+	if op.ErrorClass != "" {
+		fmt.Fprintf(tw, "error_class\t%s\n", op.ErrorClass)
+	}
 	fmt.Fprintf(tw, "next_attempt_at\t%s\n", since(op.NextAttemptAt))
 	fmt.Fprintf(tw, "accepted_at\t%s\n", since(op.AcceptedAt))
 	fmt.Fprintf(tw, "seq\t%d\n", op.Seq)
+	fmt.Fprintf(tw, "replays\t%d\n", op.Replays)
+	if op.HistoryDropped > 0 {
+		fmt.Fprintf(tw, "history\t(%d older entries not kept)\n", op.HistoryDropped)
+	} else if len(op.History) > 0 {
+		fmt.Fprintf(tw, "history\t\n")
+	}
+	for _, e := range op.History {
+		line := e.Outcome
+		if e.ErrorClass != "" {
+			line += " " + e.ErrorClass
+		}
+		if e.Error != "" {
+			line += " " + quoteCut(e.Error)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\n", e.At.Format(api.TimeFormat), line)
+	}
 	return tw.Flush()
+}
+
+func newOpsLsCmd(g *globals) *cobra.Command {
+	var (
+		o      client.OpsOptions
+		all    bool
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "ls [--state S] [--object O] [--limit N] [--after ID] [--all] [--json]",
+		Short: "List background operations",
+		Long: `ls lists the sidecar's ops (GET /v1/ops) in id order — generated ids are
+UUIDv7, so accept order for them: unfinished ones and finished ones kept for
+queue.retention. --state (queued, running, retrying, done, dlq_pending,
+dead_lettered) and --object filter; one page holds --limit ops (default 100,
+at most 1000) and ends with "next: ID" when there are more: pass it as
+--after for the next page, or use --all to read every page.
+
+One line per op: id, object, state, seq, failed attempts since accepted,
+replays, accept time and last error (quoted, cut at 200 bytes). --json
+prints each page's answer.
+
+Exit status 0; 64 for a bad --state or --limit; 69 when the sidecar cannot
+be reached.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withClient(g, cmd, func(ctx context.Context, c *client.Client) error {
+				var tw *tabwriter.Writer
+				if !asJSON {
+					tw = tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "ID\tOBJECT\tSTATE\tSEQ\tATTEMPTS\tREPLAYS\tACCEPTED\tLAST_ERROR")
+				}
+				n := 0
+				for {
+					page, err := c.Ops(ctx, o)
+					if err != nil {
+						if ae, ok := errors.AsType[*client.APIError](err); ok && ae.Status == http.StatusBadRequest {
+							return usageErrorf("%s", ae.Message)
+						}
+						return clientExit(c, err)
+					}
+					n += len(page.Ops)
+					if asJSON {
+						if err := writeJSON(g.stdout, page); err != nil {
+							return err
+						}
+					} else {
+						for _, op := range page.Ops {
+							fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", op.ID, op.Object, op.State, op.Seq, op.Attempts,
+								op.Replays, op.AcceptedAt.Format(api.TimeFormat), quoteCut(op.LastError))
+						}
+					}
+					if page.Next == "" || !all {
+						if !asJSON {
+							if n == 0 {
+								_, err := fmt.Fprintln(g.stdout, "no ops")
+								return err
+							}
+							if err := tw.Flush(); err != nil {
+								return err
+							}
+							if page.Next != "" {
+								_, err := fmt.Fprintf(g.stdout, "next: %s\n", page.Next)
+								return err
+							}
+						}
+						return nil
+					}
+					o.After = page.Next
+				}
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.State, "state", "", "only ops in state `S`")
+	f.StringVar(&o.Object, "object", "", "only ops of object `O`")
+	f.IntVar(&o.Limit, "limit", 0, "at most `N` ops a page (default 100, at most 1000)")
+	f.StringVar(&o.After, "after", "", "start after op `ID` (the previous page's next)")
+	f.BoolVar(&all, "all", false, "read every page")
+	f.BoolVar(&asJSON, "json", false, "print the API's JSON answers")
+	return cmd
 }
