@@ -1,0 +1,151 @@
+package ops_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/ops"
+	"github.com/batonhq/baton/ops/opstest"
+	"github.com/batonhq/baton/props"
+	"github.com/batonhq/baton/testenv"
+)
+
+// secureKafka starts kfake serving TLS only (a certificate for 127.0.0.1
+// signed by a CA the test generates) with SASL SCRAM-SHA-512 user baton /
+// s3cret, and returns its address and the CA's PEM file.
+func secureKafka(t *testing.T) (addr, caFile string) {
+	t.Helper()
+	key := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	caKey, srvKey := key(), key()
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ops test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	srvDER, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kafka"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}, ca, &srvKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kfake.NewCluster(kfake.Ports(0), kfake.SeedTopics(1, testenv.DefaultTopic),
+		kfake.TLS(&tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{srvDER}, PrivateKey: srvKey}}, MinVersion: tls.VersionTLS12}),
+		kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "baton", "s3cret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	caFile = filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return c.ListenAddrs()[0], caFile
+}
+
+// lockedBuf is a goroutine-safe log sink.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// The dispatcher publishes dead letters to a broker that takes only TLS
+// and SASL (SCRAM-SHA-512) with the kafka.tls.* and kafka.sasl.* keys; with
+// a wrong password the op stays dlq_pending (nothing lost) and the warning
+// names kafka.sasl.password (BATON_KAFKA_SASL_PASSWORD): the broker's
+// verdict comes at the first publish, not at start.
+func TestDeadLettersOverTLSAndSASL(t *testing.T) {
+	addr, caFile := secureKafka(t)
+	for _, tc := range []struct {
+		name, pass string
+		want       string
+	}{
+		{"right password", "s3cret", api.OpDeadLettered},
+		{"wrong password", "wrong", api.OpDLQPending},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := &lockedBuf{}
+			e := newEnv(t, envOptions{
+				app: opstest.Options{Respond: func(context.Context, opstest.Delivery) int { return http.StatusBadRequest }},
+				config: func(c *props.Config) {
+					c.KafkaBrokers = []string{addr}
+					c.KafkaTLSEnabled, c.KafkaTLSCAFile = "true", caFile
+					c.KafkaSASLMechanism, c.KafkaSASLUsername, c.KafkaSASLPassword = "SCRAM-SHA-512", "baton", tc.pass
+				},
+				deps: func(d *ops.Deps) {
+					d.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+				},
+			})
+			id := e.submit(`{"object":"secure"}`)
+			e.waitState(id, tc.want, 20*time.Second)
+			if tc.want == api.OpDLQPending {
+				waitFor(t, 20*time.Second, "a warning naming the key", func() bool {
+					return strings.Contains(logs.String(), `kafka.sasl.password (BATON_KAFKA_SASL_PASSWORD): the broker refused the SASL credentials of kafka.sasl.username \"baton\" (SCRAM-SHA-512)`)
+				})
+				if strings.Contains(logs.String(), "wrong") {
+					t.Errorf("the log shows the password:\n%s", logs.String())
+				}
+				if op := e.op(id); op.State != api.OpDLQPending {
+					t.Errorf("op %s is %s, want dlq_pending", id, op.State)
+				}
+			}
+		})
+	}
+}
+
+// An unreadable password file stops ops.New (so `baton serve`) at start,
+// naming the key.
+func TestSecurityFilesCheckedAtStart(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.AppURL = "http://127.0.0.1:1/x"
+	cfg.KafkaSASLMechanism, cfg.KafkaSASLUsername = "PLAIN", "u"
+	cfg.KafkaSASLPasswordFile = filepath.Join(t.TempDir(), "missing")
+	_, err := ops.New(cfg, ops.Deps{Engine: otherEngine(t, cfg)})
+	if err == nil || !strings.Contains(err.Error(), "kafka.sasl.password.file: open ") {
+		t.Errorf("ops.New = %v, want an error naming kafka.sasl.password.file", err)
+	}
+}
