@@ -122,6 +122,12 @@ func TestHappyPath(t *testing.T) {
 			if got := e.metric("baton_op_attempts", nil); got != 1 {
 				t.Errorf("baton_op_attempts count = %v, want 1", got)
 			}
+			if got := e.metric("baton_op_delivery_seconds", map[string]string{"result": "ok"}); got != 1 {
+				t.Errorf("baton_op_delivery_seconds{result=ok} count = %v, want 1", got)
+			}
+			if got := e.metric("baton_ops", map[string]string{"state": "done"}); got != 1 {
+				t.Errorf("baton_ops{state=done} = %v, want 1", got)
+			}
 		})
 	}
 }
@@ -370,6 +376,12 @@ func TestKafkaOutage(t *testing.T) {
 	if got := e.metric("baton_dlq_pending", nil); got != 1 {
 		t.Errorf("baton_dlq_pending = %v, want 1", got)
 	}
+	if got := e.metric("baton_dlq_pending_age_seconds", nil); got < 3 {
+		t.Errorf("baton_dlq_pending_age_seconds = %v, want at least the 3 s of the outage", got)
+	}
+	if got := e.metric("baton_op_delivery_seconds", map[string]string{"result": "permanent"}); got != 1 {
+		t.Errorf("baton_op_delivery_seconds{result=permanent} count = %v, want 1", got)
+	}
 	e.kafka.Proxy().Heal()
 	e.waitState(id, api.OpDeadLettered, 30*time.Second)
 	msgs := readTopic(t, e.kafka.Addr(), e.cfg.DLQTopic)
@@ -386,6 +398,12 @@ func TestKafkaOutage(t *testing.T) {
 	}
 	if got := e.metric("baton_dlq_pending", nil); got != 0 {
 		t.Errorf("baton_dlq_pending after publishing = %v, want 0", got)
+	}
+	if got := e.metric("baton_dlq_pending_age_seconds", nil); got != 0 {
+		t.Errorf("baton_dlq_pending_age_seconds after publishing = %v, want 0", got)
+	}
+	if got := e.metric("baton_ops", map[string]string{"state": "dead_lettered"}); got != 1 {
+		t.Errorf("baton_ops{state=dead_lettered} = %v, want 1", got)
 	}
 }
 

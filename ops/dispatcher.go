@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,6 +83,7 @@ type Dispatcher struct {
 	hold    func(leaseID string, g *lock.Grant) (done func()) // Deps.Hold
 	store   *queue.Store                                      // nil when disabled
 	pub     *dlq.Publisher
+	brokers string // kafka.brokers, for messages
 	app     *appClient
 	m       *metrics
 	set     atomic.Pointer[settings]
@@ -191,6 +193,7 @@ func New(cfg props.Config, deps Deps) (*Dispatcher, error) {
 		return fail(fmt.Errorf("ops: %w", err))
 	}
 	d.workers = cfg.QueueWorkers
+	d.brokers = strings.Join(cfg.KafkaBrokers, ",")
 	d.log.Info("background operations enabled", "app_url", cfg.AppURL, "queue_dir", cfg.QueueDir,
 		"workers", cfg.QueueWorkers, "dlq_topic", cfg.DLQTopic)
 	return d, nil

@@ -19,6 +19,10 @@ func (d *Dispatcher) wakeDLQ() {
 	}
 }
 
+// dlqWarnEvery is how often a lasting dead-letter publishing failure is
+// logged at WARN again (it is at DEBUG in between).
+const dlqWarnEvery = 5 * time.Minute
+
 // dlqLoop publishes dlq_pending ops to the dead-letter topic and marks them
 // dead_lettered. While Kafka is unreachable the ops stay dlq_pending (they
 // are durable) and the loop retries with a backoff capped at dlqBackoffMax;
@@ -27,6 +31,8 @@ func (d *Dispatcher) wakeDLQ() {
 func (d *Dispatcher) dlqLoop() {
 	log := d.log.With("loop", "dlq")
 	var delay time.Duration // > 0 while publishing fails
+	var warned time.Time    // when the failure was last logged at WARN
+	var since time.Time     // when publishing started failing
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -58,11 +64,19 @@ func (d *Dispatcher) dlqLoop() {
 			return
 		default:
 			if delay == 0 {
-				delay = dlqBackoffMin
+				since = time.Now()
+			}
+			if delay == 0 || time.Since(warned) >= dlqWarnEvery {
+				// At WARN once, then every dlqWarnEvery while it lasts.
 				log.Warn("publishing dead letters failed; the ops stay dlq_pending and are published when Kafka is back",
-					"error", err, "published", n)
+					"brokers", d.brokers, "error", err, "published", n, "failing_for", time.Since(since).Round(time.Second))
+				warned = time.Now()
 			} else {
-				log.Debug("publishing dead letters still fails", "error", err, "retry_in", delay)
+				log.Debug("publishing dead letters still fails", "brokers", d.brokers, "error", err, "retry_in", delay)
+			}
+			if delay == 0 {
+				delay = dlqBackoffMin
+			} else {
 				delay = min(2*delay, dlqBackoffMax)
 			}
 			t.Reset(delay)

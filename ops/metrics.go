@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/batonhq/baton/queue"
+	"github.com/batonhq/baton/retry"
 )
 
 // metrics are the dispatcher's Prometheus metrics. The gauges are computed
@@ -17,6 +18,9 @@ type metrics struct {
 	dlqElided    prometheus.Counter
 	storeRetries prometheus.Counter
 	attempts     prometheus.Histogram
+	delivery     *prometheus.HistogramVec
+	byState      *prometheus.Desc
+	dlqAge       *prometheus.Desc
 	queued       *prometheus.Desc
 	dlqPending   *prometheus.Desc
 	oldest       *prometheus.Desc
@@ -46,6 +50,15 @@ func newMetrics() *metrics {
 			Help:    "Attempts an op took when it finished delivering (done) or failed for good (dlq_pending).",
 			Buckets: []float64{1, 2, 3, 4, 5, 6, 8, 11, 16, 21, 31},
 		}),
+		delivery: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "baton_op_delivery_seconds",
+			Help:    "Time of one delivery attempt, from holding the lock to the app's answer (or its failure), by result: ok, retry, permanent.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"result"}),
+		byState: prometheus.NewDesc("baton_ops",
+			"Ops in the queue by state (done and dead_lettered: those still retained).", []string{"state"}, nil),
+		dlqAge: prometheus.NewDesc("baton_dlq_pending_age_seconds",
+			"Age since acceptance of the oldest op waiting to be published to the dead-letter topic; 0 when none waits.", nil, nil),
 		queued: prometheus.NewDesc("baton_ops_queued",
 			"Ops waiting for delivery or being delivered (queued, running, retrying).", nil, nil),
 		dlqPending: prometheus.NewDesc("baton_dlq_pending",
@@ -58,13 +71,16 @@ func newMetrics() *metrics {
 	for _, s := range queue.States {
 		m.ops.WithLabelValues(string(s))
 	}
+	for _, r := range []string{"ok", "retry", "permanent"} {
+		m.delivery.WithLabelValues(r)
+	}
 	return m
 }
 
 func (m *metrics) transition(to queue.State) { m.ops.WithLabelValues(string(to)).Inc() }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.ops, m.dlqPublished, m.dlqElided, m.storeRetries, m.attempts, gauges{m}} {
+	for _, c := range []prometheus.Collector{m.ops, m.dlqPublished, m.dlqElided, m.storeRetries, m.attempts, m.delivery, gauges{m}} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -80,12 +96,19 @@ func (g gauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- g.m.dlqPending
 	ch <- g.m.oldest
 	ch <- g.m.fileBytes
+	ch <- g.m.byState
+	ch <- g.m.dlqAge
 }
 
 func (g gauges) Collect(ch chan<- prometheus.Metric) {
-	var queued, pending, age, size float64
+	var queued, pending, age, size, dlqAge float64
+	byState := map[queue.State]int{}
 	if d := g.m.d; d != nil && d.store != nil {
 		st := d.store.Stats()
+		byState = st.ByState
+		if !st.OldestDLQPending.IsZero() {
+			dlqAge = max(time.Since(st.OldestDLQPending).Seconds(), 0)
+		}
 		queued = float64(st.ByState[queue.Queued] + st.ByState[queue.Running] + st.ByState[queue.Retrying])
 		pending = float64(st.ByState[queue.DLQPending])
 		size = float64(st.FileBytes)
@@ -97,4 +120,19 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(g.m.dlqPending, prometheus.GaugeValue, pending)
 	ch <- prometheus.MustNewConstMetric(g.m.oldest, prometheus.GaugeValue, age)
 	ch <- prometheus.MustNewConstMetric(g.m.fileBytes, prometheus.GaugeValue, size)
+	for _, s := range queue.States {
+		ch <- prometheus.MustNewConstMetric(g.m.byState, prometheus.GaugeValue, float64(byState[s]), string(s))
+	}
+	ch <- prometheus.MustNewConstMetric(g.m.dlqAge, prometheus.GaugeValue, dlqAge)
+}
+
+// deliveryResult labels one attempt for baton_op_delivery_seconds.
+func deliveryResult(out outcome) string {
+	switch {
+	case out.err == nil && !out.cutShort:
+		return "ok"
+	case out.err != nil && retry.Classify(out.err).Class == retry.Permanent:
+		return "permanent"
+	}
+	return "retry"
 }

@@ -150,7 +150,9 @@ func (d *Dispatcher) attempt(log *slog.Logger, op queue.Op) {
 		return
 	}
 	ev.Token = g.Token()
+	started := time.Now()
 	out := d.deliver(op, g, set, preempt)
+	d.m.delivery.WithLabelValues(deliveryResult(out)).Observe(time.Since(started).Seconds())
 	rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	switch rerr := g.Release(rctx); {
 	case rerr == nil, errors.Is(rerr, lock.ErrClosed):

@@ -569,6 +569,9 @@ type Stats struct {
 	Retention        time.Duration
 	// FileBytes is the size of the bbolt file (queue.db); 0 if unknown.
 	FileBytes int64
+	// OldestDLQPending is the AcceptedAt of the oldest op waiting to be
+	// published to the dead-letter topic, zero if none.
+	OldestDLQPending time.Time
 }
 
 // Stats returns counts per state and the oldest unfinished op's AcceptedAt.
@@ -581,6 +584,9 @@ func (s *Store) Stats() Stats {
 		st.ByState[e.state]++
 		if st.OldestUnfinished.IsZero() || e.acceptedAt.Before(st.OldestUnfinished) {
 			st.OldestUnfinished = e.acceptedAt
+		}
+		if e.state == DLQPending && (st.OldestDLQPending.IsZero() || e.acceptedAt.Before(st.OldestDLQPending)) {
+			st.OldestDLQPending = e.acceptedAt
 		}
 	}
 	for _, state := range []State{Done, DeadLettered} {
