@@ -267,7 +267,13 @@ func (c *Client) Acquire(ctx context.Context, object string, opts ...Option) (*L
 	// waiting after the request was sent, and rounds waited down) and
 	// answered valid_for_ms from the grant or later: so this is a lower
 	// bound of its valid_until, not counted from the start of the wait.
-	l := newLease(c, v, sent.Add(time.Duration(max(v.WaitedMS, 0))*time.Millisecond), o)
+	// A re-entry did not wait (an older sidecar answers it with the
+	// original grant's waited_ms): counted from sent.
+	granted := sent
+	if o.reenter == "" {
+		granted = sent.Add(time.Duration(max(v.WaitedMS, 0)) * time.Millisecond)
+	}
+	l := newLease(c, v, granted, o)
 	if !o.noRenew {
 		c.mu.Lock()
 		if c.leases == nil {
