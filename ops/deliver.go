@@ -200,7 +200,8 @@ func (d *Dispatcher) deliver(op queue.Op, g *lock.Grant, set *settings, preempt 
 	h.Set(HeaderAttempt, strconv.Itoa(attempt))
 	h.Set(HeaderLeaseID, LeaseID(op.ID, attempt))
 	if d.hold != nil { // the app may re-enter the lock with Baton-Lease-Id
-		defer d.hold(LeaseID(op.ID, attempt), g)()
+		done := d.hold(LeaseID(op.ID, attempt), g)
+		defer func() { done(endReason(d.hard, ctx, tctx)) }()
 	}
 
 	resp, err := d.app.hc.Do(req)
@@ -236,4 +237,27 @@ func (d *Dispatcher) deliver(op queue.Op, g *lock.Grant, set *settings, preempt 
 			Err: fmt.Errorf("the app did not answer within sidecar.app.timeout (%v): %w", set.appTimeout, err)}}
 	}
 	return outcome{err: err}
+}
+
+// endReason is why a delivery ended, for the holds the app re-entered
+// (Deps.Hold): "" when nothing cut it short.
+func endReason(hard, ctx, tctx context.Context) string {
+	if pe, ok := errors.AsType[*preemptedError](context.Cause(ctx)); ok {
+		if pe.sig.Kind == signalRevoke {
+			if pe.sig.Reason == "" {
+				return api.ReasonRevoked
+			}
+			return api.ReasonRevoked + ": " + pe.sig.Reason
+		}
+		return api.ReasonPreempted
+	}
+	switch {
+	case hard.Err() != nil:
+		return api.ReasonShutdown
+	case ctx.Err() != nil: // the grant ended (lostError)
+		return "op delivery ended: " + context.Cause(ctx).Error()
+	case errors.Is(tctx.Err(), context.DeadlineExceeded):
+		return "op delivery ended: the app did not answer within sidecar.app.timeout"
+	}
+	return ""
 }

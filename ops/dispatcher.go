@@ -57,10 +57,12 @@ type Deps struct {
 	// deleted; default 1 minute.
 	PurgeInterval time.Duration
 	// Hold, if set, is called before each delivery with its Baton-Lease-Id
-	// and grant, and the func it returns when the delivery is over: the
-	// sidecar lets the app re-enter the object's lock with that id
+	// and grant, and the func it returns when the delivery is over (with
+	// why: "" when the app answered) before the grant is released: the
+	// sidecar lets the app re-enter the object's lock with that id, and
+	// done returns only after the last validity told to those holders
 	// ([sidecar.Server.HoldDelivery]).
-	Hold func(leaseID string, g *lock.Grant) (done func())
+	Hold func(leaseID string, g *lock.Grant) (done func(reason string))
 }
 
 // settings are the "next" properties: read once per attempt.
@@ -80,8 +82,8 @@ type Dispatcher struct {
 	log     *slog.Logger
 	nodeID  string
 	eng     *lock.Engine
-	hold    func(leaseID string, g *lock.Grant) (done func()) // Deps.Hold
-	store   *queue.Store                                      // nil when disabled
+	hold    func(leaseID string, g *lock.Grant) (done func(reason string)) // Deps.Hold
+	store   *queue.Store                                                   // nil when disabled
 	pub     *dlq.Publisher
 	brokers string // kafka.brokers, for messages
 	app     *appClient

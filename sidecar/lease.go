@@ -143,13 +143,25 @@ func (s *Server) lookup(id string) (*lease, error) {
 // finishLease ends l once, if cond (evaluated under l.mu) holds. A lost
 // lease leaves a tombstone. It does not release the grant.
 func (s *Server) finishLease(l *lease, state, reason, msg string, cond func() bool) bool {
+	ended, _ := s.endLease(l, state, reason, msg, cond, false)
+	return ended
+}
+
+// endLease is finishLease; with keep, the lease is also recorded in
+// s.revoked with the last valid_until told to its holder (returned), in
+// the same section of s.mu that removes it from the live leases and wakes
+// the drain: the drain then waits for that instant before it closes the
+// engine. The caller frees the grant only after it (freeAfter) and then
+// removes the record.
+func (s *Server) endLease(l *lease, state, reason, msg string, cond func() bool, keep bool) (bool, time.Time) {
 	now := time.Now()
 	l.mu.Lock()
 	if l.ended || (cond != nil && !cond()) {
 		l.mu.Unlock()
-		return false
+		return false, time.Time{}
 	}
 	l.ended, l.state, l.reason, l.endedAt = true, state, reason, now
+	told := l.told // final: an ended lease is told nothing more
 	if l.timer != nil {
 		l.timer.Stop()
 	}
@@ -173,6 +185,9 @@ func (s *Server) finishLease(l *lease, state, reason, msg string, cond func() bo
 			s.idleLocked(pw)
 		}
 	}
+	if keep {
+		s.revoked[l] = told
+	}
 	close(s.leaseEnded)
 	s.leaseEnded = make(chan struct{})
 	s.mu.Unlock()
@@ -190,7 +205,7 @@ func (s *Server) finishLease(l *lease, state, reason, msg string, cond func() bo
 		result = leaseLost
 	}
 	if l.external { // an op delivery's grant: counted by the dispatcher's metrics
-		return true
+		return true, told
 	}
 	s.m.leases.WithLabelValues(result).Inc()
 	s.m.hold.WithLabelValues(l.g.Type().String(), result).Observe(now.Sub(l.g.AcquiredAt()).Seconds())
@@ -203,7 +218,7 @@ func (s *Server) finishLease(l *lease, state, reason, msg string, cond func() bo
 	default:
 		s.log.Info("lease ended", append(attrs, "reason", reason)...)
 	}
-	return true
+	return true, told
 }
 
 func (s *Server) addTombLocked(id string, t tomb) {
@@ -314,9 +329,12 @@ func (s *Server) view(l *lease, tell bool) api.Lease {
 				out.State = api.StateDraining
 			}
 		}
-		if l.preemptible {
+		if l.preemptible || l.external {
 			// Never told further than the cleanup window ahead, and not
 			// extended past it once preempted: the lock can be taken then.
+			// An op delivery's lease: its cleanup is
+			// sidecar.app.preempt.cleanup, what the dispatcher waits after
+			// a preemption before it cancels the delivery.
 			end := now.Add(l.cleanup)
 			if !l.preemptAt.IsZero() {
 				end = l.preemptAt.Add(l.cleanup)
@@ -393,7 +411,9 @@ func (s *Server) renew(l *lease, length time.Duration) (api.Lease, error) {
 		return api.Lease{}, s.endedErr(l)
 	case !now.Before(l.expires):
 		l.mu.Unlock()
-		if s.finishLease(l, api.StateLost, api.ReasonLeaseExpired, "not renewed by lease_expires_at", nil) {
+		// An op delivery's grant is the dispatcher's to release (after
+		// its done), not this renewal's.
+		if s.finishLease(l, api.StateLost, api.ReasonLeaseExpired, "not renewed by lease_expires_at", nil) && !l.external {
 			s.releaseGrant(l.g)
 		}
 		_, err := s.lookup(l.id)
@@ -404,7 +424,16 @@ func (s *Server) renew(l *lease, length time.Duration) (api.Lease, error) {
 		l.expires = l.told
 	}
 	l.mu.Unlock()
-	return s.view(l, true), nil
+	v := s.view(l, true)
+	if v.State == api.StateLost || v.State == api.StateReleased {
+		// Ended (or its grant lost, or the grace over) since the check
+		// above: a renewal of a lost lease answers 410, never 200.
+		if l.holdsOf() == 0 {
+			return api.Lease{}, s.endedErr(l)
+		}
+		return api.Lease{}, lockLost(v.Reason, "lease %s on %q is lost: %s", l.id, l.g.Object(), v.Reason)
+	}
+	return v, nil
 }
 
 // endedErr is the error an ended lease answers with, also while
@@ -432,8 +461,22 @@ func (s *Server) release(ctx context.Context, l *lease) (api.ReleaseResponse, er
 	if res, done, err := s.releaseHold(l); done {
 		return res, err
 	}
-	if !s.finishLease(l, api.StateReleased, "", "", nil) {
-		return api.ReleaseResponse{}, s.endedErr(l)
+	return s.releaseLast(ctx, l)
+}
+
+// releaseLast ends l on the release of its last hold and frees its grant.
+func (s *Server) releaseLast(ctx context.Context, l *lease) (api.ReleaseResponse, error) {
+	g := l.g
+	// The last hold ends the lease in the same section of l.mu that checks
+	// it is the last: a re-entry that added a hold meanwhile (and was told
+	// a valid_until) keeps the lease, and this release counts one down.
+	for !s.finishLease(l, api.StateReleased, "", "", func() bool { return l.holds <= 1 }) {
+		if res, done, err := s.releaseHold(l); done {
+			return res, err
+		}
+		if l.holdsOf() == 0 {
+			return api.ReleaseResponse{}, s.endedErr(l)
+		}
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()

@@ -153,9 +153,22 @@ func (s *Server) runPIDWatch(pw *pidWatch) {
 	}
 	s.mu.Unlock()
 	pw.stop()
+	const msg = "the process that acquired the lease exited"
 	for _, l := range ls {
-		if s.finishLease(l, api.StateLost, api.ReasonProcessExited, "the process that acquired the lease exited", nil) {
-			s.releaseGrant(l.g)
+		// Re-entered (possibly by another process, told a valid_until of
+		// its own): its holders are told lost and the lock is freed after
+		// the validity told. Else at once. (The hold count is checked in
+		// the section that ends the lease: a re-entry racing the exit
+		// lands on one side.)
+		for l.holdsOf() > 0 {
+			if ended, told := s.endLease(l, api.StateLost, api.ReasonProcessExited, msg, func() bool { return l.holds > 1 }, true); ended {
+				s.freeAfter(l, told)
+				break
+			}
+			if s.finishLease(l, api.StateLost, api.ReasonProcessExited, msg, func() bool { return l.holds <= 1 }) {
+				s.releaseGrant(l.g)
+				break
+			}
 		}
 	}
 }

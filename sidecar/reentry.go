@@ -69,6 +69,9 @@ func (s *Server) reenter(l *lease, length time.Duration) (api.Lease, error) {
 		return api.Lease{}, err
 	}
 	s.log.Debug("lease re-entered", "lease_id", l.id, "object", l.g.Object(), "token", l.g.Token(), "holds", n)
+	// Not the original grant's wait: a client adds waited_ms to the time it
+	// sent the request to place the validity, and this one did not wait.
+	v.WaitedMS = 0
 	return v, nil
 }
 
@@ -91,18 +94,29 @@ func (s *Server) releaseHold(l *lease) (res api.ReleaseResponse, done bool, err 
 	return res, false, nil
 }
 
+// reasonDeliveryEnded is the reason a re-entered op delivery's lease is
+// lost with when its delivery ended (the app answered) before its holds
+// were released.
+const reasonDeliveryEnded = "op delivery ended"
+
 // HoldDelivery makes an op delivery's grant re-enterable while the app
 // handles it: an acquire of the same object naming id (the delivery's
-// Baton-Lease-Id) gets this lease with one more hold. The returned func
-// ends it when the delivery is over (the dispatcher then releases g). It
-// is ops.Deps.Hold.
-func (s *Server) HoldDelivery(id string, g *lock.Grant) (done func()) {
-	l := &lease{id: id, g: g, length: s.config().LeaseDefault, expires: time.Now().Add(s.config().LeaseMax),
-		done: make(chan struct{}), holds: 1, external: true, changed: make(chan struct{})}
+// Baton-Lease-Id) gets this lease with one more hold, told valid for at
+// most sidecar.app.preempt.cleanup ahead (what the dispatcher waits after
+// a preemption before it cancels the delivery). The returned func ends it
+// when the delivery is over, why in reason ("" when the app answered);
+// the dispatcher then releases g. If holds the app re-entered are left,
+// or a valid_until told about the lease (a GET, a renewal) is still
+// ahead, the lease ends lost with that reason (410 to its holders) and
+// done returns only after that valid_until. It is ops.Deps.Hold.
+func (s *Server) HoldDelivery(id string, g *lock.Grant) (done func(reason string)) {
+	cfg := s.config()
+	l := &lease{id: id, g: g, length: cfg.LeaseDefault, expires: time.Now().Add(cfg.LeaseMax),
+		done: make(chan struct{}), holds: 1, external: true, changed: make(chan struct{}), cleanup: cfg.AppPreemptCleanup}
 	s.mu.Lock()
 	if s.closed || s.leases[id] != nil {
 		s.mu.Unlock()
-		return func() {}
+		return func(string) {}
 	}
 	s.leases[id] = l
 	s.deliveries++
@@ -114,8 +128,33 @@ func (s *Server) HoldDelivery(id string, g *lock.Grant) (done func()) {
 	})
 	l.mu.Unlock()
 	s.mu.Unlock()
-	return func() {
-		s.finishLease(l, api.StateReleased, "", "", nil)
+	return func(reason string) {
+		if reason == "" {
+			reason = reasonDeliveryEnded
+		}
+		held := func() bool { return l.holds > 1 || l.told.After(time.Now()) }
+		for l.holdsOf() > 0 {
+			if ended, told := s.endLease(l, api.StateLost, reason, "the op delivery whose lease this is ended: "+reason, held, true); ended {
+				s.log.Warn("op delivery ended while its lease was re-entered or told valid ahead: its holders are told lost; the lock is freed after the validity told",
+					"lease_id", l.id, "object", l.g.Object(), "token", l.g.Token(), "reason", reason,
+					"freed_in", max(0, time.Until(told)).Round(time.Millisecond))
+				break
+			}
+			if s.finishLease(l, api.StateReleased, "", "", func() bool { return !held() }) {
+				break
+			}
+		}
+		// Ended here or before (a revocation: takeLease): the grant is
+		// freed only after the validity told.
+		s.mu.Lock()
+		told, kept := s.revoked[l]
+		s.mu.Unlock()
+		if kept {
+			s.waitTold(l, told)
+			s.mu.Lock()
+			delete(s.revoked, l)
+			s.mu.Unlock()
+		}
 	}
 }
 

@@ -114,7 +114,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) error {
 	s.log.Warn("audit: revocation requested", "object", obj, "token", n.Token, "holder", n.Name, "holder_sidecar", n.Sidecar,
 		"holder_info", n.Info, "reason", reason, "caller", caller)
 	out := api.RevokeResponse{Object: obj, Token: n.Token, Reason: reason, Holder: holderOf(n)}
-	if l := s.leaseByToken(obj, n.Token); l != nil && !l.external {
+	if l := s.leaseByToken(obj, n.Token); l != nil {
 		told, _ := s.revokeLease(l, sig)
 		out.Local = true
 		if !told.IsZero() {
@@ -147,9 +147,9 @@ func (s *Server) onSignal(l *lease, sig lock.Signal) {
 // the last valid_until told to it, which no renewal moves any more. It
 // returns that instant, and false if l had already ended.
 func (s *Server) revokeLease(l *lease, sig lock.Signal) (time.Time, bool) {
-	if l.external {
-		return time.Time{}, false // an op delivery: the dispatcher cancels it on the signal
-	}
+	// An op delivery's lease (re-entered by the app, or not) is taken too:
+	// its holders are told at once; the dispatcher cancels the delivery on
+	// the signal and frees the grant after the validity told.
 	reason := revokeReason(sig.Reason)
 	msg := fmt.Sprintf("revoked by an operator (%s, through sidecar %s)", sig.Who, sig.From)
 	told, ok := s.takeLease(l, reason, msg)
@@ -168,31 +168,43 @@ func (s *Server) revokeLease(l *lease, sig lock.Signal) (time.Time, bool) {
 // last valid_until told to the holder, which nothing moves any more. It
 // returns that instant, and false if l had already ended.
 func (s *Server) takeLease(l *lease, reason, msg string) (time.Time, bool) {
-	if !s.finishLease(l, api.StateLost, reason, msg, nil) {
+	ended, told := s.endLease(l, api.StateLost, reason, msg, nil, true)
+	if !ended {
 		return time.Time{}, false
 	}
-	l.mu.Lock()
-	told := l.told // final: an ended lease is told nothing more
-	l.mu.Unlock()
-	s.mu.Lock()
-	s.revoked[l] = told
-	s.mu.Unlock()
+	if !l.external { // an op delivery's grant: the dispatcher frees it after its done (HoldDelivery) waited
+		s.freeAfter(l, told)
+	}
+	return told, true
+}
+
+// freeAfter releases l's grant, which endLease recorded in s.revoked, after
+// told, in the background.
+func (s *Server) freeAfter(l *lease, told time.Time) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		t := time.NewTimer(time.Until(told))
-		defer t.Stop()
-		select {
-		case <-t.C:
+		if s.waitTold(l, told) {
 			s.releaseGrant(l.g)
-		case <-l.g.Done(): // lost meanwhile (session): nothing to free
-		case <-s.closing: // the engine's Close ends the session and its nodes
 		}
 		s.mu.Lock()
 		delete(s.revoked, l)
 		s.mu.Unlock()
 	}()
-	return told, true
+}
+
+// waitTold waits until told has passed (true), or l's grant is lost (no
+// node to free) or the engine closes (it ends the session and its nodes).
+func (s *Server) waitTold(l *lease, told time.Time) bool {
+	t := time.NewTimer(time.Until(told))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-l.g.Done(): // lost meanwhile (session): nothing to free
+	case <-s.closing: // the engine's Close ends the session and its nodes
+	}
+	return false
 }
 
 // waitRevoked waits, at shutdown, until the revoked leases' grants are
