@@ -2,6 +2,7 @@ package ops
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http/httptest"
 	"strconv"
@@ -133,5 +134,40 @@ func TestLockInfo(t *testing.T) {
 	}
 	if got := LeaseID("x-1", 2); got != "op:x-1:2" {
 		t.Errorf("LeaseID = %q", got)
+	}
+}
+
+// TestEndReason: why a delivery ended, as the sidecar tells the holds the
+// app re-entered (410 reason): nothing when the app answered.
+func TestEndReason(t *testing.T) {
+	bg := context.Background()
+	hard, stop := context.WithCancel(bg)
+	defer stop()
+	cut := func(cause error) context.Context {
+		ctx, cancel := context.WithCancelCause(bg)
+		cancel(cause)
+		return ctx
+	}
+	expired, cancel := context.WithTimeout(bg, 0)
+	defer cancel()
+	<-expired.Done()
+	stopped, stopNow := context.WithCancel(bg)
+	stopNow()
+	for _, c := range []struct {
+		name            string
+		hard, ctx, tctx context.Context
+		want            string
+	}{
+		{"answered", hard, bg, bg, ""},
+		{"revoked", hard, cut(&preemptedError{lock.Signal{Kind: signalRevoke, Reason: "hung"}}), bg, "revoked: hung"},
+		{"revoked without a reason", hard, cut(&preemptedError{lock.Signal{Kind: signalRevoke}}), bg, "revoked"},
+		{"preempted", hard, cut(&preemptedError{lock.Signal{Kind: "preempt-forceful"}}), bg, "preempted"},
+		{"lost", hard, cut(&lostError{lock.ErrLockLost}), bg, "op delivery ended: background lock lost during the delivery: " + lock.ErrLockLost.Error()},
+		{"app timeout", hard, bg, expired, "op delivery ended: the app did not answer within sidecar.app.timeout"},
+		{"hard stop", stopped, stopped, bg, "shutdown"},
+	} {
+		if got := endReason(c.hard, c.ctx, c.tctx); got != c.want {
+			t.Errorf("%s: endReason = %q, want %q", c.name, got, c.want)
+		}
 	}
 }
