@@ -65,20 +65,21 @@ func devTour(app string) []devStep {
 	}
 }
 
-// printDevTour writes the exports and the tour, every line prefixed "dev: ".
+// printDevTour writes the exports and the tour: narrative lines prefixed
+// "dev: ", lines to paste indented (pasteIndent).
 func printDevTour(w io.Writer, exe, sock, brokers, app string) {
 	var b strings.Builder
 	b.WriteString("dev: in another shell, paste:\n")
 	for _, l := range devExports(exe, sock, brokers) {
-		b.WriteString("dev:   " + l + "\n")
+		b.WriteString(pasteIndent + l + "\n")
 	}
 	b.WriteString("dev: then try:\n")
 	for _, s := range devTour(app) {
 		if s.Note != "" {
-			b.WriteString("dev:   # " + s.Note + "\n")
+			b.WriteString(pasteIndent + "# " + s.Note + "\n")
 		}
 		if s.Cmd != "" {
-			b.WriteString("dev:   " + s.Cmd + "\n")
+			b.WriteString(pasteIndent + s.Cmd + "\n")
 		}
 	}
 	b.WriteString("dev: demo app: " + app + "/answer?object=O&status=N[&times=K] (or op=ID) makes it answer N; status=200 removes the rule\n")
@@ -93,3 +94,8 @@ func shellQuote(s string) string {
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
+
+// pasteIndent starts every line meant to be pasted into a shell (exports,
+// the tour's comments and commands): no "dev:" prefix, so that a whole line
+// selected in a terminal pastes as it is.
+const pasteIndent = "    "

@@ -61,7 +61,7 @@ func TestDevTour(t *testing.T) {
 	inTour := false
 	for line := range strings.Lines(printed) {
 		line = strings.TrimRight(line, "\n")
-		rest, ok := strings.CutPrefix(line, "dev:   ")
+		rest, ok := strings.CutPrefix(line, pasteIndent) // a whole line, as a user selects it
 		switch {
 		case line == "dev: then try:":
 			inTour = true
