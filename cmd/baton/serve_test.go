@@ -570,7 +570,7 @@ func testLockZooKeeperStall(t *testing.T, e *env) {
 		if err != nil {
 			t.Fatalf("other sidecar acquire after the freeze: %v", err)
 		}
-		g = grantResult{l, nil, time.Now()}
+		g = grantResult{l: l, at: time.Now()}
 	}
 	t.Logf("zookeeper frozen: suspect after %v, told valid until %v; CMD got SIGTERM at %v, died at %v (%v before the valid_until); the other sidecar acquired at %v",
 		suspect.Sub(t0).Round(time.Millisecond), vu.Sub(t0).Round(time.Millisecond), termed.Sub(t0).Round(time.Millisecond),
@@ -620,7 +620,7 @@ func testServeDrain(t *testing.T, e *env, shared *sidecarProc) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	grantedB := acquireQueued(t, shared.socket, "drain-b")
+	grantedB := acquireQueuedWatching(t, shared.socket, "drain-b", pidB)
 	grantedC := acquireQueued(t, shared.socket, "drain-c")
 
 	t0 := time.Now()
@@ -683,8 +683,8 @@ func testServeDrain(t *testing.T, e *env, shared *sidecarProc) {
 	if killedB.After(t0.Add(grace)) {
 		t.Errorf("B's CMD died %v after the end of the grace", killedB.Sub(t0.Add(grace)))
 	}
-	if !gB.at.After(killedB) {
-		t.Errorf("drain-b granted elsewhere (%v) before B's CMD died (%v)", since(gB.at), since(killedB))
+	if gB.pidAlive { // killedB is when a poll noticed the death: an upper bound, not comparable
+		t.Errorf("drain-b granted elsewhere (%v) while B's CMD was still alive", since(gB.at))
 	}
 	if err := lc.Err(); !errors.Is(err, client.ErrLockLost) || !strings.Contains(err.Error(), api.ReasonShutdown) {
 		t.Errorf("Go client holder: %v, want lost (shutdown)", err)
@@ -737,21 +737,31 @@ func testDrainCommand(t *testing.T, e *env, shared *sidecarProc) {
 
 // grantResult is the outcome of a background acquire, with when it returned.
 type grantResult struct {
-	l   *client.Lease
-	err error
-	at  time.Time
+	l        *client.Lease
+	err      error
+	at       time.Time
+	pidAlive bool // the watched process was still alive when the grant returned (acquireQueuedWatching)
 }
 
 // acquireQueued starts an acquire of obj (60 s wait) through the sidecar at
 // socket and returns once it is queued behind the current holder.
 func acquireQueued(t *testing.T, socket, obj string) <-chan grantResult {
 	t.Helper()
+	return acquireQueuedWatching(t, socket, obj, 0)
+}
+
+// acquireQueuedWatching is acquireQueued that also records whether process
+// pid (if not 0) was alive at the instant the grant returned: a direct check
+// that the lock was not granted while the old holder's command still ran.
+func acquireQueuedWatching(t *testing.T, socket, obj string, pid int) <-chan grantResult {
+	t.Helper()
 	c := client.New(socket)
 	t.Cleanup(func() { c.Close() })
 	granted := make(chan grantResult, 1)
 	go func() {
 		l, err := c.Acquire(context.Background(), obj, client.WithWait(60*time.Second))
-		granted <- grantResult{l, err, time.Now()}
+		at := time.Now()
+		granted <- grantResult{l, err, at, pid != 0 && alive(pid)}
 	}()
 	waitCond(t, 30*time.Second, "waiting for "+obj, func() bool { return waitersOf(t, socket, obj) == 1 })
 	return granted
