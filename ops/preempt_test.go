@@ -13,6 +13,33 @@ import (
 	"github.com/batonhq/baton/props"
 )
 
+// hangFirstDelivery submits op and makes the app hang on its first delivery
+// until that request is cancelled (the time is sent on cancelled); later
+// deliveries answer 200. It returns once the first delivery is in progress
+// and the holder watch is armed.
+func hangFirstDelivery(t *testing.T, e *env, op string) (id string, cancelled <-chan time.Time) {
+	t.Helper()
+	var n atomic.Int32
+	cut := make(chan time.Time, 1)
+	started := make(chan struct{})
+	e.app.SetRespond(func(ctx context.Context, _ opstest.Delivery) int {
+		if n.Add(1) == 1 {
+			close(started)
+			<-ctx.Done()
+			cut <- time.Now()
+		}
+		return http.StatusOK
+	})
+	id = e.submit(op)
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no delivery")
+	}
+	time.Sleep(100 * time.Millisecond) // past the holder watch's arming delay
+	return id, cut
+}
+
 // TestPreemptedDelivery: a foreground acquire with "preempt" while an op is
 // delivered on its object: the delivery's request is cancelled after
 // sidecar.app.preempt.cleanup, the op is given back without counting the
@@ -24,24 +51,7 @@ func TestPreemptedDelivery(t *testing.T) {
 		c.RetryCount = 0
 		c.AppPreemptCleanup = 200 * time.Millisecond
 	}})
-	var n atomic.Int32
-	cancelled := make(chan time.Time, 1)
-	started := make(chan struct{})
-	e.app.SetRespond(func(ctx context.Context, _ opstest.Delivery) int {
-		if n.Add(1) == 1 { // the first delivery hangs until cancelled
-			close(started)
-			<-ctx.Done()
-			cancelled <- time.Now()
-		}
-		return http.StatusOK
-	})
-	id := e.submit(`{"id":"pre-1","object":"pre"}`)
-	select {
-	case <-started:
-	case <-time.After(20 * time.Second):
-		t.Fatal("no delivery")
-	}
-	time.Sleep(100 * time.Millisecond) // past the holder watch's arming delay
+	id, cancelled := hangFirstDelivery(t, e, `{"id":"pre-1","object":"pre"}`)
 	t0 := time.Now()
 	st, raw := e.call("POST", "/v1/locks/pre/acquire", `{"preempt":true,"wait_ms":10000,"info":"user saves"}`)
 	granted := time.Now()
@@ -80,24 +90,7 @@ func TestPreemptedDelivery(t *testing.T) {
 // again (done, not dead-lettered with retry.count 0).
 func TestRevokedDelivery(t *testing.T) {
 	e := newEnv(t, envOptions{noKafka: true, config: func(c *props.Config) { c.RetryCount = 0 }})
-	var n atomic.Int32
-	cancelled := make(chan time.Time, 1)
-	started := make(chan struct{})
-	e.app.SetRespond(func(ctx context.Context, _ opstest.Delivery) int {
-		if n.Add(1) == 1 { // the first delivery hangs until cancelled
-			close(started)
-			<-ctx.Done()
-			cancelled <- time.Now()
-		}
-		return http.StatusOK
-	})
-	id := e.submit(`{"id":"rev-1","object":"rev"}`)
-	select {
-	case <-started:
-	case <-time.After(20 * time.Second):
-		t.Fatal("no delivery")
-	}
-	time.Sleep(100 * time.Millisecond) // past the holder watch's arming delay
+	id, cancelled := hangFirstDelivery(t, e, `{"id":"rev-1","object":"rev"}`)
 	t0 := time.Now()
 	e.mustCall(202, "POST", "/v1/locks/rev/revoke", `{"reason":"stuck handler"}`)
 	select {

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,24 +26,6 @@ func secureKafka(t *testing.T) (addr, caFile string) {
 	return addr, testenv.WriteTemp(t, "ca.pem", ca.PEM)
 }
 
-// lockedBuf is a goroutine-safe log sink.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // The dispatcher publishes dead letters to a broker that takes only TLS
 // and SASL (SCRAM-SHA-512) with the kafka.tls.* and kafka.sasl.* keys; with
 // a wrong password the op stays dlq_pending (nothing lost) and the warning
@@ -60,7 +41,7 @@ func TestDeadLettersOverTLSAndSASL(t *testing.T) {
 		{"wrong password", "wrong", api.OpDLQPending},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			logs := &lockedBuf{}
+			logs := &testenv.Buffer{}
 			e := newEnv(t, envOptions{
 				app: opstest.Options{Respond: func(context.Context, opstest.Delivery) int { return http.StatusBadRequest }},
 				config: func(c *props.Config) {

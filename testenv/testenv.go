@@ -110,3 +110,24 @@ func logf(w io.Writer, format string, args ...any) {
 	}
 	fmt.Fprintf(w, "testenv: "+format+"\n", args...)
 }
+
+// Buffer is a bytes.Buffer safe for concurrent Write and String: a log or
+// output sink for processes and loggers under test.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String returns everything written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}

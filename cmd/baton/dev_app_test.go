@@ -4,13 +4,15 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/batonhq/baton/testenv"
 )
 
 // TestDemoAppRules: the demo app answers 200 by default, an op rule before
 // an object rule, a times=K rule K times, status=200 removes a rule, and
 // bad control requests are refused naming the parameter.
 func TestDemoAppRules(t *testing.T) {
-	var out syncBuf
+	var out testenv.Buffer
 	a, err := startDemoApp(&out)
 	if err != nil {
 		t.Fatal(err)

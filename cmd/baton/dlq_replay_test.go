@@ -11,6 +11,7 @@ import (
 	"github.com/batonhq/baton/client"
 	"github.com/batonhq/baton/dlq"
 	"github.com/batonhq/baton/ops/opstest"
+	"github.com/batonhq/baton/testenv"
 )
 
 // TestDLQReplayStaleAndCapped (issue 15 item 8): a letter older than the
@@ -63,7 +64,7 @@ func TestDLQReplayStaleAndCapped(t *testing.T) {
 	defer r.Close()
 	c := client.New(o.socket)
 	defer c.Close()
-	var buf syncBuf
+	var buf testenv.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	done := make(chan error, 1)

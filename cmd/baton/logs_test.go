@@ -13,6 +13,7 @@ import (
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/client"
 	"github.com/batonhq/baton/props"
+	"github.com/batonhq/baton/testenv"
 )
 
 // TestLogKeysOnce: an attribute key given again (a library's logger adds
@@ -59,7 +60,7 @@ func TestServeWithoutZooKeeper(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			logs := &syncBuf{}
+			logs := &testenv.Buffer{}
 			g := &globals{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: logs}
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)

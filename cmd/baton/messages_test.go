@@ -14,6 +14,7 @@ import (
 	"github.com/batonhq/baton/client"
 	"github.com/batonhq/baton/props"
 	"github.com/batonhq/baton/sidecar"
+	"github.com/batonhq/baton/testenv"
 )
 
 // TestMessageNoSocket: no sidecar on the socket is exit 69 with one
@@ -148,7 +149,7 @@ func TestMessageSessionTimeoutRange(t *testing.T) {
 // startNoZKSidecar runs a real sidecar in-process whose ZooKeeper
 // (127.0.0.1:1) never answers: it serves the API, validates requests and
 // reports itself unready. It logs to the returned buffer.
-func startNoZKSidecar(t *testing.T, dir string) (sock string, logs *syncBuf) {
+func startNoZKSidecar(t *testing.T, dir string) (sock string, logs *testenv.Buffer) {
 	t.Helper()
 	sock = filepath.Join(dir, "nozk.sock")
 	l, err := props.Load(props.LoadOptions{NoFile: true, Set: []string{
@@ -158,7 +159,7 @@ func startNoZKSidecar(t *testing.T, dir string) (sock string, logs *syncBuf) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs = &syncBuf{}
+	logs = &testenv.Buffer{}
 	srv, err := sidecar.New(l.Config, sidecar.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)

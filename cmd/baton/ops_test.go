@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,24 +31,7 @@ type opsServe struct {
 	kafka  *testenv.Kafka
 	zk     *testenv.ZooKeeper
 	c      *client.Client
-	logs   *syncBuf
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs   *testenv.Buffer
 }
 
 func startOpsServe(t *testing.T) *opsServe {
@@ -60,7 +42,7 @@ func startOpsServe(t *testing.T) *opsServe {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	o := &opsServe{t: t, socket: filepath.Join(dir, "s.sock"), logs: &syncBuf{}}
+	o := &opsServe{t: t, socket: filepath.Join(dir, "s.sock"), logs: &testenv.Buffer{}}
 	o.zk = testenv.ZooKeeperT(t, testenv.ZKOptions{})
 	o.kafka = testenv.KafkaT(t, testenv.KafkaOptions{})
 	o.app = opstest.StartT(t, opstest.Options{})

@@ -2,7 +2,6 @@ package javatest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,24 +42,7 @@ type env struct {
 	zk      *testenv.ZooKeeper
 	app     *opstest.App
 	sidecar *exec.Cmd
-	out     *syncBuf
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	out     *testenv.Buffer
 }
 
 func TestJava(t *testing.T) {
@@ -85,7 +67,7 @@ func setup(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	e := &env{dir: dir, socket: filepath.Join(dir, "s.sock"), classes: filepath.Join(dir, "classes"), out: &syncBuf{}}
+	e := &env{dir: dir, socket: filepath.Join(dir, "s.sock"), classes: filepath.Join(dir, "classes"), out: &testenv.Buffer{}}
 
 	var wg sync.WaitGroup
 	var buildErr, javacErr error
@@ -244,7 +226,7 @@ type javaProc struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	lines chan string
-	all   *syncBuf
+	all   *testenv.Buffer
 	done  chan struct{} // closed when the process has exited; err is then set
 	err   error
 }
@@ -253,7 +235,7 @@ func (e *env) startJava(t *testing.T, args ...string) *javaProc {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), javaWithin)
 	cmd := e.javaCmd(ctx, e.classes, args...)
-	p := &javaProc{cmd: cmd, lines: make(chan string, 100), all: &syncBuf{}, done: make(chan struct{})}
+	p := &javaProc{cmd: cmd, lines: make(chan string, 100), all: &testenv.Buffer{}, done: make(chan struct{})}
 	var err error
 	if p.stdin, err = cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
