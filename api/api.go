@@ -394,3 +394,17 @@ type OpList struct {
 	Ops  []Op   `json:"ops"`
 	Next string `json:"next"` // pass as after for the next page; "" at the end
 }
+
+// Delivery is the JSON body Baton POSTs to the app for a background op
+// (sidecar.app.url), as the app decodes it. The payload is the bytes that
+// were accepted, unchanged.
+type Delivery struct {
+	ID         string          `json:"id"`
+	Object     string          `json:"object"`
+	Info       string          `json:"info"`
+	Payload    json.RawMessage `json:"payload"`
+	Attempt    int             `json:"attempt"`
+	Token      string          `json:"token"` // the fencing token, a decimal int64
+	Seq        uint64          `json:"seq"`
+	AcceptedAt string          `json:"accepted_at"`
+}

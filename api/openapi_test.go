@@ -137,6 +137,7 @@ func TestOpenAPIMatchesWireTypes(t *testing.T) {
 		"Holder": api.Holder{}, "Waiter": api.Waiter{}, "LockStatus": api.LockStatus{}, "LockSummary": api.LockSummary{},
 		"LockList": api.LockList{}, "Health": api.Health{}, "ReloadInfo": api.ReloadInfo{}, "ZKInfo": api.ZKInfo{},
 		"OpRequest": api.OpRequest{}, "OpAck": api.OpAck{}, "Op": api.Op{}, "DeadLetter": dlq.Letter{},
+		"Delivery": api.Delivery{},
 	} {
 		var fields []string
 		rt := reflect.TypeOf(v)

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/batonhq/baton/api"
 )
 
 // The demo app of `baton dev`: the app the sidecar delivers background ops
@@ -31,17 +33,10 @@ import (
 
 // demoDelivery is one delivery the demo app received.
 type demoDelivery struct {
-	ID         string          `json:"id"`
-	Object     string          `json:"object"`
-	Info       string          `json:"info"`
-	Payload    json.RawMessage `json:"payload"`
-	Attempt    int             `json:"attempt"`
-	Token      string          `json:"token"`
-	Seq        uint64          `json:"seq"`
-	AcceptedAt string          `json:"accepted_at"`
-	LeaseID    string          `json:"lease_id"` // the Baton-Lease-Id header
-	Status     int             `json:"status"`   // what the app answered
-	At         time.Time       `json:"at"`
+	api.Delivery
+	LeaseID string    `json:"lease_id"` // the Baton-Lease-Id header
+	Status  int       `json:"status"`   // what the app answered
+	At      time.Time `json:"at"`
 }
 
 // demoRule is an answer the demo app was told to give.

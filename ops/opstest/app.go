@@ -21,18 +21,13 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/batonhq/baton/api"
 )
 
 // Delivery is one POST the app received.
 type Delivery struct {
-	ID         string          `json:"id"`
-	Object     string          `json:"object"`
-	Info       string          `json:"info"`
-	Payload    json.RawMessage `json:"payload"`
-	Attempt    int             `json:"attempt"`
-	Token      string          `json:"token"`
-	Seq        uint64          `json:"seq"`
-	AcceptedAt string          `json:"accepted_at"`
+	api.Delivery
 
 	Header http.Header `json:"-"` // the request's headers
 	Body   []byte      `json:"-"` // the raw request body
