@@ -333,7 +333,6 @@ func (g *Grant) Release(ctx context.Context) error {
 		g.finish(Released, nil)
 		return nil
 	}
-	child := g.objPath + "/" + g.node
 	g.mu.Lock()
 	plv := g.plVersion
 	g.mu.Unlock()
@@ -381,7 +380,6 @@ func (g *Grant) Release(ctx context.Context) error {
 		g.finish(Released, nil)
 		return nil
 	}
-	_ = child
 	g.mu.Lock()
 	g.releasing = false
 	g.mu.Unlock()
