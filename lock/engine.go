@@ -52,6 +52,7 @@ type Engine struct {
 
 	waiting atomic.Int64
 	held    atomic.Int64
+	lists   atomic.Int64 // getChildren requests of the acquire path (listShared), for tests
 
 	dialMu   sync.Mutex
 	dialErr  string    // last connection error, "" after a success

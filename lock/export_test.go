@@ -7,3 +7,8 @@ func SetSeqLimits(drain, refuse int64) func() {
 	seqDrain, seqRefuse = drain, refuse
 	return func() { seqDrain, seqRefuse = d, r }
 }
+
+// Listings reports how many getChildren requests the engine's acquires have
+// sent (shared listings count once): the request a herd or a listing per
+// handoff would multiply, counted whatever the machine's speed.
+func (e *Engine) Listings() int64 { return e.lists.Load() }

@@ -36,6 +36,7 @@ func (e *Engine) listShared(ctx context.Context, s *session, name, objPath strin
 	if l == nil || l.gen != s.gen || !l.issued.After(after) || l.isDone() && l.err != nil {
 		l = &listing{gen: s.gen, issued: time.Now(), done: make(chan struct{})}
 		st.list = l
+		e.lists.Add(1)
 		e.wg.Go(func() {
 			c, stat, err := s.conn.Children(objPath)
 			if err == nil {

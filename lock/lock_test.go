@@ -178,46 +178,68 @@ func TestTimeoutLeavesNoNode(t *testing.T) {
 	check("try once", err, lock.ErrNotFirst)
 }
 
-// 3b. Tiny timeouts racing grants leave no node behind (checked by testRoot's
-// leak check) and never break exclusion.
+// 3b. Timeouts racing grants leave no node behind (checked by testRoot's
+// leak check) and never break exclusion. The waits must be about one round
+// trip long for the race to happen at all, and a round trip moves with the
+// machine's load (1-7 ms waits granted 0 of 240 at a load of 5-7, issue 24):
+// so the waits are scaled to a measured acquire+release cycle, and the scale
+// is widened or narrowed each round until both outcomes occurred.
 func TestTimeoutRacesGrant(t *testing.T) {
 	root := testRoot(t, zkServer)
 	e1 := newEngine(t, zkServer.Servers(), root)
 	e2 := newEngine(t, zkServer.Servers(), root)
-	var chk overlapChecker
-	var wg sync.WaitGroup
-	var granted, timedOut atomic.Int64
-	for i, e := range []*lock.Engine{e1, e2, e1, e2} {
-		wg.Go(func() {
-			for n := range 60 {
-				wait := time.Duration(n%7+1) * time.Millisecond
-				g, err := e.Acquire(context.Background(), "race", lock.Type(i%2), lock.AcquireOptions{Wait: wait})
-				var ile *lock.InstanceLockError
-				if errors.As(err, &ile) {
-					timedOut.Add(1)
-					continue
-				}
-				if err != nil {
-					t.Errorf("Acquire: %v", err)
-					return
-				}
-				granted.Add(1)
-				chk.enter(g.Token())
-				time.Sleep(time.Millisecond)
-				chk.leave()
-				if err := g.Release(context.Background()); err != nil {
-					t.Errorf("Release: %v", err)
-				}
-			}
-		})
+	var cycles []time.Duration
+	for range 5 {
+		t0 := time.Now()
+		release(t, acquire(t, e1, "race", lock.Foreground, lock.AcquireOptions{}))
+		cycles = append(cycles, time.Since(t0))
 	}
-	wg.Wait()
-	t.Logf("granted %d, timed out %d", granted.Load(), timedOut.Load())
+	slices.Sort(cycles)
+	unit := cycles[len(cycles)/2] / 2 // waits of 1/2 to 7/2 of a cycle
+	var chk overlapChecker
+	var granted, timedOut atomic.Int64
+	const enough = 5 // of each outcome
+	for round := 0; round < 8 && (granted.Load() < enough || timedOut.Load() < enough); round++ {
+		var wg sync.WaitGroup
+		for i, e := range []*lock.Engine{e1, e2, e1, e2} {
+			wg.Go(func() {
+				for n := range 30 {
+					wait := time.Duration(n%7+1) * unit
+					g, err := e.Acquire(context.Background(), "race", lock.Type(i%2), lock.AcquireOptions{Wait: wait})
+					var ile *lock.InstanceLockError
+					if errors.As(err, &ile) {
+						timedOut.Add(1)
+						continue
+					}
+					if err != nil {
+						t.Errorf("Acquire: %v", err)
+						return
+					}
+					granted.Add(1)
+					chk.enter(g.Token())
+					time.Sleep(time.Millisecond)
+					chk.leave()
+					if err := g.Release(context.Background()); err != nil {
+						t.Errorf("Release: %v", err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		t.Logf("round %d: wait unit %v (cycle p50 %v): granted %d, timed out %d so far",
+			round, unit, cycles[len(cycles)/2], granted.Load(), timedOut.Load())
+		switch {
+		case granted.Load() < enough:
+			unit *= 2
+		case timedOut.Load() < enough:
+			unit /= 2
+		}
+	}
 	if chk.overlaps != 0 || chk.badToken != 0 {
 		t.Fatalf("overlaps=%d badToken=%d", chk.overlaps, chk.badToken)
 	}
-	if timedOut.Load() == 0 || granted.Load() == 0 {
-		t.Fatalf("the race was not exercised: granted %d, timed out %d", granted.Load(), timedOut.Load())
+	if timedOut.Load() < enough || granted.Load() < enough {
+		t.Fatalf("the race was not exercised in 8 rounds: granted %d, timed out %d", granted.Load(), timedOut.Load())
 	}
 }
 

@@ -705,20 +705,24 @@ func TestHandoffRaces(t *testing.T) {
 // foreground waiters of one engine on one object drain through local
 // handoffs: each waiter, woken by its predecessor's release, proves from the
 // shared listing and its own engine's deletions that it is first and takes
-// privateLock without listing the N children again. Packets the server
-// receives per handoff (release + take, plus the keeper's syncs) stay about
-// 2, at 50 and at 300 waiters.
+// privateLock without listing the N children again.
+//
+// What is counted is the engine's listings (getChildren requests) during the
+// drain, not the packets the server received: those include the keepers'
+// syncs, which are sent per interval and so grow per handoff on a slow
+// machine (issue 24: 2.78 packets per handoff beside other test packages,
+// 2.02-2.08 alone). The packets are logged, for the record only.
 func TestLocalHandoffDoesNotListPerHandoff(t *testing.T) {
 	z := testenv.ZooKeeperT(t, testenv.ZKOptions{})
 	root := testRoot(t, z)
 	e := newEngine(t, z.Servers(), root)
 	conn := rawConn(t, z.Servers())
-	pkts := func() int64 {
+	mntr := func(key string) int64 {
 		m, err := z.Mntr(1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, _ := strconv.ParseInt(m["zk_packets_received"], 10, 64)
+		n, _ := strconv.ParseInt(m[key], 10, 64)
 		return n
 	}
 	for _, n := range []int{50, 300} {
@@ -740,18 +744,25 @@ func TestLocalHandoffDoesNotListPerHandoff(t *testing.T) {
 				release(t, g)
 			}()
 		}
-		waitFor(t, 30*time.Second, "all queued", func() bool { return len(children(t, conn, root, obj)) == n+2 })
-		time.Sleep(200 * time.Millisecond) // every waiter has listed and set its watch
-		before, start := pkts(), time.Now()
+		waitFor(t, 60*time.Second, "all queued", func() bool { return len(children(t, conn, root, obj)) == n+2 })
+		// Every waiter has listed and set its watch (one per waiter: on its
+		// predecessor, or on privateLock for the first) — counted, not slept.
+		// (One session: the first waiter's watch on privateLock is the
+		// holder's own, so n watches in all.)
+		waitFor(t, 60*time.Second, "every waiter watching", func() bool { return mntr("zk_watch_count") >= int64(n) })
+		lists, pkts, start := e.Listings(), mntr("zk_packets_received"), time.Now()
 		release(t, h)
 		wg.Wait()
-		per := float64(pkts()-before) / float64(n)
-		t.Logf("%d waiters: %.2f packets per handoff, %.0f handoffs/s", n, per, float64(n)/time.Since(start).Seconds())
+		listed := e.Listings() - lists
+		t.Logf("%d waiters: %d listings in the drain; for the record %.2f packets per handoff, %.0f handoffs/s",
+			n, listed, float64(mntr("zk_packets_received")-pkts)/float64(n), float64(n)/time.Since(start).Seconds())
 		if check.overlaps != 0 || check.badToken != 0 {
 			t.Errorf("overlaps %d, non-increasing tokens %d", check.overlaps, check.badToken)
 		}
-		if per > 2.6 {
-			t.Errorf("%d waiters: %.2f packets per handoff: a listing per handoff", n, per)
+		// A listing per handoff would be n; the shortcut needs none. A few
+		// are allowed for a wake-up that races a listing in flight.
+		if listed > int64(n)/10 {
+			t.Errorf("%d waiters: %d listings during the drain: a listing per handoff", n, listed)
 		}
 	}
 }
