@@ -336,8 +336,16 @@ func TestDrainSeenAtOnce(t *testing.T) {
 	if st := l.State(); st != api.StateDraining {
 		t.Errorf("State = %s, want draining", st)
 	}
-	if seen > 500*time.Millisecond {
-		t.Errorf("draining with its end seen %v after the drain began, want at once", seen)
+	// At once through the long-poll, not at the next renewal: 500 ms plus a
+	// few round trips, so that a loaded machine does not fail it (issue 24).
+	var rtt time.Duration
+	for range 3 {
+		t1 := time.Now()
+		_ = c.Ready(ctx)
+		rtt = max(rtt, time.Since(t1))
+	}
+	if bound := 500*time.Millisecond + 10*rtt; seen > bound {
+		t.Errorf("draining with its end seen %v after the drain began, want at once (≤ %v)", seen, bound)
 	}
 	if du.Round(0).After(d.EndsAt.Add(time.Millisecond)) || du.Sub(t0) < 9*time.Second {
 		t.Errorf("DrainUntil %v after the drain began (ends_at %v), want just under the 10 s grace", du.Sub(t0), d.EndsAt)

@@ -114,8 +114,11 @@ func TestProcessExitReleases(t *testing.T) {
 	})
 	d := lostAt.Sub(exited)
 	t.Logf("released %v after curl exited (lease: 60 s)", d.Round(time.Millisecond))
-	if d >= 100*time.Millisecond {
-		t.Errorf("released %v after the holder exited, want < 100 ms", d)
+	// Released because the process exited, long before the 60 s lease ends
+	// (TestExitWaiters checks that the exit is seen through the pidfd; how
+	// soon moves with the machine's load and is logged above, issue 24).
+	if d >= 5*time.Second {
+		t.Errorf("released %v after the holder exited, want at once, not by the lease's end", d)
 	}
 	var st api.LockStatus
 	_ = json.Unmarshal(s.mustCall(200, "GET", "/v1/locks/px", ""), &st)

@@ -10,16 +10,17 @@ import (
 )
 
 // TestExitWaiters: both ways of watching a caller see its exit (also as an
-// unreaped zombie) within the bound, and stop ends a wait.
+// unreaped zombie), and stop ends a wait. The pidfd watch must be the pidfd
+// (no /proc polling behind it) where the kernel has one; how long either
+// took is logged, not asserted (it moves with the machine's load, issue 24).
 func TestExitWaiters(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	for _, c := range []struct {
-		name  string
-		new   func(pid int) exitWaiter
-		bound time.Duration
+		name string
+		new  func(pid int) exitWaiter
 	}{
-		{"pidfd", func(pid int) exitWaiter { return newExitWaiter(pid, log) }, 100 * time.Millisecond},
-		{"poll", func(pid int) exitWaiter { return newPollWaiter(pid) }, pollInterval + 300*time.Millisecond},
+		{"pidfd", func(pid int) exitWaiter { return newExitWaiter(pid, log) }},
+		{"poll", func(pid int) exitWaiter { return newPollWaiter(pid) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cmd := exec.Command("sleep", "60")
@@ -41,8 +42,12 @@ func TestExitWaiters(t *testing.T) {
 			_ = cmd.Process.Kill() // not reaped yet: a zombie until cmd.Wait
 			select {
 			case ok := <-got:
-				if !ok || time.Since(t0) > c.bound {
-					t.Errorf("wait = %v after %v, want true within %v", ok, time.Since(t0), c.bound)
+				if !ok {
+					t.Errorf("wait = false after %v, want true", time.Since(t0))
+				}
+				t.Logf("exit seen after %v", time.Since(t0).Round(time.Millisecond))
+				if pw, isPidfd := w.(*pidfdWaiter); isPidfd && pw.poll != nil {
+					t.Errorf("the pidfd watch polled /proc: the poller would not take the pidfd")
 				}
 			case <-time.After(5 * time.Second):
 				t.Fatal("exit not seen")

@@ -67,8 +67,12 @@ func TestPreempt(t *testing.T) {
 		if pl.State != api.StatePreempted || !strings.Contains(pl.Reason, "user saves") {
 			t.Errorf("long-poll = %+v, want state preempted naming the requester", pl)
 		}
-		if told > 100*time.Millisecond {
-			t.Errorf("told %v after the request, want ≤ 100ms", told)
+		// Told through the watch on the object (tens of ms on an idle
+		// machine, a few hundred at a load of 20), so that the holder keeps
+		// its cleanup window: told within half of it. A latency figure is
+		// not asserted (issue 24); it is logged above.
+		if told > 1500*time.Millisecond {
+			t.Errorf("told %v after the request, want within half the holder's 3 s cleanup window", told)
 		}
 		var st api.LockStatus
 		if err := json.Unmarshal(a.mustCall(200, "GET", "/v1/locks/released-in-time", ""), &st); err != nil || st.Holder == nil ||
