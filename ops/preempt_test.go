@@ -70,8 +70,10 @@ func TestPreemptedDelivery(t *testing.T) {
 	}
 	t.Logf("delivery cancelled %v after the preempting acquire (cleanup 200ms); requester granted %v after",
 		cut.Sub(t0).Round(time.Millisecond), granted.Sub(t0).Round(time.Millisecond))
-	if d := cut.Sub(t0); d < 200*time.Millisecond || d > 2*time.Second {
-		t.Errorf("cancelled %v after the request, want after the 200ms cleanup", d)
+	// After the cleanup window, and long before the requester's 10 s wait
+	// would end (how soon after the window moves with the load: logged).
+	if d := cut.Sub(t0); d < 200*time.Millisecond || d > 5*time.Second {
+		t.Errorf("cancelled %v after the request, want after the 200ms cleanup and well before the 10 s wait", d)
 	}
 	e.mustCall(200, "DELETE", "/v1/leases/"+l.LeaseID, "")
 	op := e.waitState(id, api.OpDone, 20*time.Second)

@@ -48,7 +48,7 @@ func TestShutdownWaitsForRelease(t *testing.T) {
 		t.Fatalf("long-poll on shutdown = %+v, want state draining with drain_ends_at", r)
 	}
 	end := r.DrainEndsAt.Time
-	if d := end.Sub(t0); d < 29*time.Second || d > 31*time.Second {
+	if d := end.Sub(t0); d < 29*time.Second || d > 35*time.Second { // the grace from when Shutdown ran (late under load)
 		t.Errorf("drain_ends_at %v after the shutdown began, want the 30 s grace", d)
 	}
 	// A poll that starts while draining waits (it does not answer at once).
