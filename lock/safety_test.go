@@ -570,8 +570,8 @@ func TestSignalReachesHolder(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // the holder watch is armed
 	sent := time.Now()
 	h, err := e2.Signal(context.Background(), "SG1", 0, lock.Signal{Kind: "revoke", Reason: "stuck", Who: "uid=0"})
-	if err != nil || h.Token != g.Token() {
-		t.Fatalf("Signal = %v, %v; want the holder with token %d", h, err, g.Token())
+	if err != nil || h.Token != g.Token() || h.Name != g.Node() {
+		t.Fatalf("Signal = %+v, %v; want the holder with token %d and node %s (issue 20: the node was empty)", h, err, g.Token(), g.Node())
 	}
 	select {
 	case s := <-got:

@@ -84,6 +84,7 @@ func (e *Engine) Signal(ctx context.Context, object string, token int64, sig Sig
 		)
 		switch {
 		case err == nil:
+			holder.Name = holderChild(s, objPath, d.Req)
 			return &holder, nil
 		case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNoNode):
 			continue // another grant or another signal meanwhile: read again
@@ -92,4 +93,28 @@ func (e *Engine) Signal(ctx context.Context, object string, token int64, sig Sig
 		}
 	}
 	return nil, fmt.Errorf("lock: signal %q: privateLock kept changing", object)
+}
+
+// holderChild returns the name of the child whose data names request req
+// (the grant's own child, which privateLock does not name), or "" when none
+// does any more. The holder's child is normally first in grant order, so
+// this is one listing and one read; past 100 reads (a background holder
+// behind a long foreground queue) it gives up with "".
+func holderChild(s *session, objPath, req string) string {
+	kids, _, err := s.conn.Children(objPath)
+	if err != nil {
+		return ""
+	}
+	queue, _ := sortedQueue(kids)
+	for _, c := range queue[:min(len(queue), 100)] {
+		data, _, err := s.conn.Get(objPath + "/" + c)
+		if err != nil {
+			continue
+		}
+		var d nodeData
+		if json.Unmarshal(data, &d) == nil && d.Req == req {
+			return c
+		}
+	}
+	return ""
 }

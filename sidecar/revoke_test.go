@@ -108,7 +108,7 @@ func TestRevoke(t *testing.T) {
 			if err := json.Unmarshal(via.mustCall(202, "POST", "/v1/locks/rv/revoke", `{"reason":"hung since 02:00"}`), &rr); err != nil {
 				t.Fatal(err)
 			}
-			if rr.Token != l.Token || rr.Reason != "revoked: hung since 02:00" || rr.Holder == nil || rr.Holder.Sidecar != "sc-a" || rr.Local && via != a {
+			if rr.Token != l.Token || rr.Reason != "revoked: hung since 02:00" || rr.Holder == nil || rr.Holder.Sidecar != "sc-a" || rr.Holder.Node == "" || rr.Local && via != a {
 				t.Errorf("revoke answer = %+v", rr)
 			}
 			r := <-poll
