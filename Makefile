@@ -15,7 +15,7 @@ APT_PKGS := openjdk-17-jre-headless zookeeper zookeeper-bin kcat
 help: ## this list
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
 
-deps: ## install what is missing on a fresh Debian machine (java, ZooKeeper, kcat, iptables for the partition test); idempotent
+deps: ## install what is missing on a fresh Debian machine (java and javac, ZooKeeper, kcat, iptables for the partition test); idempotent
 	@missing=""; \
 	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	command -v javac >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
@@ -25,16 +25,20 @@ deps: ## install what is missing on a fresh Debian machine (java, ZooKeeper, kca
 	if [ -n "$$missing" ]; then \
 	  echo "deps: installing$$missing"; \
 	  t0=$$(date +%s); \
-	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null && \
+	  log=$$(mktemp); \
+	  if ! { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; } >$$log 2>&1; then \
+	    cat $$log; echo "deps: apt-get failed (its output above)"; exit 1; fi; \
 	  echo "deps: installed in $$(( $$(date +%s) - t0 )) s"; \
-	else echo "deps: java, zookeeper, kcat and iptables present"; fi
+	else echo "deps: java, javac, zookeeper, kcat and iptables present"; fi
 
 build: ## build bin/baton (release build: no dev command)
 	$(GO) build -o bin/baton ./cmd/baton
 
-test: deps ## vet + every test with -race against real ZooKeeper and the in-process broker
-	$(GO) vet $(PKGS)
-	$(GO) test -race -count=1 -timeout $(GOTEST_TIMEOUT) $(PKGS)
+test: deps ## vet + every test with -race against real ZooKeeper and the in-process broker (about 5 min on an idle 2-core machine, 10-20 loaded)
+	@echo "test: go vet of every package (the first run compiles every dependency: 1-3 min idle, longer loaded)"
+	@bash .ci/alive.sh "go vet" $(GO) vet $(PKGS)
+	@echo "test: go test -race of every package against real ZooKeeper and kfake (3-5 min idle); a line per package as it ends"
+	@bash .ci/alive.sh "go test" $(GO) test -race -count=1 -timeout $(GOTEST_TIMEOUT) $(PKGS)
 
 test-short: ## the quick tests (skips ensembles and long fault tests)
 	$(GO) test -race -short -count=1 $(PKGS)
