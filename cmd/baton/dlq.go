@@ -96,7 +96,7 @@ Exit status 0; 69 when Kafka cannot be reached.`,
 			if !asJSON {
 				committed, err := r.Committed(cmd.Context(), group)
 				if err != nil {
-					return exitWith(exitUnavailable, fmt.Errorf("reading %s from %s: %w", l.Config.DLQTopic, strings.Join(l.Config.KafkaBrokers, ","), err))
+					return exitWith(exitUnavailable, kafkaError(l, err))
 				}
 				c := client.New(l.Config.SocketPath)
 				defer c.Close()
@@ -128,7 +128,7 @@ Exit status 0; 69 when Kafka cannot be reached.`,
 				return werr
 			}
 			if err != nil {
-				return exitWith(exitUnavailable, fmt.Errorf("reading %s from %s: %w", l.Config.DLQTopic, strings.Join(l.Config.KafkaBrokers, ","), err))
+				return exitWith(exitUnavailable, kafkaError(l, err))
 			}
 			if asJSON {
 				return nil
@@ -438,7 +438,7 @@ reached.`,
 			case err != nil && errors.Is(err, dlq.ErrInvalidLetter):
 				return exitWith(exitFailure, fmt.Errorf("replay stopped at an invalid letter: %w", err))
 			case err != nil:
-				return exitWith(exitUnavailable, fmt.Errorf("reading %s from %s: %w", l.Config.DLQTopic, strings.Join(l.Config.KafkaBrokers, ","), err))
+				return exitWith(exitUnavailable, kafkaError(l, err))
 			}
 			return nil
 		},
@@ -451,4 +451,18 @@ reached.`,
 	f.IntVar(&maxReplays, "max-replays", 1, "replay one op at most `N` times in this run")
 	f.StringVar(&rate, "rate", "", "hand at most `N/s` letters a second to the sidecar (e.g. 20/s; default no limit)")
 	return cmd
+}
+
+// kafkaError says which topic on which brokers could not be read, and where
+// kafka.brokers came from: a default of localhost:9092 that nobody set is the
+// usual cause (issue 20), and the dial error alone does not say so.
+func kafkaError(l *props.Loaded, err error) error {
+	src := l.Sources["kafka.brokers"]
+	hint := "set kafka.brokers in the properties file (--config) or BATON_KAFKA_BROKERS"
+	if src.Kind != props.FromDefault {
+		hint = "kafka.brokers is set by " + src.String() + "; check it, or set BATON_KAFKA_BROKERS"
+	} else {
+		hint = "kafka.brokers is not set, so the default " + strings.Join(l.Config.KafkaBrokers, ",") + " was used: " + hint
+	}
+	return fmt.Errorf("reading %s from %s: %w (%s)", l.Config.DLQTopic, strings.Join(l.Config.KafkaBrokers, ","), err, hint)
 }

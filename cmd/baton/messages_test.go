@@ -198,3 +198,43 @@ func TestMessageLeaseFlag(t *testing.T) {
 		t.Errorf("exit %d, stdout %q, stderr %q; want 64 and %q", code, stdout, stderr, want)
 	}
 }
+
+// TestMessageKafkaUnset: `baton dlq ls` with nothing listening at the
+// brokers is exit 69 naming kafka.brokers, BATON_KAFKA_BROKERS and where the
+// value came from — the default nobody set, or the --set that set it — not a
+// bare dial error (issue 20 item 5).
+func TestMessageKafkaUnset(t *testing.T) {
+	cleanEnv(t)
+	ports, err := testenv.ReservePorts(1) // reserved, and nothing listens on it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ports[0].Release()
+	closed := ports[0].Addr()
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		wants []string
+	}{
+		{"default", []string{"dlq", "ls"}, []string{"kafka.brokers is not set", "localhost:9092", "BATON_KAFKA_BROKERS"}},
+		{"set", []string{"--set", "kafka.brokers=" + closed, "dlq", "ls"}, []string{"kafka.brokers is set by --set", closed, "BATON_KAFKA_BROKERS"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "default" {
+				if c, err := net.DialTimeout("tcp", "localhost:9092", time.Second); err == nil {
+					c.Close()
+					t.Skip("something listens on localhost:9092 here")
+				}
+			}
+			code, _, stderr := runBaton(t, tc.args...)
+			if code != exitUnavailable {
+				t.Errorf("exit %d, want 69; stderr %q", code, stderr)
+			}
+			for _, want := range tc.wants {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("stderr %q, want %q", stderr, want)
+				}
+			}
+		})
+	}
+}
