@@ -360,7 +360,7 @@ func replayAll(ctx context.Context, g *globals, r *dlq.Reader, rp *replayer, ro 
 	counts, err = r.Replay(ctx, ro, func(lt dlq.Letter) error {
 		if ro.DryRun {
 			rp.rc.wouldDo++
-			_, werr := fmt.Fprintf(g.stdout, "would replay %s (object %s, %d attempts, %s)\n", lt.ID, lt.Object, lt.Attempts, orDash(lt.ErrorClass))
+			_, werr := fmt.Fprintf(g.stdout, "would replay %s (object %s, %s, %s)\n", lt.ID, lt.Object, count(lt.Attempts, "attempt"), orDash(lt.ErrorClass))
 			return werr
 		}
 		msg, err := rp.replay(ctx, lt)

@@ -106,6 +106,29 @@ func usageErrorf(format string, args ...any) error {
 	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
 }
 
+// argsNamed checks a command's positional arguments by name, so that a
+// missing one is "missing OBJECT: baton revoke OBJECT" (as baton lock says)
+// instead of cobra's "accepts 1 arg(s), received 0". Names in brackets are
+// optional.
+func argsNamed(names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		usage := cmd.CommandPath() + " " + strings.Join(names, " ")
+		required := 0
+		for _, n := range names {
+			if !strings.HasPrefix(n, "[") {
+				required++
+			}
+		}
+		if len(args) < required {
+			return usageErrorf("missing %s: %s", names[len(args)], usage)
+		}
+		if len(args) > len(names) {
+			return usageErrorf("too many arguments (%d; unexpected %q): %s", len(args), args[len(names)], usage)
+		}
+		return nil
+	}
+}
+
 // runError marks an error returned by a command's RunE, as opposed to one
 // cobra raised while parsing the command line (a usage error).
 type runError struct{ err error }

@@ -238,3 +238,32 @@ func TestMessageKafkaUnset(t *testing.T) {
 		})
 	}
 }
+
+// TestMessageMissingArg: a missing or extra positional argument names it and
+// shows the usage line, as baton lock does (issue 20: "accepts 1 arg(s),
+// received 0"); and counts are singular where they are one.
+func TestMessageMissingArg(t *testing.T) {
+	cleanEnv(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"revoke"}, "missing OBJECT: baton revoke OBJECT"},
+		{[]string{"ops", "get"}, "missing ID: baton ops get ID"},
+		{[]string{"ops", "replay", "a", "b"}, `too many arguments (2; unexpected "b"): baton ops replay ID`},
+		{[]string{"ops", "submit"}, "missing OBJECT: baton ops submit OBJECT [PAYLOAD-JSON]"},
+	} {
+		code, _, stderr := runBaton(t, tc.args...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "arg(s)") {
+			t.Errorf("%q: exit %d, stderr %q; want 64 and %q", tc.args, code, stderr, tc.want)
+		}
+	}
+	for n, want := range map[int]string{0: "0 attempts", 1: "1 attempt", 2: "2 attempts"} {
+		if got := count(n, "attempt"); got != want {
+			t.Errorf("count(%d) = %q, want %q", n, got, want)
+		}
+	}
+	if got := count(3, "older entry"); got != "3 older entries" {
+		t.Errorf("count(3, entry) = %q", got)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -47,7 +48,7 @@ without it the payload is null.
 the op's current state and does not run it again; the same id with another
 body is refused (exit 1). Without --id the sidecar generates one (UUIDv7).
 Prints "ID STATE" (or the JSON answer with --json).`,
-		Args: cobra.RangeArgs(1, 2),
+		Args: argsNamed("OBJECT", "[PAYLOAD-JSON]"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := api.OpRequest{ID: id, Object: args[0], Info: info}
 			if len(args) == 2 {
@@ -96,7 +97,7 @@ func newOpsGetCmd(g *globals) *cobra.Command {
 done, dlq_pending, dead_lettered), failed attempts, last error, next attempt,
 accept time and per-object sequence. Finished ops are kept for
 queue.retention. Exit status 1 for an unknown op.`,
-		Args: cobra.ExactArgs(1),
+		Args: argsNamed("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withClient(g, cmd, func(ctx context.Context, c *client.Client) error {
 				op, err := c.Op(ctx, args[0])
@@ -123,7 +124,7 @@ func newOpsReplayCmd(g *globals) *cobra.Command {
 restart and it goes behind the object's newer ops. Exit status 1 for an
 unknown op or one that is not dead_lettered (409). To replay from the
 dead-letter topic (e.g. on another node), use 'baton dlq replay'.`,
-		Args: cobra.ExactArgs(1),
+		Args: argsNamed("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withClient(g, cmd, func(ctx context.Context, c *client.Client) error {
 				ack, err := c.Replay(ctx, args[0])
@@ -156,10 +157,11 @@ func printOp(w io.Writer, op *api.Op) error {
 	fmt.Fprintf(tw, "accepted_at\t%s\n", since(op.AcceptedAt))
 	fmt.Fprintf(tw, "seq\t%d\n", op.Seq)
 	fmt.Fprintf(tw, "replays\t%d\n", op.Replays)
-	if op.HistoryDropped > 0 {
-		fmt.Fprintf(tw, "history\t(%d older entries not kept)\n", op.HistoryDropped)
-	} else if len(op.History) > 0 {
-		fmt.Fprintf(tw, "history\t\n")
+	switch {
+	case op.HistoryDropped > 0:
+		fmt.Fprintf(tw, "history\t(%s not kept)\n", count(op.HistoryDropped, "older entry"))
+	case len(op.History) > 0:
+		fmt.Fprintf(tw, "history\t(oldest first)\n") // text in the cell: no padding left at the end of the line
 	}
 	for _, e := range op.History {
 		line := e.Outcome
@@ -183,8 +185,9 @@ func newOpsLsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls [--state S] [--object O] [--limit N] [--after ID] [--all] [--json]",
 		Short: "List background operations",
-		Long: `ls lists the sidecar's ops (GET /v1/ops) in id order — generated ids are
-UUIDv7, so accept order for them: unfinished ones and finished ones kept for
+		Long: `ls lists the sidecar's ops (GET /v1/ops) in id order: generated ids are
+UUIDv7, so that is accept order for them, but an op submitted with an --id of
+its own sorts by that id wherever it falls. Unfinished ones and finished ones kept for
 queue.retention. --state (queued, running, retrying, done, dlq_pending,
 dead_lettered) and --object filter; one page holds --limit ops (default 100,
 at most 1000) and ends with "next: ID" when there are more: pass it as
@@ -253,4 +256,16 @@ be reached.`,
 	f.BoolVar(&all, "all", false, "read every page")
 	f.BoolVar(&asJSON, "json", false, "print the API's JSON answers")
 	return cmd
+}
+
+// count returns "1 attempt", "2 attempts", "0 attempts" (an "entry" becomes
+// "entries").
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	if strings.HasSuffix(noun, "y") {
+		return fmt.Sprintf("%d %sies", n, strings.TrimSuffix(noun, "y"))
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

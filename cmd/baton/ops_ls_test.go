@@ -117,8 +117,13 @@ func TestOpsLsAndDLQStatus(t *testing.T) {
 
 	// ops get: the failure before the replay, the replay, the success; no last_error.
 	out = o.mustBaton(0, "", "ops", "get", "b-2")
-	hist := regexp.MustCompile(`(?s)history\s*\n\s+\S+Z\s+dlq_pending HTTP400 "app answered HTTP 400[^\n]*\n\s+\S+Z\s+replayed\n\s+\S+Z\s+done\n`)
+	hist := regexp.MustCompile(`(?s)history\s+\(oldest first\)\n\s+\S+Z\s+dlq_pending HTTP400 "app answered HTTP 400[^\n]*\n\s+\S+Z\s+replayed\n\s+\S+Z\s+done\n`)
 	if !hist.MatchString(out) || !regexp.MustCompile(`last_error\s+-\n`).MatchString(out) || !regexp.MustCompile(`replays\s+1\n`).MatchString(out) {
 		t.Errorf("ops get b-2 printed:\n%q", out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.TrimRight(line, " ") != line {
+			t.Errorf("ops get: trailing spaces in %q (issue 20)", line)
+		}
 	}
 }

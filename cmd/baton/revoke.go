@@ -36,7 +36,7 @@ only the grant with that fencing token is revoked (not a later one).
 Exit status: 0 revocation delivered; 1 no holder, or not revocable; 64
 usage error; 69 sidecar or ZooKeeper unavailable.`,
 		Example: `  baton revoke --reason "reindex hung since 02:00, ticket OPS-42" article-42`,
-		Args:    cobra.ExactArgs(1),
+		Args:    argsNamed("OBJECT"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var tok int64
 			if token != "" {
