@@ -57,10 +57,14 @@ type lockFlags struct {
 func newLockCmd(g *globals) *cobra.Command {
 	var f lockFlags
 	cmd := &cobra.Command{
-		Use:   "lock [flags] OBJECT -- CMD [ARGS]",
+		Use:   "lock [flags] OBJECT [-- CMD [ARGS]]",
 		Short: "Run a command while holding an object's lock",
 		Long: `lock takes the lock on OBJECT through the sidecar, runs CMD while holding it
 and releases it when CMD exits (like flock(1), etcdctl lock, consul lock).
+Without "-- CMD" it holds the lock until SIGINT (Ctrl-C) or SIGTERM, as
+etcdctl lock does: it prints BATON_OBJECT=, BATON_LEASE_ID=,
+BATON_FENCING_TOKEN= and BATON_NODE= lines on stdout once granted, and exits
+0 after releasing (76 if the lock was lost first).
 The lease is renewed in the background and the sidecar is long-polled for a
 loss. CMD gets BATON_OBJECT, BATON_LEASE_ID and BATON_FENCING_TOKEN (hand the
 token to the storage with every write; inherited values are replaced).
@@ -116,7 +120,8 @@ Exit status:
                   (no lock is taken)
   128+n           baton lock got signal n while waiting for the lock`,
 		Example: `  baton lock --wait 30s article-42 -- ./reindex.sh 42
-  baton lock --type background --info "nightly" report-7 -- sh -c 'run-report --token "$BATON_FENCING_TOKEN"'`,
+  baton lock --type background --info "nightly" report-7 -- sh -c 'run-report --token "$BATON_FENCING_TOKEN"'
+  baton lock --wait 10s article-42        # hold until Ctrl-C; prints the lease`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.waitSet = cmd.Flags().Changed("wait")
@@ -146,8 +151,13 @@ Exit status:
 }
 
 // lockArgs splits "OBJECT -- CMD [ARGS]"; dash is cobra's ArgsLenAtDash.
+// "OBJECT" alone holds the lock without a command (argv nil).
 func lockArgs(dash int, args []string) (obj string, argv []string, err error) {
 	switch {
+	case dash < 0 && len(args) == 0:
+		return "", nil, usageErrorf("missing OBJECT: baton lock OBJECT [-- CMD [ARGS]]")
+	case dash < 0 && len(args) == 1:
+		return args[0], nil, nil
 	case dash < 0:
 		return "", nil, usageErrorf("missing -- before the command: baton lock OBJECT -- CMD [ARGS]")
 	case dash == 0:
@@ -197,6 +207,12 @@ func runLock(ctx context.Context, g *globals, obj string, argv []string, f lockF
 	for _, w := range l.Warnings {
 		fmt.Fprintf(g.stderr, "baton: warning: %s\n", w)
 	}
+	hold := argv == nil
+	if hold {
+		// Held without a command: the supervisor runs a placeholder that
+		// waits for a signal, so every stop-by rule of a command applies.
+		argv = []string{"sleep", "infinity"}
+	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
 		// As POSIX shells do: 127 when CMD is not found (not on $PATH, or a
@@ -225,7 +241,20 @@ func runLock(ctx context.Context, g *globals, obj string, argv []string, f lockF
 		return err
 	}
 	h := &holder{g: g, c: c, lease: lease, obj: obj, grace: f.killGrace}
-	return h.run(ctx, path, argv, sigc)
+	if !hold {
+		return h.run(ctx, path, argv, sigc)
+	}
+	fmt.Fprintf(g.stdout, "%s=%s\n%s=%s\n%s=%d\nBATON_NODE=%s\n", envObject, obj, envLeaseID, lease.ID(), envFencingToken, lease.Token(), lease.Node())
+	fmt.Fprintf(g.stderr, "baton: holding %q (token %d) until SIGINT (Ctrl-C) or SIGTERM\n", obj, lease.Token())
+	err = h.run(ctx, path, argv, sigc)
+	if ee, ok := errors.AsType[*exitError](err); ok {
+		switch ee.code {
+		case 128 + int(syscall.SIGINT), 128 + int(syscall.SIGTERM), 128 + int(syscall.SIGHUP):
+			fmt.Fprintf(g.stderr, "baton: released %q\n", obj)
+			return nil // the way a hold is meant to end
+		}
+	}
+	return err
 }
 
 // acquireForLock takes the lock, abandoning the wait on a signal.

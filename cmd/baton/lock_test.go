@@ -32,6 +32,8 @@ func TestLockArgs(t *testing.T) {
 	}{
 		{"ok", 1, []string{"obj", "cmd", "a"}, "obj", []string{"cmd", "a"}, ""},
 		{"no dash", -1, []string{"obj", "cmd"}, "", nil, "missing -- before the command"},
+		{"held without a command", -1, []string{"obj"}, "obj", nil, ""},
+		{"nothing", -1, nil, "", nil, "missing OBJECT"},
 		{"no object", 0, []string{"cmd"}, "", nil, "missing OBJECT"},
 		{"two objects", 2, []string{"a", "b", "cmd"}, "", nil, "one OBJECT before --, got 2 (a b)"},
 		{"no command", 1, []string{"obj"}, "", nil, "missing CMD after --"},
@@ -390,6 +392,31 @@ func testLockSignals(t *testing.T, e *env, s *sidecarProc) {
 			t.Errorf("exit %d, want 130; output %q", code, p.out.String())
 		}
 	})
+	// Without a command (issue 20): holds until SIGINT or SIGTERM, prints
+	// the lease, exits 0 after releasing.
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run("held without a command until "+sig.String(), func(t *testing.T) {
+			obj := "hold-" + strconv.Itoa(int(sig))
+			p := start(t, "lock-hold", nil, e.bin, "--socket", s.socket, "lock", obj)
+			out := p.out.waitFor(t, 0, "until SIGINT", 30*time.Second)
+			h := holderOf(t, s.socket, obj)
+			if h == nil || !strings.Contains(out, "BATON_OBJECT="+obj+"\n") ||
+				!strings.Contains(out, "BATON_FENCING_TOKEN="+strconv.FormatInt(h.Token, 10)+"\n") ||
+				!strings.Contains(out, "BATON_NODE="+h.Node+"\n") || !strings.Contains(out, "BATON_LEASE_ID=") {
+				t.Fatalf("holder %+v; output %q: want the lease printed", h, out)
+			}
+			if code, _, _ := runBaton(t, "--socket", s.socket, "lock", "--wait", "0s", obj, "--", "true"); code != exitNotTaken {
+				t.Errorf("a second baton lock while held: exit %d, want 75", code)
+			}
+			p.signal(t, sig)
+			if code := p.wait(t, 30*time.Second); code != 0 || !strings.Contains(p.out.String(), "released") {
+				t.Errorf("exit %d after %v, output %q; want 0 and released", code, sig, p.out.String())
+			}
+			if h := holderOf(t, s.socket, obj); h != nil {
+				t.Errorf("%s still held after %v: %+v", obj, sig, h)
+			}
+		})
+	}
 	t.Run("SIGINT while waiting", func(t *testing.T) {
 		c := client.New(s.socket)
 		defer c.Close()
