@@ -15,13 +15,15 @@ APT_PKGS := openjdk-17-jre-headless zookeeper zookeeper-bin kcat
 help: ## this list
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
 
-deps: ## install what is missing on a fresh Debian machine (java and javac, ZooKeeper, kcat, iptables for the partition test); idempotent
+deps: ## install what is missing on a fresh Debian machine (java and javac, ZooKeeper, kcat, iptables for the partition test, jq and curl for the README's commands); idempotent
 	@missing=""; \
 	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	command -v javac >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
 	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper zookeeper-bin"; \
 	command -v kcat >/dev/null || missing="$$missing kcat"; \
 	command -v iptables >/dev/null || missing="$$missing iptables"; \
+	command -v jq >/dev/null || missing="$$missing jq"; \
+	command -v curl >/dev/null || missing="$$missing curl"; \
 	if [ -n "$$missing" ]; then \
 	  echo "deps: installing$$missing"; \
 	  t0=$$(date +%s); \
@@ -29,7 +31,7 @@ deps: ## install what is missing on a fresh Debian machine (java and javac, ZooK
 	  if ! { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; } >$$log 2>&1; then \
 	    cat $$log; echo "deps: apt-get failed (its output above)"; exit 1; fi; \
 	  echo "deps: installed in $$(( $$(date +%s) - t0 )) s"; \
-	else echo "deps: java, javac, zookeeper, kcat and iptables present"; fi
+	else echo "deps: java, javac, zookeeper, kcat, iptables, jq and curl present"; fi
 
 build: ## build bin/baton (release build: no dev command)
 	$(GO) build -o bin/baton ./cmd/baton

@@ -135,6 +135,26 @@ func TestDevTour(t *testing.T) {
 		}
 	}
 
+	// The README's blocks marked "runs as pasted", each pasted whole into
+	// bash after the exports (issue 20: the quick start used $SOCK, which
+	// nothing sets).
+	blocks := readmeBlocks(t, "../../README.md")
+	if len(blocks) < 5 {
+		t.Fatalf("found %d README blocks marked %q, want the quick start's and the recipes'", len(blocks), pasteMarker)
+	}
+	for i, b := range blocks {
+		got, err := bash(exports, dir, b)
+		if err != nil {
+			t.Fatalf("README block %d failed (%v):\n%s\noutput:\n%s", i+1, err, b, got)
+		}
+		// curl -s exits 0 on an HTTP error: every API error in the output
+		// must be one the block says it shows ("# 404 …").
+		if n, want := strings.Count(got, `"error":`), strings.Count(b, "# 404"); n != want {
+			t.Fatalf("README block %d: %d API errors in its output, the block announces %d:\n%s\noutput:\n%s", i+1, n, want, b, got)
+		}
+		t.Logf("README block %d:\n%s\n%s", i+1, b, got)
+	}
+
 	// Ctrl-C stops everything, exit status 0.
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -162,4 +182,47 @@ func shell(exports []string, line string) (string, error) {
 		return string(b), fmt.Errorf("%v", err)
 	}
 	return string(b), nil
+}
+
+// pasteMarker precedes a README code block that runs as pasted after
+// make run's exports.
+const pasteMarker = "<!-- runs as pasted -->"
+
+// readmeBlocks returns the body of every ```sh block right after a
+// pasteMarker line.
+func readmeBlocks(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks []string
+	lines := strings.Split(string(b), "\n")
+	for i := 0; i+1 < len(lines); i++ {
+		if strings.TrimSpace(lines[i]) != pasteMarker {
+			continue
+		}
+		if lines[i+1] != "```sh" {
+			t.Fatalf("README line %d: %q is not followed by a ```sh block", i+1, pasteMarker)
+		}
+		var body []string
+		for j := i + 2; j < len(lines) && lines[j] != "```"; j++ {
+			body = append(body, lines[j])
+		}
+		blocks = append(blocks, strings.Join(body, "\n"))
+	}
+	return blocks
+}
+
+// bash runs a pasted block in bash -e (a failing command fails the block),
+// after the exports, in dir.
+func bash(exports []string, dir, block string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	script := "set -e\n" + strings.Join(exports, "\n") + "\n" + block + "\n"
+	c := exec.CommandContext(ctx, "bash", "-c", script)
+	c.Env = cleanProcEnv()
+	c.Dir = dir
+	b, err := c.CombinedOutput()
+	return string(b), err
 }
