@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/client"
@@ -52,6 +54,7 @@ type lockFlags struct {
 	preempt      bool
 	preemptWait  time.Duration
 	forceful     bool
+	verbose      bool
 }
 
 func newLockCmd(g *globals) *cobra.Command {
@@ -147,6 +150,7 @@ Exit status:
 	fl.BoolVar(&f.preempt, "preempt", false, "(foreground) ask a preemptible holder, on any sidecar, to yield")
 	fl.DurationVar(&f.preemptWait, "preempt-wait", 0, "with --preempt: how long the holder has to yield (default: --wait)")
 	fl.BoolVar(&f.forceful, "forceful", false, "with --preempt: take the lock from a holder that did not yield in time")
+	fl.BoolVarP(&f.verbose, "verbose", "v", false, "say on stderr what the wait is for (who holds the lock, how many wait); on by default when stderr is a terminal")
 	return cmd
 }
 
@@ -236,7 +240,10 @@ func runLock(ctx context.Context, g *globals, obj string, argv []string, f lockF
 
 	c := client.New(l.Config.SocketPath)
 	defer c.Close()
-	lease, err := acquireForLock(ctx, c, obj, f, sigc)
+	if !f.verbose {
+		f.verbose = isTerminal(g.stderr)
+	}
+	lease, err := acquireForLock(ctx, c, obj, f, sigc, g.stderr)
 	if err != nil {
 		return err
 	}
@@ -258,7 +265,7 @@ func runLock(ctx context.Context, g *globals, obj string, argv []string, f lockF
 }
 
 // acquireForLock takes the lock, abandoning the wait on a signal.
-func acquireForLock(ctx context.Context, c *client.Client, obj string, f lockFlags, sigc <-chan os.Signal) (*client.Lease, error) {
+func acquireForLock(ctx context.Context, c *client.Client, obj string, f lockFlags, sigc <-chan os.Signal, stderr io.Writer) (*client.Lease, error) {
 	opts := []client.Option{client.WithType(f.typ)}
 	if f.info != "" {
 		opts = append(opts, client.WithInfo(f.info))
@@ -291,9 +298,22 @@ func acquireForLock(ctx context.Context, c *client.Client, obj string, f lockFla
 		l, err := c.Acquire(actx, obj, opts...)
 		done <- result{l, err}
 	}()
+	var tell <-chan time.Time // --verbose: say what the wait is for, now and then
+	if f.verbose {
+		tk := time.NewTicker(waitReport)
+		defer tk.Stop()
+		tell = tk.C
+	}
 	var got os.Signal
+	said := ""
 	for {
 		select {
+		case <-tell:
+			if msg := waitingFor(actx, c, obj); msg != "" && msg != said {
+				fmt.Fprintln(stderr, msg)
+				said = msg
+			}
+			continue
 		case s := <-sigc:
 			if got == nil {
 				got = s
@@ -716,4 +736,28 @@ func describeExit(r exitResult) string {
 		return fmt.Sprintf("%v", r.err)
 	}
 	return r.state.String()
+}
+
+// waitReport is how often baton lock --verbose says what it waits for (only
+// when that changed): the first time once the wait has lasted that long.
+const waitReport = time.Second
+
+// waitingFor describes what an acquire of obj waits for: the holder and the
+// queue, as GET /v1/locks/{object} shows them ("" if that cannot be read).
+func waitingFor(ctx context.Context, c *client.Client, obj string) string {
+	ictx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	st, err := c.Inspect(ictx, obj)
+	if err != nil || st.Holder == nil {
+		return ""
+	}
+	h := st.Holder
+	return fmt.Sprintf("baton: waiting for %q: held by %s on sidecar %s (%s, token %d, since %s, info %s); %d waiting",
+		obj, orDash(h.Node), orDash(h.Sidecar), orDash(h.Type), h.Token, h.Since.Format(api.TimeFormat), strconv.Quote(h.Info), len(st.Waiters))
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }

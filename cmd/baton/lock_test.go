@@ -417,6 +417,27 @@ func testLockSignals(t *testing.T, e *env, s *sidecarProc) {
 			}
 		})
 	}
+	t.Run("--verbose says what it waits for", func(t *testing.T) {
+		c := client.New(s.socket)
+		defer c.Close()
+		held, err := c.Acquire(context.Background(), "verbose-1", client.WithInfo("the blocker"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := start(t, "lock-verbose", nil, e.bin, "--socket", s.socket, "lock", "-v", "--wait", "60s", "verbose-1", "--", "echo", "ran")
+		out := p.out.waitFor(t, 0, "waiting for", 30*time.Second)
+		for _, want := range []string{`waiting for "verbose-1": held by ` + held.Node(), "token " + strconv.FormatInt(held.Token(), 10), `info "the blocker"`, "1 waiting"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output %q, want %q", out, want)
+			}
+		}
+		if err := held.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if code := p.wait(t, 30*time.Second); code != 0 || !strings.Contains(p.out.String(), "ran") {
+			t.Errorf("exit %d, output %q; want 0 and ran", code, p.out.String())
+		}
+	})
 	t.Run("SIGINT while waiting", func(t *testing.T) {
 		c := client.New(s.socket)
 		defer c.Close()
