@@ -29,11 +29,18 @@ work=${DEPLOY_TEST_DIR:-/var/tmp/baton-deploy-test}
 project=batondeploytest
 t0=$(date +%s)
 step_t=$t0
-# quiet runs a command, printing its output only when it fails
+# quiet runs a command, printing its output only when it fails, and a line
+# every 20 s while it runs (a docker build or debootstrap takes a minute or
+# more, and silence looks like a hang).
 quiet() {
-	local log rc=0
+	local log rc=0 beat start
 	log=$(mktemp)
+	start=$(date +%s)
+	(while sleep 20; do echo "deploy-test:   … $* ($(($(date +%s) - start)) s so far)" | cut -c1-140; done) &
+	beat=$!
 	"$@" >"$log" 2>&1 || rc=$?
+	kill $beat 2>/dev/null
+	wait $beat 2>/dev/null || true
 	[ $rc = 0 ] || cat "$log" >&2
 	rm -f "$log"
 	return $rc
@@ -51,9 +58,9 @@ command -v dockerd >/dev/null || missing="$missing docker.io"
 command -v docker-compose >/dev/null || missing="$missing docker-compose"
 command -v debootstrap >/dev/null || missing="$missing debootstrap"
 if [ -n "$missing" ]; then
-	echo "deploy-test: installing$missing"
-	$SUDO apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+	echo "deploy-test: installing$missing (about 1 min)"
+	quiet $SUDO apt-get update -qq
+	quiet env DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
 fi
 started_dockerd=""
 if ! $SUDO docker info >/dev/null 2>&1; then
@@ -85,9 +92,8 @@ if ! docker image inspect baton-base >/dev/null 2>&1; then
 	[ -n "$mirror" ] || { echo "deploy-test: no Debian mirror in the apt sources" >&2; exit 1; }
 	$SUDO rm -rf "$work/rootfs"
 	$SUDO mkdir -p "$work"
-	echo "deploy-test: debootstrap bookworm minbase"
-	$SUDO debootstrap --variant=minbase bookworm "$work/rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 ||
-		{ tail -20 "$work/debootstrap.log"; exit 1; }
+	echo "deploy-test: debootstrap bookworm minbase (1-2 min)"
+	quiet $SUDO debootstrap --variant=minbase bookworm "$work/rootfs" "$mirror" || exit 1
 	$SUDO tar -C "$work/rootfs" -c . | docker import - baton-base >/dev/null
 	$SUDO rm -rf "$work/rootfs"
 	step "baton-base imported"
