@@ -581,7 +581,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 	call("GET", "/v1/openapi.json", "", 200, true)
 
 	// Locks and leases.
-	l := lease(call("POST", "/v1/locks/doc-1/acquire", `{"info":"openapi","lease_ms":60000}`, 200, true))
+	l := lease(call("POST", "/v1/locks/doc-1/acquire", `{"info":"openapi","lease_ms":60000,"wait_ms":60000}`, 200, true)) // free, but slow to grant when loaded
 	call("POST", "/v1/locks/doc-1/acquire", `{"type":"background","wait_ms":0}`, 423, true)
 	call("POST", "/v1/locks/doc-1/acquire", `{"wait_ms":50,"bind":"process"}`, 423, true)
 	call("GET", "/v1/locks/doc-1", "", 200, true)
@@ -597,14 +597,14 @@ func TestOpenAPIAnswers(t *testing.T) {
 	call("DELETE", "/v1/leases/"+l.LeaseID, "", 404, true)
 	call("POST", "/v1/leases/"+l.LeaseID+"/renew", "", 404, true)
 	// Re-entry and revocation.
-	re := lease(call("POST", "/v1/locks/doc-4/acquire", `{"lease_ms":60000}`, 200, true))
+	re := lease(call("POST", "/v1/locks/doc-4/acquire", `{"lease_ms":60000,"wait_ms":60000}`, 200, true))
 	call("POST", "/v1/locks/doc-4/acquire", `{"lease_id":"`+re.LeaseID+`"}`, 200, true)
 	call("POST", "/v1/locks/free-object/acquire", `{"lease_id":"`+re.LeaseID+`"}`, 400, true)
 	call("DELETE", "/v1/leases/"+re.LeaseID, "", 200, true)
 	call("POST", "/v1/locks/doc-4/revoke", `{"reason":"openapi"}`, 202, true)
 	call("GET", "/v1/leases/"+re.LeaseID, "", 410, true)
 	call("POST", "/v1/locks/free-object/revoke", "", 404, true)
-	short := lease(call("POST", "/v1/locks/doc-2/acquire", `{"lease_ms":1}`, 200, true))
+	short := lease(call("POST", "/v1/locks/doc-2/acquire", `{"lease_ms":1,"wait_ms":60000}`, 200, true))
 	testenv.WaitFor(t, 10*time.Second, "lease expired", func() bool {
 		resp, err := s.do("GET", "/v1/leases/"+short.LeaseID, "")
 		if err != nil {

@@ -27,8 +27,8 @@ func TestAcquireRelease(t *testing.T) {
 	if l.Object() != "a/b" || l.Token() <= 0 || l.ID() == "" || l.Type() != "background" || !strings.HasPrefix(l.Node(), "B-") {
 		t.Errorf("lease: object %q token %d id %q type %s node %s", l.Object(), l.Token(), l.ID(), l.Type(), l.Node())
 	}
-	if v := l.ValidFor(); v <= 0 || v > 4*time.Second {
-		t.Errorf("ValidFor = %v, want within the 4 s session timeout", v)
+	if v := l.ValidFor(); v <= 0 || v > sessionTimeout {
+		t.Errorf("ValidFor = %v, want within the %v session timeout", v, sessionTimeout)
 	}
 	st, err := c.Inspect(ctx, "a/b")
 	if err != nil || st.Holder == nil || st.Holder.Token != l.Token() || st.Holder.Info != "job 1" {
@@ -76,7 +76,7 @@ func TestInstanceLockError(t *testing.T) {
 }
 
 // TestLongWaitKeepsValidity: a grant after a wait longer than the validity
-// (the 4 s session timeout) is usable: its validity counts from the send
+// (the session timeout) is usable: its validity counts from the send
 // time + waited_ms, never later than the sidecar's valid_until, and the
 // lease is held (not reported lost) past another session timeout. On the
 // old client (validity from the send time alone) ValidFor was 0 and the
@@ -96,23 +96,23 @@ func TestLongWaitKeepsValidity(t *testing.T) {
 	got := make(chan res, 1)
 	sent := time.Now()
 	go func() {
-		l, err := c.Acquire(ctx, "long-wait", client.WithWait(20*time.Second))
+		l, err := c.Acquire(ctx, "long-wait", client.WithWait(3*sessionTimeout))
 		got <- res{l, err, sent}
 	}()
-	time.Sleep(5 * time.Second) // longer than the session timeout (4 s): longer than any validity
+	time.Sleep(sessionTimeout + time.Second) // longer than the session timeout: longer than any validity
 	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	r := <-got
 	if r.err != nil {
-		t.Fatalf("Acquire after a 5 s wait: %v", r.err)
+		t.Fatalf("Acquire after a long wait: %v", r.err)
 	}
 	l := r.l
 	v := l.Last()
 	vf := l.ValidFor()
 	t.Logf("granted after %v (waited_ms %d): valid_for_ms %d, ValidFor %v", time.Since(r.sent).Round(time.Millisecond), v.WaitedMS, v.ValidForMS, vf.Round(time.Millisecond))
-	if v.WaitedMS < 4900 {
-		t.Fatalf("waited_ms = %d, want the 5 s wait", v.WaitedMS)
+	if v.WaitedMS < (sessionTimeout + 900*time.Millisecond).Milliseconds() {
+		t.Fatalf("waited_ms = %d, want the %v wait", v.WaitedMS, sessionTimeout+time.Second)
 	}
 	if vf <= time.Second {
 		t.Errorf("ValidFor right after the grant = %v, want most of valid_for_ms %d", vf, v.ValidForMS)
@@ -123,10 +123,10 @@ func TestLongWaitKeepsValidity(t *testing.T) {
 	select {
 	case <-l.Lost():
 		t.Fatalf("lost while held: %v", l.Err())
-	case <-time.After(5 * time.Second): // past another session timeout
+	case <-time.After(sessionTimeout + time.Second): // past another session timeout
 	}
 	if st := l.State(); st != api.StateHeld || l.ValidFor() <= 0 {
-		t.Errorf("after holding 5 s: state %s, ValidFor %v", st, l.ValidFor())
+		t.Errorf("after holding past a session timeout: state %s, ValidFor %v", st, l.ValidFor())
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Errorf("Release = %v", err)

@@ -19,6 +19,12 @@ import (
 )
 
 // socketPath is the test sidecar's socket; lockRoot its lock root.
+// sessionTimeout is the test sidecar's ZooKeeper session timeout: the
+// longest the test servers allow (20 ticks of 500 ms), so that renewals keep
+// up on a loaded machine (at 4 s, a load of 25 lost leases whose validity
+// windows were 1.3 s; issue 24).
+const sessionTimeout = 10 * time.Second
+
 var (
 	socketPath string
 	lockRoot   = "/t/client"
@@ -44,7 +50,10 @@ func run(m *testing.M) int {
 	socketPath = filepath.Join(dir, "s.sock")
 	cfg := props.Defaults()
 	cfg.ZKServers, cfg.LockRoot, cfg.SocketPath, cfg.NodeID = zkServers, lockRoot, socketPath, "sc-client"
-	cfg.ZKSessionTimeout = 4 * time.Second
+	cfg.ZKSessionTimeout = sessionTimeout
+	// A free object is granted in milliseconds, but in seconds on a loaded
+	// machine: the default waits are long so that no test fails for that.
+	cfg.ForegroundTimeout, cfg.BackgroundTimeout = 30*time.Second, 30*time.Second
 	srv, err := sidecar.New(cfg, sidecar.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

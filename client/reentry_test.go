@@ -95,7 +95,10 @@ func TestRevokeTellsHolder(t *testing.T) {
 	err := c.Lock(ctx, "revoke-me", func(ctx context.Context) error {
 		t0 := time.Now()
 		v, err := c.Revoke(context.Background(), "revoke-me", "test", 0)
-		if err != nil || !v.Local || v.Token != client.LeaseFrom(ctx).Token() {
+		// Local may be false: the holder's sidecar can see the revocation
+		// through its watch and end the lease before the request handler
+		// does (it happened at a load of 25; issue 24).
+		if err != nil || v.Token != client.LeaseFrom(ctx).Token() {
 			t.Errorf("Revoke = %+v, %v", v, err)
 		}
 		<-ctx.Done()
