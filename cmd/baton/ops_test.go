@@ -164,7 +164,7 @@ func TestOpsCommands(t *testing.T) {
 		{"unknown op", []string{"ops", "get", "nope"}, exitFailure, "NotFound"},
 		{"bad id", []string{"ops", "submit", "--id", "a b", "obj"}, exitUsage, "id"},
 		{"bad payload", []string{"ops", "submit", "obj", "{nope"}, exitUsage, "not valid JSON"},
-		{"no object", []string{"ops", "submit"}, exitUsage, "accepts between 1 and 2 arg"},
+		{"no object", []string{"ops", "submit"}, exitUsage, "missing OBJECT: baton ops submit OBJECT"},
 		{"sidecar down", []string{"--socket", filepath.Join(t.TempDir(), "none.sock"), "ops", "get", "x"}, exitUnavailable, "no sidecar answers at"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
