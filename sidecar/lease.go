@@ -62,6 +62,7 @@ type lease struct {
 	cleanup     time.Duration
 	preemptAt   time.Time     // guarded by mu: when a preemption reached it; zero: none (or lifted)
 	preemptMsg  string        // guarded by mu
+	preemptGen  int           // guarded by mu: counts preemptions and lifts, so a stale timer does nothing
 	changed     chan struct{} // guarded by mu: closed and replaced when preemptAt changes
 	reason      string
 	endedAt     time.Time

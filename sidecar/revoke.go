@@ -139,6 +139,8 @@ func (s *Server) onSignal(l *lease, sig lock.Signal) {
 		}()
 	case SignalPreempt, SignalPreemptForceful:
 		s.preempt(l, sig)
+	case lock.KindWithdrawn:
+		s.withdrawn(l, sig)
 	}
 }
 
