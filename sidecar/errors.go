@@ -114,6 +114,10 @@ func msParam(field string, v, lo, hi int64) (time.Duration, error) {
 // digits), inside a lease id or alone.
 var leaseIDsRE = regexp.MustCompile(`[0-9a-f]{32}`)
 
+// logID is how a log line at info or above names a lease: its id
+// redacted (redactLeaseIDs); debug lines carry the whole id as lease_id.
+func logID(id string) string { return redactLeaseIDs(id) }
+
 // redactLeaseIDs keeps the first 8 hex digits of each lease id in s, for
 // logs: enough to tell leases apart, too little to use one.
 func redactLeaseIDs(s string) string {

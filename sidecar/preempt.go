@@ -162,7 +162,7 @@ func (s *Server) preempt(l *lease, sig lock.Signal) {
 		if _, forceful := preemptStanding(l.g, sig); forceful {
 			if told, ok := s.takeLease(l, api.ReasonPreempted, msg+" (forceful: not released within its cleanup)"); ok {
 				s.log.Warn("preempted lease taken: not released in time; the lock is freed after the validity told to it",
-					"lease_id", l.id, "object", l.g.Object(), "token", l.g.Token(), "freed_in", max(0, time.Until(told)).Round(time.Millisecond))
+					"lease", logID(l.id), "object", l.g.Object(), "token", l.g.Token(), "freed_in", max(0, time.Until(told)).Round(time.Millisecond))
 			}
 			return
 		}

@@ -135,7 +135,7 @@ func (s *Server) HoldDelivery(g *lock.Grant) (id string, done func(reason string
 		for l.holdsOf() > 0 {
 			if ended, told := s.endLease(l, api.StateLost, reason, "the op delivery whose lease this is ended: "+reason, held, true); ended {
 				s.log.Warn("op delivery ended while its lease was re-entered or told valid ahead: its holders are told lost; the lock is freed after the validity told",
-					"lease_id", l.id, "object", l.g.Object(), "token", l.g.Token(), "reason", reason,
+					"lease", logID(l.id), "object", l.g.Object(), "token", l.g.Token(), "reason", reason,
 					"freed_in", max(0, time.Until(told)).Round(time.Millisecond))
 				break
 			}
