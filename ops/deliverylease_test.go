@@ -97,7 +97,8 @@ func TestDeliveryLeaseUnguessable(t *testing.T) {
 // a preempting acquire goes away during the delivery's cleanup window
 // (sidecar.app.preempt.cleanup): its ask is withdrawn and the delivery
 // goes on — not cancelled when the window ends (before: cancelled and the
-// op given back) — and the op is done in its one attempt.
+// op given back) — and the op is done in its one attempt. A preemption
+// that cannot wait for the delivery's cleanup is a 400.
 func TestPreemptedDeliveryWithdrawn(t *testing.T) {
 	e := newEnv(t, envOptions{noKafka: true, config: func(c *props.Config) {
 		c.RetryCount = 0
@@ -113,6 +114,15 @@ func TestPreemptedDeliveryWithdrawn(t *testing.T) {
 			return ""
 		}
 		return st.Holder.Preemption
+	}
+	// A preemption that cannot wait for the delivery's cleanup + 1 s is
+	// refused before anything reaches the delivery.
+	st, raw := e.call("POST", "/v1/locks/pw/acquire", `{"preempt":true,"wait_ms":2000}`)
+	if st != 400 || !strings.Contains(string(raw), `"field":"wait_ms"`) || !strings.Contains(string(raw), "cleanup_ms (1500)") {
+		t.Errorf("preempting a delivery with wait_ms 2000 (cleanup 1.5 s): %d %s, want 400 on wait_ms naming the cleanup", st, raw)
+	}
+	if p := preemption(); p != "" {
+		t.Errorf("after the refused preemption: %q pending, want none", p)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	answered := make(chan int, 1)
