@@ -132,12 +132,15 @@ type AcquireRequest struct {
 	Preemptible bool   `json:"preemptible,omitempty"`
 	CleanupMS   *int64 `json:"cleanup_ms,omitempty"`
 	// Preempt (foreground only) asks a preemptible holder, on any sidecar,
-	// to yield; the request waits in line as usual. Not granted within
-	// PreemptWaitMS (default: the wait): Forceful → the holder's sidecar
-	// takes the lock from it (told lost, reason "preempted") and frees it
-	// after the validity told to it, so give wait_ms ≥ preempt_wait_ms +
-	// the holder's cleanup; not forceful → 423 with reason. Holders that
-	// are not preemptible are never preempted.
+	// to yield within its cleanup; the request waits in line as usual. Not
+	// released within the holder's cleanup (never shortened): Forceful →
+	// the holder's sidecar takes the lock from it (told lost, reason
+	// "preempted") and frees it after the validity told to it; not
+	// forceful → 423 with reason once PreemptWaitMS (default: the wait) is
+	// over. The wait and PreemptWaitMS must each be at least the holder's
+	// cleanup_ms + 1000, else 400 naming the field (wait_ms 0 always). A
+	// request that gives up withdraws its ask: the holder is held again.
+	// Holders that are not preemptible are never asked.
 	Preempt       bool   `json:"preempt,omitempty"`
 	PreemptWaitMS *int64 `json:"preempt_wait_ms,omitempty"`
 	Forceful      bool   `json:"forceful,omitempty"`

@@ -250,7 +250,7 @@ func startStack(t *testing.T) *stack {
 	z := testenv.ZooKeeperT(t, testenv.ZKOptions{})
 	cfg := props.Defaults()
 	k := testenv.KafkaT(t, testenv.KafkaOptions{Topics: []string{cfg.DLQTopic}})
-	app := opstest.StartT(t, opstest.Options{Respond: func(_ context.Context, d opstest.Delivery) int {
+	app := opstest.StartT(t, opstest.Options{Token: "openapi-token", Respond: func(_ context.Context, d opstest.Delivery) int {
 		if d.Object == "dead" {
 			return http.StatusBadRequest
 		}
@@ -270,6 +270,10 @@ func startStack(t *testing.T) *stack {
 	cfg.AppURL = app.URL()
 	cfg.ShutdownGrace = 3 * time.Second
 	cfg.RetryInitial, cfg.RetryRandomization = 20*time.Millisecond, 0
+	cfg.AppTokenFile = filepath.Join(dir, "app.token") // deliveries carry Baton-Token
+	if err := os.WriteFile(cfg.AppTokenFile, []byte("openapi-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	log := slog.New(slog.DiscardHandler)
 	var d *ops.Dispatcher
@@ -281,7 +285,7 @@ func startStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatalf("sidecar.New: %v", err)
 	}
-	d, err = ops.New(cfg, ops.Deps{Engine: srv.Engine(), Registry: srv.Registry(), Logger: log})
+	d, err = ops.New(cfg, ops.Deps{Engine: srv.Engine(), Registry: srv.Registry(), Logger: log, Hold: srv.HoldDelivery}) // as baton serve
 	if err != nil {
 		srv.Close()
 		t.Fatalf("ops.New: %v", err)

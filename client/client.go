@@ -159,18 +159,21 @@ type acquireOptions struct {
 // WithPreemptible lets a foreground request with WithPreempt ask this lock
 // to yield: the lease's State becomes api.StatePreempted (Lock cancels its
 // fn's context, cause ErrPreempted) and it has cleanup to release; its
-// validity is never more than cleanup ahead (renewed automatically).
-// cleanup 0 is the sidecar's default (5 s).
+// validity is never more than cleanup ahead (renewed automatically). If the
+// requester gives up first, the State returns to api.StateHeld (a Lock's fn
+// stays cancelled). cleanup 0 is the sidecar's default (5 s).
 func WithPreemptible(cleanup time.Duration) Option {
 	return func(o *acquireOptions) { o.preemptible, o.cleanup = true, cleanup }
 }
 
 // WithPreempt (foreground only) asks a preemptible holder, on any sidecar,
-// to yield. Not granted within wait: forceful takes the lock from the
-// holder (it is freed after the validity told to the holder: give
-// WithWait at least wait + the holder's cleanup); not forceful is an
-// *InstanceLockError whose Reason says the holder did not yield. wait 0
-// is the acquire's wait.
+// to yield within its cleanup window. Not released by then: forceful takes
+// the lock from the holder (freed after the validity told to it); not
+// forceful waits until wait and is then an *InstanceLockError whose Reason
+// says the holder did not yield. WithWait and wait (0: the acquire's wait)
+// must each be at least the holder's cleanup + 1 s, else the sidecar
+// answers a 400 naming the one that is short. An acquire that gives up
+// (its context ends, its wait runs out) withdraws the ask.
 func WithPreempt(wait time.Duration, forceful bool) Option {
 	return func(o *acquireOptions) { o.preempt, o.preemptWait, o.forceful = true, wait, forceful }
 }

@@ -262,6 +262,11 @@ type AcquireOptions struct {
 	// OnSignal, if set, is called (from the grant's holder watch; it must
 	// not block) when a Signal reaches the grant. See Engine.Signal.
 	OnSignal func(Signal)
+	// Preemptible records in the nodes that the grant yields to a
+	// preemption within Cleanup, for a preempting requester to read
+	// (Engine.Ask returns it in Node.Preemptible and Node.Cleanup).
+	Preemptible bool
+	Cleanup     time.Duration
 }
 
 type nodeData struct {
@@ -271,6 +276,10 @@ type nodeData struct {
 	Type    string  `json:"type"`
 	Info    string  `json:"info,omitempty"`
 	Signal  *Signal `json:"signal,omitempty"` // privateLock only: see Engine.Signal
+	// Cleanup is set (ms, may be 0) on a preemptible grant's nodes.
+	Cleanup *int64 `json:"cleanup_ms,omitempty"`
+	// Asks are the standing asks (preemptions) not withdrawn: see Engine.Ask.
+	Asks []Signal `json:"asks,omitempty"`
 }
 
 func newRequestID() string {
@@ -321,7 +330,12 @@ func (e *Engine) Acquire(ctx context.Context, object string, typ Type, o Acquire
 	if o.RequestID == "" {
 		o.RequestID = newRequestID()
 	}
-	data, _ := json.Marshal(nodeData{V: 1, Req: o.RequestID, Sidecar: e.opts.NodeID, Type: typ.String(), Info: o.Info})
+	nd := nodeData{V: 1, Req: o.RequestID, Sidecar: e.opts.NodeID, Type: typ.String(), Info: o.Info}
+	if o.Preemptible {
+		ms := o.Cleanup.Milliseconds()
+		nd.Cleanup = &ms
+	}
+	data, _ := json.Marshal(nd)
 	r := &request{
 		e: e, s: s, object: object, name: name, typ: typ, info: o.Info, reqID: o.RequestID,
 		start: start, objPath: e.root + "/" + name, prefix: prefix, data: data, tryOnce: o.TryOnce,

@@ -35,6 +35,11 @@ type Node struct {
 	Since     time.Time // creation time (server clock)
 	Session   int64     // ephemeral owner
 	Signal    *Signal   // holder only: the last Signal written to it, if any
+	// Preemptible and Cleanup: the grant was acquired with
+	// AcquireOptions.Preemptible and that Cleanup.
+	Preemptible bool
+	Cleanup     time.Duration
+	Asks        []Signal // holder only: the standing asks (Engine.Ask) not withdrawn
 }
 
 // InstanceLockError reports an acquire that gave up before the grant: its wait

@@ -33,9 +33,10 @@ type Grant struct {
 	objCzxid   int64 // the object node the prediction belongs to
 
 	mu        sync.Mutex
-	plVersion int32   // privateLock's data version as last seen: 1, more after signals
-	signal    *Signal // the last signal seen
-	state     State   // Held while not finished; Lost or Released when done
+	plVersion int32    // privateLock's data version as last seen: 1, more after signals
+	signal    *Signal  // the last signal seen
+	asks      []Signal // the standing asks seen (Engine.Ask)
+	state     State    // Held while not finished; Lost or Released when done
 	cause     error
 	releasing bool
 	ctx       context.Context // cancelled, with the cause, when the grant ends
@@ -263,7 +264,8 @@ func (g *Grant) watch() {
 	}
 }
 
-// noteData records privateLock's version and delivers a new signal.
+// noteData records privateLock's version and delivers a new signal, and a
+// KindWithdrawn signal for each standing ask seen before that is gone.
 func (g *Grant) noteData(data []byte, version int32) {
 	var d nodeData
 	_ = json.Unmarshal(data, &d)
@@ -274,14 +276,39 @@ func (g *Grant) noteData(data []byte, version int32) {
 		sig := *d.Signal
 		g.signal, fresh = &sig, &sig
 	}
+	var gone []Signal
+	for _, a := range g.asks {
+		if !hasAsk(d.Asks, a.ID) {
+			gone = append(gone, Signal{Kind: KindWithdrawn, ID: a.ID, From: a.From, Who: a.Who, Reason: a.Reason})
+		}
+	}
+	g.asks = d.Asks
 	held := g.state == Held
 	g.mu.Unlock()
-	if fresh != nil && held {
+	if !held || g.onSignal == nil && fresh == nil {
+		return
+	}
+	if fresh != nil {
 		g.e.log.Info("signal for a held lock", "object", g.object, "token", g.token, "kind", fresh.Kind, "from", fresh.From, "reason", fresh.Reason)
 		if g.onSignal != nil {
 			g.onSignal(*fresh)
 		}
 	}
+	for _, w := range gone {
+		g.e.log.Info("standing ask withdrawn", "object", g.object, "token", g.token, "from", w.From, "reason", w.Reason)
+		if g.onSignal != nil {
+			g.onSignal(w)
+		}
+	}
+}
+
+func hasAsk(asks []Signal, id string) bool {
+	for _, a := range asks {
+		if a.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // LastSignal returns the last Signal written to this grant's privateLock, if
@@ -293,6 +320,25 @@ func (g *Grant) LastSignal() (Signal, bool) {
 		return Signal{}, false
 	}
 	return *g.signal, true
+}
+
+// Asks returns the standing asks (Engine.Ask) on this grant's privateLock
+// not withdrawn, as last seen by its holder watch.
+func (g *Grant) Asks() []Signal {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]Signal(nil), g.asks...)
+}
+
+// Standing reports whether sig, a Signal this grant received, still
+// stands: an ask (sig.ID set) not withdrawn, or any other signal.
+func (g *Grant) Standing(sig Signal) bool {
+	if sig.ID == "" {
+		return true
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return hasAsk(g.asks, sig.ID)
 }
 
 func (g *Grant) isReleasing() bool {

@@ -114,6 +114,10 @@ func toNode(name string, data []byte, st *zk.Stat) Node {
 	var d nodeData
 	if json.Unmarshal(data, &d) == nil && d.V == 1 && d.Req != "" {
 		n.Known, n.RequestID, n.Sidecar, n.Type, n.Info, n.Signal = true, d.Req, d.Sidecar, d.Type, d.Info, d.Signal
+		if d.Cleanup != nil {
+			n.Preemptible, n.Cleanup = true, time.Duration(*d.Cleanup)*time.Millisecond
+		}
+		n.Asks = d.Asks
 	}
 	return n
 }

@@ -21,11 +21,24 @@ type Signal struct {
 	Who    string    `json:"who,omitempty"`    // the caller behind the sender, e.g. "uid=0 pid=42"
 	At     time.Time `json:"at"`               // sender's clock, informative
 	WaitMS int64     `json:"wait_ms,omitempty"`
+	ID     string    `json:"id,omitempty"` // a standing ask's (Engine.Ask), for Engine.Withdraw
 }
 
 // ErrNotSignallable is returned by Signal when the holder is not a Baton
 // grant (the plugin's privateLock): nothing can be asked of it safely.
 var ErrNotSignallable = errors.New("lock: the holder is not a Baton grant")
+
+// KindWithdrawn is the Kind of the Signal a grant's OnSignal receives when
+// a standing ask (Engine.Ask) it saw was withdrawn (Engine.Withdraw); its ID
+// is the withdrawn ask's.
+const KindWithdrawn = "withdrawn"
+
+// maxAsks bounds the standing asks one privateLock carries.
+const maxAsks = 32
+
+// ErrTooManyAsks is returned by Ask when the holder already carries
+// maxAsks standing asks.
+var ErrTooManyAsks = errors.New("lock: the holder already carries too many standing asks")
 
 // Signal writes sig into the privateLock of the object's current holder (or
 // of the grant whose token is token, when token is not 0) and returns that
@@ -34,15 +47,93 @@ var ErrNotSignallable = errors.New("lock: the holder is not a Baton grant")
 // not at all. It returns ErrNoNode when there is no holder (or it is not the
 // one with token) and ErrNotSignallable for a holder that is not Baton's.
 func (e *Engine) Signal(ctx context.Context, object string, token int64, sig Signal) (*Node, error) {
-	name, err := EscapeObject(object)
-	if err != nil {
-		return nil, err
+	e.stamp(&sig)
+	return e.update(ctx, object, token, func(d *nodeData, _ *Node) (bool, error) {
+		d.Signal = &sig
+		return true, nil
+	})
+}
+
+// Ask writes sig as a standing ask into the privateLock of the object's
+// current holder: it is the holder's last Signal (delivered like Signal's)
+// and stays among its Asks until its sender withdraws it (Withdraw, by
+// sig.ID, random if empty) or the grant ends. check, if not nil, sees the
+// holder before anything is written; its error is returned as it is and
+// nothing is written. Ask returns the holder and the ask as written;
+// ErrNoNode, ErrNotSignallable as Signal does, ErrTooManyAsks.
+func (e *Engine) Ask(ctx context.Context, object string, sig Signal, check func(holder *Node) error) (*Node, Signal, error) {
+	e.stamp(&sig)
+	if sig.ID == "" {
+		sig.ID = newRequestID()
 	}
+	n, err := e.update(ctx, object, 0, func(d *nodeData, holder *Node) (bool, error) {
+		if check != nil {
+			if err := check(holder); err != nil {
+				return false, err
+			}
+		}
+		asks := make([]Signal, 0, len(d.Asks)+1)
+		for _, a := range d.Asks {
+			if a.ID != sig.ID {
+				asks = append(asks, a)
+			}
+		}
+		if len(asks) >= maxAsks {
+			return false, ErrTooManyAsks
+		}
+		d.Asks, d.Signal = append(asks, sig), &sig
+		return true, nil
+	})
+	return n, sig, err
+}
+
+// Withdraw removes the standing ask id (Engine.Ask) from the privateLock of
+// the grant whose token is token, if it is still there; the holder's
+// engine then delivers a Signal of kind KindWithdrawn with that ID. A
+// holder gone (ErrNoNode) or an ask already gone is not an error.
+func (e *Engine) Withdraw(ctx context.Context, object string, token int64, id string) error {
+	_, err := e.update(ctx, object, token, func(d *nodeData, _ *Node) (bool, error) {
+		found := false
+		asks := d.Asks[:0:0]
+		for _, a := range d.Asks {
+			if a.ID == id {
+				found = true
+				continue
+			}
+			asks = append(asks, a)
+		}
+		if d.Signal != nil && d.Signal.ID == id {
+			d.Signal, found = nil, true
+		}
+		d.Asks = asks
+		if len(d.Asks) == 0 {
+			d.Asks = nil
+		}
+		return found, nil
+	})
+	if errors.Is(err, ErrNoNode) {
+		return nil
+	}
+	return err
+}
+
+func (e *Engine) stamp(sig *Signal) {
 	if sig.From == "" {
 		sig.From = e.opts.NodeID
 	}
 	if sig.At.IsZero() {
 		sig.At = time.Now().UTC().Truncate(time.Millisecond)
+	}
+}
+
+// update applies change to the data of the object's holder (the grant with
+// token, when not 0) and writes it in a multi checked against the object
+// node's data version and privateLock's version; it reads again on a
+// conflict. change returns whether to write at all.
+func (e *Engine) update(ctx context.Context, object string, token int64, change func(d *nodeData, holder *Node) (bool, error)) (*Node, error) {
+	name, err := EscapeObject(object)
+	if err != nil {
+		return nil, err
 	}
 	s, err := e.connectedSession(ctx)
 	if err != nil {
@@ -76,7 +167,10 @@ func (e *Engine) Signal(ctx context.Context, object string, token int64, sig Sig
 		if !holder.Known || json.Unmarshal(data, &d) != nil || pst.Version < plVersion {
 			return &holder, ErrNotSignallable
 		}
-		d.Signal = &sig
+		write, err := change(&d, &holder)
+		if err != nil || !write {
+			return &holder, err
+		}
 		nd, _ := json.Marshal(d)
 		_, err = s.conn.Multi(
 			&zk.CheckVersionRequest{Path: objPath, Version: ost.Version},

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/batonhq/baton/api"
@@ -28,6 +29,7 @@ const (
 	HeaderAcceptedAt   = "Baton-Accepted-At"
 	HeaderAttempt      = "Baton-Attempt"
 	HeaderLeaseID      = "Baton-Lease-Id"
+	HeaderToken        = "Baton-Token" // sidecar.app.token.file's content, when set
 )
 
 // maxErrorBody bounds what is kept of a failed answer's body (last_error).
@@ -133,6 +135,17 @@ func (e *preemptedError) Error() string {
 	return fmt.Sprintf("preempted by a foreground request through sidecar %s (%s): the delivery was cancelled after sidecar.app.preempt.cleanup", e.sig.From, e.sig.Reason)
 }
 
+// preemptStands reports whether a preemption ask (lock.Engine.Ask) still
+// stands on g.
+func preemptStands(g *lock.Grant) bool {
+	for _, a := range g.Asks() {
+		if strings.HasPrefix(a.Kind, signalPreempt) {
+			return true
+		}
+	}
+	return false
+}
+
 // lostError is the cancel cause of a delivery whose grant ended.
 type lostError struct{ err error }
 
@@ -165,21 +178,29 @@ func (d *Dispatcher) deliver(op queue.Op, g *lock.Grant, set *settings, preempt 
 				return
 			case <-tctx.Done():
 				return
-			case sig = <-preempt:
-				preempt = nil
-				wait := set.cleanup
-				if w := time.Duration(sig.WaitMS) * time.Millisecond; w > 0 && w < wait {
-					wait = w
+			case s := <-preempt:
+				if s.Kind == signalRevoke { // an operator's revocation cuts at once
+					cancel(&preemptedError{s})
+					return
 				}
-				if sig.Kind == signalRevoke {
-					wait = 0
+				if cut != nil {
+					continue // a window runs already: it checks every standing ask
 				}
-				t := time.NewTimer(wait)
+				// The grant's cleanup window, never shortened by the
+				// requester's preempt_wait_ms.
+				sig = s
+				t := time.NewTimer(set.cleanup)
 				defer t.Stop()
 				cut = t.C
 			case <-cut:
-				cancel(&preemptedError{sig})
-				return
+				if sig.ID == "" || preemptStands(g) {
+					cancel(&preemptedError{sig})
+					return
+				}
+				// Every preemption was withdrawn (its requester gave
+				// up): the delivery goes on; a later one starts anew.
+				d.log.Info("preemption withdrawn before the delivery's cleanup ended: the delivery goes on", "op_id", op.ID, "object", op.Object, "token", g.Token())
+				cut = nil
 			}
 		}
 	}()
@@ -198,10 +219,18 @@ func (d *Dispatcher) deliver(op queue.Op, g *lock.Grant, set *settings, preempt 
 	h.Set(HeaderOpSeq, strconv.FormatUint(op.Seq, 10))
 	h.Set(HeaderAcceptedAt, op.AcceptedAt.UTC().Format(api.TimeFormat))
 	h.Set(HeaderAttempt, strconv.Itoa(attempt))
-	h.Set(HeaderLeaseID, LeaseID(op.ID, attempt))
+	leaseID := ""
 	if d.hold != nil { // the app may re-enter the lock with Baton-Lease-Id
-		done := d.hold(LeaseID(op.ID, attempt), g)
+		id, done := d.hold(g)
+		leaseID = id
 		defer func() { done(endReason(d.hard, ctx, tctx)) }()
+	}
+	if leaseID == "" {
+		leaseID = newLeaseID()
+	}
+	h.Set(HeaderLeaseID, leaseID) // random per attempt, sent only here
+	if set.appToken != "" {
+		h.Set(HeaderToken, set.appToken)
 	}
 
 	resp, err := d.app.hc.Do(req)

@@ -132,8 +132,8 @@ func TestLockInfo(t *testing.T) {
 	if len(long) > lock.MaxInfoBytes || !utf8.ValidString(long) || !strings.HasPrefix(long, "op a: ü") {
 		t.Errorf("lockInfo of a long info: %d bytes, valid %v", len(long), utf8.ValidString(long))
 	}
-	if got := LeaseID("x-1", 2); got != "op:x-1:2" {
-		t.Errorf("LeaseID = %q", got)
+	if a, b := newLeaseID(), newLeaseID(); len(a) != 32 || a == b || strings.Contains(a, "x-1") {
+		t.Errorf("newLeaseID = %q, %q: want 128 random bits in hex, different each time", a, b)
 	}
 }
 

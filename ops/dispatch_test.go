@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,11 +92,14 @@ func TestHappyPath(t *testing.T) {
 			for h, want := range map[string]string{
 				ops.HeaderOpID: id, ops.HeaderObject: "article-42", ops.HeaderFencingToken: d.Token,
 				ops.HeaderOpSeq: "1", ops.HeaderAcceptedAt: d.AcceptedAt, ops.HeaderAttempt: "1",
-				ops.HeaderLeaseID: "op:op-1:1", "Content-Type": "application/json",
+				"Content-Type": "application/json",
 			} {
 				if got := d.Header.Get(h); got != want {
 					t.Errorf("header %s = %q, want %q", h, got, want)
 				}
+			}
+			if got := d.Header.Get(ops.HeaderLeaseID); !regexp.MustCompile(`^([0-9a-f]{16}\.)?[0-9a-f]{32}$`).MatchString(got) || strings.Contains(got, id) {
+				t.Errorf("header %s = %q, want 128 random bits (nothing derived from the op)", ops.HeaderLeaseID, got)
 			}
 			holder.Lock()
 			if holder.err != nil {

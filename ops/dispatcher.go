@@ -56,13 +56,15 @@ type Deps struct {
 	// PurgeInterval is how often finished ops past queue.retention are
 	// deleted; default 1 minute.
 	PurgeInterval time.Duration
-	// Hold, if set, is called before each delivery with its Baton-Lease-Id
-	// and grant, and the func it returns when the delivery is over (with
+	// Hold, if set, is called before each delivery with its grant; it
+	// returns the delivery's Baton-Lease-Id (random per attempt, sent only
+	// in that header) and the func to call when the delivery is over (with
 	// why: "" when the app answered) before the grant is released: the
 	// sidecar lets the app re-enter the object's lock with that id, and
 	// done returns only after the last validity told to those holders
-	// ([sidecar.Server.HoldDelivery]).
-	Hold func(leaseID string, g *lock.Grant) (done func(reason string))
+	// ([sidecar.Server.HoldDelivery]). Without it the header is a random
+	// id nothing accepts.
+	Hold func(g *lock.Grant) (leaseID string, done func(reason string))
 }
 
 // settings are the "next" properties: read once per attempt.
@@ -71,6 +73,7 @@ type settings struct {
 	appTimeout time.Duration // sidecar.app.timeout
 	lockWait   time.Duration // zookeeper.background.task.timeout; 0 = try once
 	cleanup    time.Duration // sidecar.app.preempt.cleanup
+	appToken   string        // sidecar.app.token.file's content (trimmed); "" = none
 }
 
 // Dispatcher turns the durable queue into deliveries: it accepts ops over
@@ -82,7 +85,7 @@ type Dispatcher struct {
 	log     *slog.Logger
 	nodeID  string
 	eng     *lock.Engine
-	hold    func(leaseID string, g *lock.Grant) (done func(reason string)) // Deps.Hold
+	hold    func(g *lock.Grant) (leaseID string, done func(reason string)) // Deps.Hold
 	store   *queue.Store                                                   // nil when disabled
 	pub     *dlq.Publisher
 	brokers string // kafka.brokers, for messages
@@ -218,7 +221,15 @@ func settingsOf(cfg props.Config) (*settings, error) {
 	if cfg.BackgroundTimeout < 0 {
 		return nil, fmt.Errorf("ops: zookeeper.background.task.timeout: %v, want 0 or more", cfg.BackgroundTimeout)
 	}
-	return &settings{policy: p, appTimeout: cfg.AppTimeout, lockWait: cfg.BackgroundTimeout, cleanup: max(cfg.AppPreemptCleanup, 0)}, nil
+	set := &settings{policy: p, appTimeout: cfg.AppTimeout, lockWait: cfg.BackgroundTimeout, cleanup: max(cfg.AppPreemptCleanup, 0)}
+	if cfg.AppTokenFile != "" { // re-read at every reload
+		tok, err := props.ReadAppToken(cfg.AppTokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("ops: sidecar.app.token.file %s: %w", cfg.AppTokenFile, err)
+		}
+		set.appToken = tok
+	}
+	return set, nil
 }
 
 // Enabled reports whether background operations are enabled (sidecar.app.url
@@ -239,7 +250,8 @@ func (d *Dispatcher) Ready() error {
 }
 
 // Reload applies a reloaded configuration: the retry policy, the app
-// timeout and the background lock wait to attempts started afterwards
+// timeout, the background lock wait and the app token (sidecar.app.token.file,
+// read again) to attempts started afterwards
 // (ops already retrying keep their scheduled time), queue.max.ops and
 // queue.retention at once. Restart keys (queue.dir, queue.workers,
 // sidecar.app.url, kafka.*) are ignored here. On error nothing changes.

@@ -34,9 +34,10 @@
 // ended because ZooKeeper became unavailable — session lost — which counts
 // nothing, see below). The payload is
 // sent byte for byte as accepted. Baton-Fencing-Token is the grant's token.
-// Baton-Lease-Id is "op:<id>:<attempt>": a worker's grant has no HTTP lease
-// of its own, so it names the attempt; while the delivery runs, an acquire
-// of the same object with it as "lease_id" re-enters the lock (Deps.Hold).
+// Baton-Lease-Id is a lease id random per attempt (Deps.Hold names it),
+// sent only in that header; while the delivery runs, an acquire of the same
+// object with it as "lease_id" re-enters the lock. Baton-Token carries
+// sidecar.app.token.file's content when it is set, for the app to check.
 //
 // Outcomes: 2xx → done. InstanceLockException, timeouts, connection errors,
 // 408, 409, 423, 429, 5xx (and 1xx/3xx) → retrying at now +

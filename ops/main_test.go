@@ -89,6 +89,8 @@ type envOptions struct {
 	deps     func(*ops.Deps)
 	noWait   bool // do not wait for /readyz
 	queueDir string
+	hold     bool      // wire Deps.Hold to the sidecar's HoldDelivery, as baton serve does
+	logs     io.Writer // also receives the sidecar's and dispatcher's logs at info and above
 }
 
 func testConfig(t testing.TB) props.Config {
@@ -141,6 +143,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	e.cfg = cfg
 	log := testLogger(t)
+	if o.logs != nil {
+		log = slog.New(slog.NewTextHandler(o.logs, nil))
+	}
 
 	// Wired as `baton serve` does (see the package doc).
 	var d *ops.Dispatcher
@@ -154,6 +159,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 		t.Fatalf("sidecar.New: %v", err)
 	}
 	deps := ops.Deps{Engine: srv.Engine(), Registry: srv.Registry(), Logger: log, PublishTimeout: 2 * time.Second}
+	if o.hold {
+		deps.Hold = srv.HoldDelivery
+	}
 	if o.deps != nil {
 		o.deps(&deps)
 	}
@@ -218,11 +226,16 @@ func (e *env) stop() {
 }
 
 func (e *env) call(method, path, body string) (int, []byte) {
+	return e.callCtx(context.Background(), method, path, body)
+}
+
+// callCtx is call ending when ctx does (the client goes away).
+func (e *env) callCtx(ctx context.Context, method, path, body string) (int, []byte) {
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequest(method, "http://sidecar"+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, "http://sidecar"+path, rd)
 	if err != nil {
 		return 0, []byte(err.Error())
 	}

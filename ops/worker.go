@@ -2,6 +2,8 @@ package ops
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -132,6 +134,9 @@ func (d *Dispatcher) attempt(log *slog.Logger, op queue.Op) {
 			}
 		}
 	}}
+	// Recorded in the nodes: a preempting requester must be able to wait
+	// this cleanup window (see the sidecar's preempt.go).
+	ao.Preemptible, ao.Cleanup = true, set.cleanup
 	if set.lockWait == 0 {
 		ao.TryOnce = true
 	}
@@ -301,11 +306,13 @@ func lockInfo(op queue.Op) string {
 	return s[:n]
 }
 
-// LeaseID is the Baton-Lease-Id header of a delivery. A worker's grant has
-// no HTTP lease (the app must not renew or release it), so the header names
-// the op and attempt instead: "op:<id>:<attempt>". It is unique per attempt
-// and never accepted by /v1/leases.
-func LeaseID(id string, attempt int) string { return fmt.Sprintf("op:%s:%d", id, attempt) }
+// newLeaseID is the Baton-Lease-Id of a delivery when no Deps.Hold names
+// one: 128 random bits, known only to the app that gets the delivery.
+func newLeaseID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
+	return hex.EncodeToString(b[:])
+}
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)

@@ -47,6 +47,9 @@ type Config struct {
 	// AppPreemptCleanup is sidecar.app.preempt.cleanup: how long a delivery
 	// asked to yield (preemption) goes on before its request is cancelled.
 	AppPreemptCleanup time.Duration
+	// AppTokenFile is sidecar.app.token.file: deliveries carry its
+	// content as Baton-Token (read with [ReadAppToken]); "" = none.
+	AppTokenFile string
 
 	QueueDir       string        // queue.dir
 	QueueWorkers   int           // queue.workers

@@ -41,6 +41,7 @@ var specDefaults = []struct {
 	{"sidecar.app.url", "", Restart},
 	{"sidecar.app.timeout", "30000", Next},
 	{"sidecar.app.preempt.cleanup", "5000", Next},
+	{"sidecar.app.token.file", "", Next},
 	{"queue.dir", "/var/lib/baton/queue", Restart},
 	{"queue.workers", "4", Restart},
 	{"queue.max.ops", "100000", Live},

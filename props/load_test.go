@@ -75,6 +75,7 @@ func TestEachKeyFromFile(t *testing.T) {
 		{"sidecar.app.url", "unix:/run/app.sock:/ops", func(c Config) bool { return c.AppURL == "unix:/run/app.sock:/ops" }},
 		{"sidecar.app.timeout", "1500", func(c Config) bool { return c.AppTimeout == 1500*time.Millisecond }},
 		{"sidecar.app.preempt.cleanup", "0", func(c Config) bool { return c.AppPreemptCleanup == 0 }},
+		{"sidecar.app.token.file", "", func(c Config) bool { return c.AppTokenFile == "" }},
 		{"queue.dir", "/srv/q", func(c Config) bool { return c.QueueDir == "/srv/q" }},
 		{"queue.workers", "16", func(c Config) bool { return c.QueueWorkers == 16 }},
 		{"queue.max.ops", "5", func(c Config) bool { return c.QueueMaxOps == 5 }},
@@ -632,5 +633,42 @@ func TestKafkaPasswordFromEnvNeverPrinted(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(l.Lines(), "\n"), "kafka.sasl.password=<redacted>  # env BATON_KAFKA_SASL_PASSWORD") {
 		t.Errorf("Lines: %q, want the password redacted with its source", l.Lines())
+	}
+}
+
+// TestAppTokenFile: sidecar.app.token.file must name a readable file with
+// a one-line token in it; the error names the key; the token is its
+// trimmed content and is never part of the printed configuration.
+func TestAppTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := file("tok", "  s3cret-token\n")
+	for _, tc := range []struct{ name, path, want string }{
+		{"missing", filepath.Join(dir, "nope"), "is not a token file (cannot read it: no such file or directory)"},
+		{"empty", file("empty", " \n\t\n"), "is not a token file (it is empty)"},
+		{"two lines", file("two", "a\nb\n"), "is not a token file (it holds more than one line"},
+		{"directory", dir, "is not a token file (cannot read it"},
+	} {
+		path := writeProps(t, dir, tc.name+".properties", "sidecar.app.token.file = "+tc.path)
+		_, err := Load(LoadOptions{File: path})
+		if err == nil || !strings.Contains(err.Error(), "sidecar.app.token.file: ") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Load = %v, want an error naming sidecar.app.token.file: %q", tc.name, err, tc.want)
+		}
+	}
+	l, err := Load(LoadOptions{File: writeProps(t, dir, "good.properties", "sidecar.app.token.file = "+good)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Config.AppTokenFile != good || strings.Contains(l.Config.String(), "s3cret") {
+		t.Errorf("config = %s, want the path and never the token", l.Config)
+	}
+	if tok, err := ReadAppToken(good); tok != "s3cret-token" || err != nil {
+		t.Errorf("ReadAppToken = %q, %v, want the trimmed content", tok, err)
 	}
 }

@@ -98,6 +98,39 @@ func setFile(field func(*Config) *string) func(*Config, string) error {
 	}
 }
 
+// setTokenFile takes sidecar.app.token.file: a readable file with a
+// token in it, checked now (the token itself is not kept in Config).
+func setTokenFile(c *Config, v string) error {
+	if v != "" {
+		if _, err := ReadAppToken(v); err != nil {
+			return expected("a token file (%v)", err)
+		}
+	}
+	c.AppTokenFile = v
+	return nil
+}
+
+// ReadAppToken reads the token of sidecar.app.token.file: the file's
+// content without surrounding white space; an unreadable or empty file is
+// an error.
+func ReadAppToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if u := errors.Unwrap(err); u != nil {
+			err = u
+		}
+		return "", fmt.Errorf("cannot read it: %v", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", errors.New("it is empty")
+	}
+	if strings.ContainsAny(tok, "\r\n\x00") {
+		return "", errors.New("it holds more than one line: a header value is one line")
+	}
+	return tok, nil
+}
+
 func validPrefix(s string) bool {
 	if s == "" {
 		return false

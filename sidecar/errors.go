@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"time"
 
 	"github.com/batonhq/baton/api"
@@ -92,8 +93,12 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			level = slog.LevelError
 		}
 	}
-	s.log.Log(r.Context(), level, "request failed", "method", r.Method, "path", r.URL.Path,
-		"status", he.Status, "error", he.Body.Kind, "message", he.Body.Message, "cause", he.Cause)
+	path, msg := r.URL.Path, he.Body.Message
+	if level >= slog.LevelInfo { // no live lease id in a line shown at info
+		path, msg = redactLeaseIDs(path), redactLeaseIDs(msg)
+	}
+	s.log.Log(r.Context(), level, "request failed", "method", r.Method, "path", path,
+		"status", he.Status, "error", he.Body.Kind, "message", msg, "cause", he.Cause)
 	writeJSON(w, he.Status, he.Body)
 }
 
@@ -103,4 +108,18 @@ func msParam(field string, v, lo, hi int64) (time.Duration, error) {
 		return 0, badRequest(field, "%d is out of range: want %d to %d milliseconds", v, lo, hi)
 	}
 	return time.Duration(v) * time.Millisecond, nil
+}
+
+// leaseIDsRE matches what a lease id's secret part looks like (32 hex
+// digits), inside a lease id or alone.
+var leaseIDsRE = regexp.MustCompile(`[0-9a-f]{32}`)
+
+// logID is how a log line at info or above names a lease: its id
+// redacted (redactLeaseIDs); debug lines carry the whole id as lease_id.
+func logID(id string) string { return redactLeaseIDs(id) }
+
+// redactLeaseIDs keeps the first 8 hex digits of each lease id in s, for
+// logs: enough to tell leases apart, too little to use one.
+func redactLeaseIDs(s string) string {
+	return leaseIDsRE.ReplaceAllStringFunc(s, func(m string) string { return m[:8] + "…" })
 }

@@ -34,8 +34,7 @@ func TestDeliveryReentryEndsLostAfterTold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := "op:0190a0a0-0000-7000-8000-000000000001:1"
-	done := a.srv.HoldDelivery(id, g)
+	id, done := a.srv.HoldDelivery(g)
 	re := a.acquire("dl", `{"lease_id":"`+id+`"}`)
 	if re.Holds != 2 {
 		t.Fatalf("re-entry holds %d, want 2", re.Holds)

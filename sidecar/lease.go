@@ -62,6 +62,7 @@ type lease struct {
 	cleanup     time.Duration
 	preemptAt   time.Time     // guarded by mu: when a preemption reached it; zero: none (or lifted)
 	preemptMsg  string        // guarded by mu
+	preemptGen  int           // guarded by mu: counts preemptions and lifts, so a stale timer does nothing
 	changed     chan struct{} // guarded by mu: closed and replaced when preemptAt changes
 	reason      string
 	endedAt     time.Time
@@ -209,7 +210,7 @@ func (s *Server) endLease(l *lease, state, reason, msg string, cond func() bool,
 	}
 	s.m.leases.WithLabelValues(result).Inc()
 	s.m.hold.WithLabelValues(l.g.Type().String(), result).Observe(now.Sub(l.g.AcquiredAt()).Seconds())
-	attrs := []any{"lease_id", l.id, "object", l.g.Object(), "token", l.g.Token(), "held", now.Sub(l.g.AcquiredAt())}
+	attrs := []any{"lease", logID(l.id), "object", l.g.Object(), "token", l.g.Token(), "held", now.Sub(l.g.AcquiredAt())}
 	switch result {
 	case leaseReleased:
 		s.log.Debug("lease released", attrs...)
@@ -491,7 +492,7 @@ func (s *Server) releaseLast(ctx context.Context, l *lease) (api.ReleaseResponse
 		return api.ReleaseResponse{}, lockLost(reason, "lease %s on %q was lost before the release: %v", l.id, g.Object(), err)
 	default:
 		// The grant is still ours in the engine: keep trying in the background.
-		s.log.Warn("release failed; retrying in the background", "lease_id", l.id, "object", g.Object(), "err", err)
+		s.log.Warn("release failed; retrying in the background", "lease", logID(l.id), "object", g.Object(), "err", err)
 		s.wg.Add(1)
 		go s.retryRelease(g)
 	}

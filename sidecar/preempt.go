@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/batonhq/baton/api"
@@ -11,19 +12,30 @@ import (
 )
 
 // Priority preemption with cleanup (Apache Helix's priority lock): a
-// foreground acquire with "preempt" writes a preempt signal into the
-// holder's privateLock (lock.Engine.Signal) before it queues. The holder's
+// foreground acquire with "preempt" writes a standing ask into the
+// holder's privateLock (lock.Engine.Ask) before it queues. The holder's
 // sidecar learns it through its holder watch; a preemptible lease is then
 // told at once (state "preempted": long-polls return, the Go client's Lock
 // cancels its fn, baton lock sends SIGTERM) and its validity is no longer
 // extended past the preemption + its cleanup window. If it is not released
-// within min(cleanup, the requester's preempt_wait): a forceful requester's
-// signal makes the holder's sidecar take the lease (lost, reason
-// "preempted") and free the lock after the validity told; a non-forceful
-// one lifts the preemption (the holder renews as before) and the requester
-// answers 423. Leases that are not preemptible and the plugin's holders
-// ignore the signal: the requester waits as usual. Op deliveries yield
-// (the dispatcher cancels the request after sidecar.app.preempt.cleanup).
+// within its cleanup — never shortened: preempt_wait_ms cannot take the
+// holder's window away — and a forceful ask still stands then, the holder's
+// sidecar takes the lease (lost, reason "preempted") and frees the lock
+// after the validity told; without one it lifts the preemption (the holder
+// renews as before) and a non-forceful requester answers 423.
+//
+// A preempting request must be able to use what it asks for: its wait_ms
+// (and preempt_wait_ms, when given) must cover the holder's cleanup_ms plus
+// PreemptMargin (preemptWaits), else it is refused with a 400 naming the
+// field before anything is written. A requester that gives up (its wait
+// ran out, 423, its client went away, the sidecar stops) withdraws its ask
+// (lock.Engine.Withdraw) before it answers; the holder's sidecar, told by
+// its watch (lock.KindWithdrawn), lifts the preemption when no other
+// preemption stands: the lease is "held" again, a long-poll returns, and
+// renewals extend it as before. Leases that are not preemptible and the
+// plugin's holders are never asked: the requester waits as usual. Op
+// deliveries yield the same way (the dispatcher cancels the request after
+// sidecar.app.preempt.cleanup if an ask still stands then).
 
 // Signal kinds of a preemption.
 const (
@@ -35,6 +47,46 @@ const (
 // cleanup_ms.
 const DefaultCleanup = 5 * time.Second
 
+// PreemptMargin is what a preempting request must be able to wait beyond
+// the holder's cleanup window: the hand-over (the holder's release or the
+// forceful take, then the grant) goes through ZooKeeper.
+const PreemptMargin = time.Second
+
+// preemptWaits checks that a preempting request can wait long enough to use
+// a yield of a holder whose cleanup window is cleanup: wait (wait_ms, or the
+// type's default, named by defaultKey when wait_ms was not given) and
+// preemptWait (preempt_wait_ms, when given) must each be at least cleanup +
+// PreemptMargin. With cleanup 0 it is the check that needs no holder.
+func preemptWaits(wait time.Duration, waitGiven bool, defaultKey string, preemptWait *time.Duration, cleanup time.Duration) error {
+	need := cleanup + PreemptMargin
+	holder := fmt.Sprintf("the holder's cleanup_ms (%d) + %d", cleanup.Milliseconds(), PreemptMargin.Milliseconds())
+	if cleanup == 0 {
+		holder = fmt.Sprintf("%d + the holder's cleanup_ms", PreemptMargin.Milliseconds())
+	}
+	if wait < need {
+		what := fmt.Sprintf("wait_ms %d", wait.Milliseconds())
+		if !waitGiven {
+			what = fmt.Sprintf("the default wait (%s = %d)", defaultKey, wait.Milliseconds())
+		}
+		if wait == 0 {
+			what += " (try once)"
+		}
+		return badRequest("wait_ms", "%s with \"preempt\": true cannot wait for the holder to yield: a preempting acquire must wait at least %s = %d ms (set wait_ms to that or more, or leave out preempt)",
+			what, holder, need.Milliseconds())
+	}
+	if preemptWait != nil && *preemptWait < need {
+		return badRequest("preempt_wait_ms", "%d is shorter than %s = %d ms: preempt_wait_ms cannot shorten the holder's cleanup window (set it to that or more, or leave it out to wait wait_ms)",
+			preemptWait.Milliseconds(), holder, need.Milliseconds())
+	}
+	return nil
+}
+
+// forceful decides whether an acquire preempts forcefully (takes a holder
+// that did not yield within its cleanup). It is the one place deciding it.
+func (s *Server) forceful(_ *http.Request, req api.AcquireRequest) (bool, error) {
+	return req.Preempt && req.Forceful, nil
+}
+
 // changedCh returns a channel closed at the next preemption change of l.
 func (l *lease) changedCh() <-chan struct{} {
 	l.mu.Lock()
@@ -42,11 +94,32 @@ func (l *lease) changedCh() <-chan struct{} {
 	return l.changed
 }
 
+// preemptStanding reports whether a preemption ask still stands on g, and
+// whether a forceful one does. A preemption signal without an id (from an
+// earlier Baton) stands until the grant ends.
+func preemptStanding(g *lock.Grant, sig lock.Signal) (any, forceful bool) {
+	if sig.ID == "" && (sig.Kind == SignalPreempt || sig.Kind == SignalPreemptForceful) {
+		any, forceful = true, sig.Kind == SignalPreemptForceful
+	}
+	for _, a := range g.Asks() {
+		switch a.Kind {
+		case SignalPreemptForceful:
+			return true, true
+		case SignalPreempt:
+			any = true
+		}
+	}
+	return any, forceful
+}
+
 // preempt applies a preempt signal to l (from the engine's watch: it does
 // not block).
 func (s *Server) preempt(l *lease, sig lock.Signal) {
+	if !l.g.Standing(sig) {
+		return // withdrawn before it reached this lease
+	}
 	if !l.preemptible || l.external {
-		s.log.Info("preemption asked of a lease that is not preemptible: ignored", "lease_id", l.id, "object", l.g.Object(),
+		s.log.Info("preemption asked of a lease that is not preemptible: ignored", "object", l.g.Object(),
 			"token", l.g.Token(), "from", sig.From, "by", sig.Reason)
 		return
 	}
@@ -60,17 +133,14 @@ func (s *Server) preempt(l *lease, sig lock.Signal) {
 		return
 	}
 	l.preemptAt, l.preemptMsg = time.Now(), msg
+	l.preemptGen++
+	gen := l.preemptGen
 	close(l.changed)
 	l.changed = make(chan struct{})
-	cleanup := l.cleanup
+	d := l.cleanup // the holder's window, whatever the requester's preempt_wait_ms
 	l.mu.Unlock()
-	d := cleanup
-	if w := time.Duration(sig.WaitMS) * time.Millisecond; w > 0 && w < d {
-		d = w
-	}
-	forceful := sig.Kind == SignalPreemptForceful
-	s.log.Info("lease preempted: its holder is told to roll back and release", "lease_id", l.id, "object", l.g.Object(),
-		"token", l.g.Token(), "by", msg, "forceful", forceful, "deadline", d)
+	s.log.Info("lease preempted: its holder is told to roll back and release", "object", l.g.Object(),
+		"token", l.g.Token(), "by", msg, "forceful", sig.Kind == SignalPreemptForceful, "deadline", d)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -83,30 +153,72 @@ func (s *Server) preempt(l *lease, sig lock.Signal) {
 		case <-s.closing:
 			return
 		}
-		if forceful {
+		l.mu.Lock()
+		current := !l.ended && l.preemptGen == gen
+		l.mu.Unlock()
+		if !current {
+			return // withdrawn meanwhile (and perhaps preempted again: that one has its own timer)
+		}
+		if _, forceful := preemptStanding(l.g, sig); forceful {
 			if told, ok := s.takeLease(l, api.ReasonPreempted, msg+" (forceful: not released within its cleanup)"); ok {
 				s.log.Warn("preempted lease taken: not released in time; the lock is freed after the validity told to it",
-					"lease_id", l.id, "object", l.g.Object(), "token", l.g.Token(), "freed_in", max(0, time.Until(told)).Round(time.Millisecond))
+					"lease", logID(l.id), "object", l.g.Object(), "token", l.g.Token(), "freed_in", max(0, time.Until(told)).Round(time.Millisecond))
 			}
 			return
 		}
-		l.mu.Lock()
-		if !l.ended {
-			l.preemptAt, l.preemptMsg = time.Time{}, ""
-			close(l.changed)
-			l.changed = make(chan struct{})
+		if s.liftPreemption(l, gen) {
+			s.log.Info("preemption lifted: no forceful request insisted", "object", l.g.Object(), "token", l.g.Token())
 		}
-		l.mu.Unlock()
-		s.log.Info("preemption lifted: the requester did not insist", "lease_id", l.id, "object", l.g.Object())
 	}()
 }
 
-// askToYield is the preempting side: it writes the preempt signal into the
-// object's current holder. It returns whether a Baton holder was asked
-// (free, plugin holders and failures: no, the request waits as usual).
-func (s *Server) askToYield(ctx context.Context, obj string, req api.AcquireRequest, wait time.Duration, caller string) bool {
+// liftPreemption returns l from preempted to held, if its preemption is
+// still the one numbered gen (0: any).
+func (s *Server) liftPreemption(l *lease, gen int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended || l.preemptAt.IsZero() || (gen != 0 && l.preemptGen != gen) {
+		return false
+	}
+	l.preemptAt, l.preemptMsg = time.Time{}, ""
+	l.preemptGen++
+	close(l.changed)
+	l.changed = make(chan struct{})
+	return true
+}
+
+// withdrawn applies the withdrawal of a preemption ask to l: when no
+// other preemption stands, the holder may go on (state held again).
+func (s *Server) withdrawn(l *lease, sig lock.Signal) {
+	if standing, _ := preemptStanding(l.g, lock.Signal{}); standing {
+		return
+	}
+	if s.liftPreemption(l, 0) {
+		s.log.Info("preemption withdrawn: its requester gave up; the holder may go on", "object", l.g.Object(),
+			"token", l.g.Token(), "from", sig.From, "by", sig.Reason)
+	}
+}
+
+// preemptAsk is a standing preemption ask this sidecar wrote for a waiting
+// acquire, to withdraw if it gives up.
+type preemptAsk struct {
+	object string
+	token  int64  // the holder's
+	id     string // the ask's
+}
+
+// errNotPreemptible makes askToYield write nothing to a holder that is not
+// preemptible.
+var errNotPreemptible = errors.New("the holder is not preemptible")
+
+// askToYield is the preempting side: it writes a preemption ask into the
+// object's current holder if it is preemptible and check (preemptWaits
+// with its cleanup) passes. It returns the ask to withdraw if the request
+// gives up, nil when nothing was asked (free, not preemptible, plugin
+// holders, failures: the request waits as usual), or check's error.
+func (s *Server) askToYield(ctx context.Context, obj string, req api.AcquireRequest, forceful bool, wait time.Duration, caller string, check func(cleanup time.Duration) error) (*preemptAsk, error) {
 	kind := SignalPreempt
-	if req.Forceful {
+	if forceful {
 		kind = SignalPreemptForceful
 	}
 	reason := req.Info
@@ -115,19 +227,43 @@ func (s *Server) askToYield(ctx context.Context, obj string, req api.AcquireRequ
 	}
 	sctx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	defer cancel()
-	n, err := s.eng.Signal(sctx, obj, 0, lock.Signal{Kind: kind, Reason: reason, Who: caller, From: s.config().NodeID, WaitMS: wait.Milliseconds()})
+	n, sig, err := s.eng.Ask(sctx, obj, lock.Signal{Kind: kind, Reason: reason, Who: caller, From: s.config().NodeID, WaitMS: wait.Milliseconds()},
+		func(h *lock.Node) error {
+			if !h.Preemptible {
+				return errNotPreemptible
+			}
+			return check(h.Cleanup)
+		})
+	var he *httpError
 	switch {
 	case err == nil:
 		s.log.Info("preemption asked", "object", obj, "holder", n.Name, "holder_sidecar", n.Sidecar, "token", n.Token,
-			"forceful", req.Forceful, "preempt_wait", wait, "caller", caller)
-		return true
+			"forceful", forceful, "holder_cleanup", n.Cleanup, "caller", caller)
+		return &preemptAsk{object: obj, token: n.Token, id: sig.ID}, nil
+	case errors.As(err, &he):
+		return nil, err
 	case errors.Is(err, lock.ErrNoNode):
+	case errors.Is(err, errNotPreemptible):
+		s.log.Debug("preemption not asked: the holder is not preemptible; waiting as usual", "object", obj)
 	case errors.Is(err, lock.ErrNotSignallable):
 		s.log.Info("preemption not asked: the holder is not a Baton grant (the plugin's); waiting as usual", "object", obj)
 	default:
 		s.log.Warn("preemption could not be asked; waiting as usual", "object", obj, "err", err)
 	}
-	return false
+	return nil, nil
+}
+
+// withdraw removes a's ask from its holder (the requester gave up), bounded
+// by inspectTimeout whatever ctx's state: the holder may go on.
+func (s *Server) withdraw(ctx context.Context, a *preemptAsk, why string) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inspectTimeout)
+	defer cancel()
+	if err := s.eng.Withdraw(wctx, a.object, a.token, a.id); err != nil {
+		s.log.Warn("preemption could not be withdrawn: the holder stays preempted until its cleanup window ends", "object", a.object,
+			"token", a.token, "why", why, "err", err)
+		return
+	}
+	s.log.Info("preemption withdrawn: the requester gave up", "object", a.object, "token", a.token, "why", why)
 }
 
 func preemptReason(wait time.Duration) string {

@@ -92,7 +92,7 @@ func TestPreempt(t *testing.T) {
 		last := decodeLease(t, a.mustCall(200, "POST", "/v1/leases/"+h.LeaseID+"/renew", ""))
 		p := poll(h.LeaseID)
 		t0 := time.Now()
-		got := request("forceful", `{"preempt":true,"forceful":true,"preempt_wait_ms":500,"wait_ms":10000}`)
+		got := request("forceful", `{"preempt":true,"forceful":true,"wait_ms":10000}`)
 		pl := <-p
 		tp := time.Now() // the preemption took effect before the holder was told
 		if pl.State != api.StatePreempted {
@@ -132,9 +132,9 @@ func TestPreempt(t *testing.T) {
 	})
 
 	t.Run("not-forceful", func(t *testing.T) {
-		h := hold("not-forceful", `{"preemptible":true,"cleanup_ms":3000,"lease_ms":60000}`)
+		h := hold("not-forceful", `{"preemptible":true,"cleanup_ms":500,"lease_ms":60000}`)
 		t0 := time.Now()
-		r := <-request("not-forceful", `{"preempt":true,"preempt_wait_ms":500,"wait_ms":10000}`)
+		r := <-request("not-forceful", `{"preempt":true,"preempt_wait_ms":1500,"wait_ms":10000}`)
 		if r.st != 423 {
 			t.Fatalf("non-forceful requester: %d %s, want 423", r.st, r.raw)
 		}
@@ -151,7 +151,7 @@ func TestPreempt(t *testing.T) {
 
 	t.Run("not-preemptible", func(t *testing.T) {
 		h := hold("not-preemptible", `{"lease_ms":60000}`)
-		r := <-request("not-preemptible", `{"preempt":true,"forceful":true,"preempt_wait_ms":200,"wait_ms":1500}`)
+		r := <-request("not-preemptible", `{"preempt":true,"forceful":true,"wait_ms":1500}`)
 		if r.st != 423 {
 			t.Fatalf("requester: %d %s, want 423 after its wait", r.st, r.raw)
 		}
@@ -170,7 +170,7 @@ func TestPreempt(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = conn.Delete(root+"/plug/privateLock", -1); _ = conn.Delete(root+"/plug", -1) }()
-		r := <-request("plug", `{"preempt":true,"forceful":true,"preempt_wait_ms":200,"wait_ms":800}`)
+		r := <-request("plug", `{"preempt":true,"forceful":true,"wait_ms":1200}`)
 		if r.st != 423 {
 			t.Fatalf("requester: %d %s, want 423 after its wait", r.st, r.raw)
 		}
@@ -185,12 +185,15 @@ func TestPreempt(t *testing.T) {
 
 	t.Run("bad-input", func(t *testing.T) {
 		for body, field := range map[string]string{
-			`{"cleanup_ms":100}`:                    "cleanup_ms",
-			`{"preemptible":true,"cleanup_ms":0}`:   "cleanup_ms",
-			`{"forceful":true}`:                     "forceful",
-			`{"preempt_wait_ms":5}`:                 "preempt_wait_ms",
-			`{"preempt":true,"type":"background"}`:  "preempt",
-			`{"preempt":true,"preempt_wait_ms":-1}`: "preempt_wait_ms",
+			`{"cleanup_ms":100}`:                                  "cleanup_ms",
+			`{"preemptible":true,"cleanup_ms":0}`:                 "cleanup_ms",
+			`{"forceful":true}`:                                   "forceful",
+			`{"preempt_wait_ms":5}`:                               "preempt_wait_ms",
+			`{"preempt":true,"type":"background"}`:                "preempt",
+			`{"preempt":true,"preempt_wait_ms":-1}`:               "preempt_wait_ms",
+			`{"preempt":true,"wait_ms":0}`:                        "wait_ms",
+			`{"preempt":true,"wait_ms":999}`:                      "wait_ms",
+			`{"preempt":true,"wait_ms":5000,"preempt_wait_ms":0}`: "preempt_wait_ms",
 		} {
 			if e := decodeError(t, b.mustCall(400, "POST", "/v1/locks/x/acquire", body)); e.Field != field {
 				t.Errorf("%s: %+v, want field %s", body, e, field)

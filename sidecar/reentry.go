@@ -2,7 +2,6 @@ package sidecar
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/batonhq/baton/api"
@@ -35,10 +34,7 @@ func (s *Server) reentrant(id, object string) (*lease, error) {
 				return nil, err
 			}
 		}
-		if strings.HasPrefix(id, "op:") {
-			return nil, badRequest("lease_id", "%q names no op delivery in progress on this sidecar (a Baton-Lease-Id can be re-entered only while its delivery runs)", id)
-		}
-		return nil, badRequest("lease_id", "no lease %q is held through this sidecar (never granted, released, or not a lease id)", id)
+		return nil, badRequest("lease_id", "no lease %q is held through this sidecar (never granted, released, or not a lease id; an op delivery's Baton-Lease-Id only while its delivery runs)", id)
 	}
 	if o := l.g.Object(); o != object {
 		return nil, badRequest("lease_id", "lease %s holds %q, not %q: a lease re-enters only its own object", id, o, object)
@@ -100,8 +96,10 @@ func (s *Server) releaseHold(l *lease) (res api.ReleaseResponse, done bool, err 
 const reasonDeliveryEnded = "op delivery ended"
 
 // HoldDelivery makes an op delivery's grant re-enterable while the app
-// handles it: an acquire of the same object naming id (the delivery's
-// Baton-Lease-Id) gets this lease with one more hold, told valid for at
+// handles it. It returns the delivery's lease id (random like every lease
+// id, sent only in the delivery's Baton-Lease-Id header, never listed nor
+// logged while live): an acquire of the same object naming it gets this
+// lease with one more hold, told valid for at
 // most sidecar.app.preempt.cleanup ahead (what the dispatcher waits after
 // a preemption before it cancels the delivery). The returned func ends it
 // when the delivery is over, why in reason ("" when the app answered);
@@ -109,14 +107,15 @@ const reasonDeliveryEnded = "op delivery ended"
 // or a valid_until told about the lease (a GET, a renewal) is still
 // ahead, the lease ends lost with that reason (410 to its holders) and
 // done returns only after that valid_until. It is ops.Deps.Hold.
-func (s *Server) HoldDelivery(id string, g *lock.Grant) (done func(reason string)) {
+func (s *Server) HoldDelivery(g *lock.Grant) (id string, done func(reason string)) {
 	cfg := s.config()
+	id = s.newLeaseID()
 	l := &lease{id: id, g: g, length: cfg.LeaseDefault, expires: time.Now().Add(cfg.LeaseMax),
 		done: make(chan struct{}), holds: 1, external: true, changed: make(chan struct{}), cleanup: cfg.AppPreemptCleanup}
 	s.mu.Lock()
 	if s.closed || s.leases[id] != nil {
 		s.mu.Unlock()
-		return func(string) {}
+		return id, func(string) {}
 	}
 	s.leases[id] = l
 	s.deliveries++
@@ -128,7 +127,7 @@ func (s *Server) HoldDelivery(id string, g *lock.Grant) (done func(reason string
 	})
 	l.mu.Unlock()
 	s.mu.Unlock()
-	return func(reason string) {
+	return id, func(reason string) {
 		if reason == "" {
 			reason = reasonDeliveryEnded
 		}
@@ -136,7 +135,7 @@ func (s *Server) HoldDelivery(id string, g *lock.Grant) (done func(reason string
 		for l.holdsOf() > 0 {
 			if ended, told := s.endLease(l, api.StateLost, reason, "the op delivery whose lease this is ended: "+reason, held, true); ended {
 				s.log.Warn("op delivery ended while its lease was re-entered or told valid ahead: its holders are told lost; the lock is freed after the validity told",
-					"lease_id", l.id, "object", l.g.Object(), "token", l.g.Token(), "reason", reason,
+					"lease", logID(l.id), "object", l.g.Object(), "token", l.g.Token(), "reason", reason,
 					"freed_in", max(0, time.Until(told)).Round(time.Millisecond))
 				break
 			}

@@ -139,6 +139,8 @@ func (s *Server) onSignal(l *lease, sig lock.Signal) {
 		}()
 	case SignalPreempt, SignalPreemptForceful:
 		s.preempt(l, sig)
+	case lock.KindWithdrawn:
+		s.withdrawn(l, sig)
 	}
 }
 
@@ -158,7 +160,7 @@ func (s *Server) revokeLease(l *lease, sig lock.Signal) (time.Time, bool) {
 	}
 	s.revokes.WithLabelValues("applied").Inc()
 	s.log.Warn("audit: lease revoked; its holder is told, the lock is freed after the validity told to it",
-		"object", l.g.Object(), "token", l.g.Token(), "lease_id", l.id, "holder_pid", l.pid, "holder_info", l.g.Info(),
+		"object", l.g.Object(), "token", l.g.Token(), "lease", logID(l.id), "holder_pid", l.pid, "holder_info", l.g.Info(),
 		"reason", reason, "caller", sig.Who, "requested_through", sig.From, "freed_in", max(0, time.Until(told)).Round(time.Millisecond))
 	return told, true
 }

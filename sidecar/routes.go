@@ -261,6 +261,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 		cleanup = d
 	}
 	preemptWait := wait
+	var preemptWaitGiven *time.Duration
 	if req.PreemptWaitMS != nil {
 		if !req.Preempt {
 			return badRequest("preempt_wait_ms", "only applies with \"preempt\": true")
@@ -269,7 +270,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		preemptWait = d
+		preemptWait, preemptWaitGiven = d, &d
 	}
 	switch {
 	case req.Forceful && !req.Preempt:
@@ -277,11 +278,29 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 	case req.Preempt && typ != lock.Foreground:
 		return badRequest("preempt", "only a foreground acquire may preempt")
 	}
+	forceful, err := s.forceful(r, req)
+	if err != nil {
+		return err
+	}
+	// A preempting request must be able to wait for the yield it asks for
+	// (preempt.go): checked here without the holder, at the ask with its
+	// cleanup_ms.
+	waitsFor := func(cleanup time.Duration) error {
+		return preemptWaits(wait, req.WaitMS != nil, "zookeeper.foreground.task.timeout", preemptWaitGiven, cleanup)
+	}
+	if req.Preempt {
+		if err := waitsFor(0); err != nil {
+			return err
+		}
+	}
 	opts := lock.AcquireOptions{Info: req.Info, Wait: wait, OnSignal: func(sig lock.Signal) {
 		if l := held.Load(); l != nil {
 			s.onSignal(l, sig)
 		}
 	}}
+	if req.Preemptible { // recorded in the nodes for a preempting requester (preemptWaits)
+		opts.Preemptible, opts.Cleanup = true, cleanup
+	}
 	if wait == 0 {
 		// try once; the engine's default wait bounds waiting for a connection
 		opts.TryOnce, opts.Wait = true, 0
@@ -316,13 +335,24 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 		caller = s.holdPID(pidFrom(r.Context()))
 		defer s.unholdPID(caller)
 	}
-	asked := req.Preempt && s.askToYield(ctx, obj, req, preemptWait, who(r.Context()))
-	if asked && !req.Forceful && preemptWait < opts.Wait && !opts.TryOnce {
+	var ask *preemptAsk
+	if req.Preempt {
+		a, err := s.askToYield(ctx, obj, req, forceful, preemptWait, who(r.Context()), waitsFor)
+		if err != nil {
+			return err
+		}
+		ask = a
+	}
+	asked := ask != nil
+	if asked && !forceful && preemptWait < opts.Wait && !opts.TryOnce {
 		opts.Wait = max(preemptWait, time.Millisecond)
 	}
 	g, err := s.eng.Acquire(ctx, obj, typ, opts)
 	if err != nil {
 		he := s.toHTTPError(r, err)
+		if asked { // gave up: the holder may go on
+			s.withdraw(r.Context(), ask, he.Body.Kind)
+		}
 		if asked && he.Body.Kind == api.InstanceLockException {
 			he.Body.Reason = preemptReason(preemptWait)
 		}
@@ -561,7 +591,14 @@ func holderOf(n *lock.Node) *api.Holder {
 		case SignalRevoke:
 			h.Revocation = revokeReason(n.Signal.Reason)
 		case SignalPreempt, SignalPreemptForceful:
-			h.Preemption = n.Signal.Kind + " by a request through sidecar " + n.Signal.From + ": " + n.Signal.Reason
+			if n.Signal.ID == "" { // an earlier Baton's, never withdrawn
+				h.Preemption = n.Signal.Kind + " by a request through sidecar " + n.Signal.From + ": " + n.Signal.Reason
+			}
+		}
+	}
+	for _, a := range n.Asks { // the latest preemption still standing (not withdrawn)
+		if a.Kind == SignalPreempt || a.Kind == SignalPreemptForceful {
+			h.Preemption = a.Kind + " by a request through sidecar " + a.From + ": " + a.Reason
 		}
 	}
 	return h

@@ -67,7 +67,7 @@ func TestYieldUnderLoad(t *testing.T) {
 				stuck := !preempter && r.IntN(4) == 0
 				body := `{"type":"background","preemptible":true,"cleanup_ms":300,"wait_ms":5000,"lease_ms":60000}`
 				if preempter {
-					body = `{"preempt":true,"forceful":true,"preempt_wait_ms":200,"wait_ms":5000,"lease_ms":60000}`
+					body = `{"preempt":true,"forceful":true,"wait_ms":5000,"lease_ms":60000}`
 				}
 				st, raw := s.call("POST", "/v1/locks/"+obj+"/acquire", body)
 				if st == 423 {

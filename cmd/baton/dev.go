@@ -101,6 +101,13 @@ func runDev(ctx context.Context, g *globals, tick time.Duration) error {
 	for _, o := range overrides {
 		fmt.Fprintf(out, "dev: override %s=%s\n", o.Key, o.Value)
 	}
+	if app != nil && loaded.Config.AppTokenFile != "" { // the demo app checks Baton-Token
+		tok, err := props.ReadAppToken(loaded.Config.AppTokenFile)
+		if err != nil {
+			return fmt.Errorf("sidecar.app.token.file %s: %w", loaded.Config.AppTokenFile, err)
+		}
+		app.setToken(tok)
+	}
 	if app != nil {
 		fmt.Fprintf(out, "dev: demo app %s: logs every delivery (app: lines), answers as told at %s/answer\n", app.URL(), app.Base())
 	} else {

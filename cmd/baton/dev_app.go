@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,9 +35,8 @@ import (
 // demoDelivery is one delivery the demo app received.
 type demoDelivery struct {
 	api.Delivery
-	LeaseID string    `json:"lease_id"` // the Baton-Lease-Id header
-	Status  int       `json:"status"`   // what the app answered
-	At      time.Time `json:"at"`
+	Status int       `json:"status"` // what the app answered
+	At     time.Time `json:"at"`
 }
 
 // demoRule is an answer the demo app was told to give.
@@ -56,6 +56,7 @@ type demoApp struct {
 
 	mu         sync.Mutex
 	rules      map[string]*demoRule // "object:" + O or "op:" + ID
+	token      string               // Baton-Token a delivery must carry; "" = not checked
 	deliveries []demoDelivery
 }
 
@@ -88,6 +89,13 @@ func (a *demoApp) logf(format string, args ...any) {
 // URL is the value for sidecar.app.url.
 func (a *demoApp) URL() string { return a.url }
 
+// setToken makes the app refuse (401) deliveries without Baton-Token: tok.
+func (a *demoApp) setToken(tok string) {
+	a.mu.Lock()
+	a.token = tok
+	a.mu.Unlock()
+}
+
 // Base is the app's address for the control endpoints ("http://127.0.0.1:PORT").
 func (a *demoApp) Base() string { return "http://" + a.ln.Addr().String() }
 
@@ -107,7 +115,15 @@ func (a *demoApp) deliver(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "demo app: the body is not the delivery JSON: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	d.LeaseID, d.At = r.Header.Get("Baton-Lease-Id"), time.Now()
+	d.At = time.Now() // Baton-Lease-Id is the delivery's secret: not kept, not listed
+	a.mu.Lock()
+	token := a.token
+	a.mu.Unlock()
+	if token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Baton-Token")), []byte(token)) != 1 {
+		a.logf("app: op %s: no or a wrong Baton-Token (sidecar.app.token.file): answering 401", d.ID)
+		http.Error(w, "demo app: no or a wrong Baton-Token", http.StatusUnauthorized)
+		return
+	}
 	// The headers repeat the body; say so if they do not.
 	var mismatch []string
 	for h, v := range map[string]string{"Baton-Op-Id": d.ID, "Baton-Object": d.Object, "Baton-Fencing-Token": d.Token,

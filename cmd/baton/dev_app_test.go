@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -84,5 +85,47 @@ func TestDemoAppRules(t *testing.T) {
 	post(a.URL(), `{"id":"o8","object":"c","attempt":1,"token":"7","seq":1}`, map[string]string{"Baton-Op-Id": "other"})
 	if !strings.Contains(out.String(), "HEADERS DIFFER") {
 		t.Errorf("no HEADERS DIFFER for mismatched headers:\n%s", out.String())
+	}
+}
+
+// TestDemoAppToken: with sidecar.app.token.file set, the demo app answers
+// 401 to a delivery without the Baton-Token it holds, 200 with it; what it
+// lists (GET /deliveries) never holds a delivery's Baton-Lease-Id.
+func TestDemoAppToken(t *testing.T) {
+	var out testenv.Buffer
+	a, err := startDemoApp(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	a.setToken("app-s3cret")
+	deliver := func(token string) int {
+		t.Helper()
+		req, _ := http.NewRequest("POST", a.URL(), strings.NewReader(`{"id":"t1","object":"a","info":"","payload":null,"attempt":1,"token":"7","seq":1,"accepted_at":"2026-01-01T00:00:00.000Z"}`))
+		req.Header.Set("Baton-Lease-Id", "01a2174416ba50cf.14bfea673e0371f0acc612143de98818")
+		if token != "" {
+			req.Header.Set("Baton-Token", token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for token, want := range map[string]int{"": 401, "wrong": 401, "app-s3cret": 200} {
+		if got := deliver(token); got != want {
+			t.Errorf("Baton-Token %q: %d, want %d", token, got, want)
+		}
+	}
+	resp, err := http.Get(a.Base() + "/deliveries")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	_, _ = io.Copy(&b, resp.Body)
+	if strings.Contains(b.String(), "14bfea67") || !strings.Contains(b.String(), `"t1"`) {
+		t.Errorf("GET /deliveries = %s, want the delivery without its lease id", b.String())
 	}
 }

@@ -380,6 +380,7 @@ func TestE2E(t *testing.T) {
 	t.Run("lock/reentry", func(t *testing.T) { testLockReentry(t, e, shared) })
 	t.Run("lock/revoked", func(t *testing.T) { testLockRevoked(t, e, shared) })
 	t.Run("lock/preempted", func(t *testing.T) { testLockPreempted(t, e, shared) })
+	t.Run("lock/preempt-withdrawn", func(t *testing.T) { testLockPreemptWithdrawn(t, e, shared) })
 	t.Run("lock/signals", func(t *testing.T) { testLockSignals(t, e, shared) })
 	t.Run("lock/leftovers-killed", func(t *testing.T) { testLockLeftovers(t, e, shared) })
 	t.Run("lock/parent-killed", func(t *testing.T) { testLockParentKilled(t, e, shared) })

@@ -80,8 +80,10 @@ With --preemptible, a foreground baton lock --preempt (any sidecar) can ask
 CMD to yield: CMD gets SIGTERM at once and has --cleanup to exit (then exit
 76); the lock's validity is never told more than --cleanup ahead. With
 --preempt, a preemptible holder is asked to yield; --forceful takes the lock
-from one that did not within --preempt-wait (give --wait enough for that
-plus its cleanup), else 75 once --preempt-wait is over.
+from one that did not within its cleanup, else 75 once --preempt-wait is
+over. --wait and --preempt-wait must each cover the holder's cleanup + 1s
+(else the sidecar refuses the request, naming the one that is short); when
+this baton lock gives up (timeout, SIGINT), the holder is told it may go on.
 
 The lease is bound to this process ("bind":"process"): if baton lock dies,
 the sidecar releases the lock at once (and the kernel kills CMD). Its
@@ -148,7 +150,7 @@ Exit status:
 	fl.BoolVar(&f.preemptible, "preemptible", false, "let a --preempt request ask CMD to yield: SIGTERM, then --cleanup to exit")
 	fl.DurationVar(&f.cleanup, "cleanup", 0, "with --preemptible: time CMD has to roll back and exit once preempted (default 5s)")
 	fl.BoolVar(&f.preempt, "preempt", false, "(foreground) ask a preemptible holder, on any sidecar, to yield")
-	fl.DurationVar(&f.preemptWait, "preempt-wait", 0, "with --preempt: how long the holder has to yield (default: --wait)")
+	fl.DurationVar(&f.preemptWait, "preempt-wait", 0, "with --preempt: how long to wait for the holder to yield before giving up, at least its cleanup + 1s (default: --wait)")
 	fl.BoolVar(&f.forceful, "forceful", false, "with --preempt: take the lock from a holder that did not yield in time")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "say on stderr what the wait is for (who holds the lock, how many wait); on by default when stderr is a terminal")
 	return cmd
@@ -426,6 +428,7 @@ type holder struct {
 	termAt    time.Time // when SIGTERM goes to the group (zero: not scheduled)
 	termT     *time.Timer
 	byWindow  bool // doomed by the window, not by a loss: called off if the lease is held again
+	byPreempt bool // doomed by a preemption (byWindow too): its withdrawal calls it off
 }
 
 // exitResult is how CMD ended.
@@ -594,7 +597,7 @@ func (h *holder) checkWindow() {
 		// command rolls back and exits), SIGKILL 100ms before the validity
 		// told, which renewals no longer extend.
 		if h.doomed == nil {
-			h.byWindow = true
+			h.byWindow, h.byPreempt = true, true
 			h.doom(fmt.Errorf("lock %q %s; the command has until its validity ends, in %v", h.obj, h.lease.Last().Reason,
 				time.Until(h.lease.ValidUntil()).Round(time.Millisecond)), h.lease.ValidUntil().Add(-killMargin))
 		}
@@ -609,9 +612,13 @@ func (h *holder) checkWindow() {
 			h.termAt = time.Time{}
 		}
 		if h.byWindow && h.doomed != nil {
-			fmt.Fprintf(h.g.stderr, "baton: SIGKILL to the command called off: the lock is held\n")
+			if h.byPreempt {
+				fmt.Fprintf(h.g.stderr, "baton: lock %q: the preemption was withdrawn (its requester gave up): the lock is held again; SIGKILL to the command called off (it got SIGTERM; a command that trapped it may go on)\n", h.obj)
+			} else {
+				fmt.Fprintf(h.g.stderr, "baton: SIGKILL to the command called off: the lock is held\n")
+			}
 			h.killT.Stop()
-			h.doomed, h.byWindow, h.killAt = nil, false, time.Time{}
+			h.doomed, h.byWindow, h.byPreempt, h.killAt = nil, false, false, time.Time{}
 		}
 		return
 	default: // lost or released: the loss path handles it

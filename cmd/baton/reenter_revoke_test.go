@@ -168,3 +168,43 @@ func testLockPreempted(t *testing.T, e *env, s *sidecarProc) {
 		t.Errorf("preempted baton lock: exit %d stdout %q stderr %q; want %d, got-TERM, preempted", hcode, r.out.String(), r.err.String(), exitLost)
 	}
 }
+
+// testLockPreemptWithdrawn: the requester preempting `baton lock
+// --preemptible X -- CMD` (forceful) goes away during CMD's cleanup window:
+// its ask is withdrawn, baton lock says so and calls off the SIGKILL, CMD
+// (which trapped SIGTERM and goes on) is not killed when the window ends,
+// and baton lock exits with CMD's own status when CMD finishes: the lock
+// was never lost.
+func testLockPreemptWithdrawn(t *testing.T, e *env, s *sidecarProc) {
+	const obj = "preempt-withdrawn"
+	stop := t.TempDir() + "/stop"
+	r := startLock(s.socket, nil, "--preemptible", "--cleanup", "2s", obj, "--", "sh", "-c",
+		`trap "echo got-TERM" TERM; echo started; while [ ! -e "$0" ]; do sleep 0.05; done; echo finished`, stop)
+	r.out.waitFor(t, 0, "started", 30*time.Second)
+	time.Sleep(100 * time.Millisecond) // past the holder watch's arming delay
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	gave := make(chan error, 1)
+	go func() {
+		_, err := client.New(s.socket).Acquire(ctx, obj, client.WithPreempt(0, true), client.WithWait(20*time.Second))
+		gave <- err
+	}()
+	r.out.waitFor(t, 0, "got-TERM", 30*time.Second)
+	cancel() // the requester gives up
+	if err := <-gave; err == nil {
+		t.Fatal("the preempting acquire was granted, want it cancelled")
+	}
+	r.err.waitFor(t, 0, "withdrawn", 30*time.Second)
+	select {
+	case code := <-r.done:
+		t.Fatalf("baton lock exited %d within 3s of a withdrawn preemption (cleanup 2s); stderr %q", code, r.err.String())
+	case <-time.After(3 * time.Second): // past the cleanup window: not taken, CMD not killed
+	}
+	if err := os.WriteFile(stop, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _ := r.wait(t, 30*time.Second)
+	if code != 0 || !strings.Contains(r.out.String(), "finished") {
+		t.Errorf("baton lock after a withdrawn preemption: exit %d stdout %q stderr %q; want 0 and CMD finished", code, r.out.String(), r.err.String())
+	}
+}

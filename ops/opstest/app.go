@@ -9,6 +9,7 @@ package opstest
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,6 +49,9 @@ type Options struct {
 	Unix string
 	// Respond answers each delivery; default 200 for all.
 	Respond Respond
+	// Token, if set, is the Baton-Token a delivery must carry
+	// (sidecar.app.token.file): one without it is answered 401.
+	Token string
 }
 
 // App is the test app. Its methods are safe for concurrent use.
@@ -59,13 +63,14 @@ type App struct {
 
 	mu      sync.Mutex
 	respond Respond
+	token   string
 	log     []Delivery
 	changed chan struct{}
 }
 
 // Start starts an App; Close stops it.
 func Start(opts Options) (*App, error) {
-	a := &App{respond: opts.Respond, changed: make(chan struct{}), done: make(chan struct{})}
+	a := &App{respond: opts.Respond, token: opts.Token, changed: make(chan struct{}), done: make(chan struct{})}
 	var err error
 	if opts.Unix != "" {
 		a.ln, err = net.Listen("unix", opts.Unix)
@@ -132,6 +137,12 @@ func (a *App) serve(w http.ResponseWriter, r *http.Request) {
 	d.Err = dec.Decode(&d)
 	d.Header, d.Body, d.At = r.Header.Clone(), body, time.Now()
 	status := http.StatusBadRequest
+	a.mu.Lock()
+	token := a.token
+	a.mu.Unlock()
+	if token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Baton-Token")), []byte(token)) != 1 {
+		status, d.Err = http.StatusUnauthorized, errors.New("opstest: no or a wrong Baton-Token")
+	}
 	if d.Err == nil {
 		a.mu.Lock()
 		f := a.respond
@@ -263,4 +274,11 @@ func Fail(n, status int, match func(Delivery) bool) Respond {
 func (d Delivery) TokenInt() int64 {
 	v, _ := strconv.ParseInt(d.Token, 10, 64)
 	return v
+}
+
+// SetToken replaces Options.Token.
+func (a *App) SetToken(token string) {
+	a.mu.Lock()
+	a.token = token
+	a.mu.Unlock()
 }
