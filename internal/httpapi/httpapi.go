@@ -112,6 +112,9 @@ func jsonError(err error) error {
 		return BadRequest(te.Field, "want %s, got JSON %s", jsonKind(te.Type.String()), te.Value)
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		if name == `""` {
+			return BadRequest("body", `an empty key "" (no field has that name)`)
+		}
 		return BadRequest(strings.Trim(name, `"`), "unknown field (the accepted fields are in the API reference: GET /v1/openapi.json)")
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {

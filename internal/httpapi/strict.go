@@ -37,7 +37,17 @@ var errMalformed = errors.New("malformed")
 // looked into. A body that is not well-formed JSON is returned unchanged,
 // with no error: the decoder reports it.
 func checkKeys(body []byte, t reflect.Type) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
+	// The first JSON value, checked well-formed first (a key read by the
+	// walk is not yet known to be followed by a value); what follows it is
+	// the decoder's to refuse.
+	first := json.NewDecoder(bytes.NewReader(body))
+	var raw json.RawMessage
+	if err := first.Decode(&raw); err != nil {
+		return body, nil // the decoder says where it is broken
+	}
+	end := int(first.InputOffset())
+	start := end - len(raw)
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	w := &keyWalker{dec: dec}
 	if err := w.value(t, ""); err != nil {
@@ -50,15 +60,17 @@ func checkKeys(body []byte, t reflect.Type) ([]byte, error) {
 		return body, nil
 	}
 	out := make([]byte, 0, len(body)+2*len(w.quote))
+	out = append(out, body[:start]...)
 	last := 0
 	for _, q := range w.quote {
-		out = append(out, body[last:q[0]]...)
+		out = append(out, raw[last:q[0]]...)
 		out = append(out, '"')
-		out = append(out, body[q[0]:q[1]]...)
+		out = append(out, raw[q[0]:q[1]]...)
 		out = append(out, '"')
 		last = q[1]
 	}
-	return append(out, body[last:]...), nil
+	out = append(out, raw[last:]...)
+	return append(out, body[end:]...), nil
 }
 
 type keyWalker struct {
@@ -146,6 +158,8 @@ func (w *keyWalker) object(fields map[string]field, path string) error {
 		}
 		f, known := fields[key]
 		switch {
+		case key == "":
+			return BadRequest(joinPath(path, "body"), `an empty key "" (no field has that name)`)
 		case !known:
 			for k := range fields {
 				if strings.EqualFold(k, key) {
