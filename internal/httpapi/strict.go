@@ -18,7 +18,7 @@ import (
 // prototype) is strict about both, but it is behind GOEXPERIMENT in Go 1.26
 // and the prototype's API is not stable; the request types are small flat
 // structs, so a token walk over the object keys against their json tags is
-// a few dozen lines and keeps encoding/json's decoding (and its error
+// small (no dependency) and keeps encoding/json's decoding (and its error
 // texts) for everything else.
 
 // errMalformed makes checkKeys leave the error to the decoder, whose
