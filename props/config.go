@@ -34,6 +34,7 @@ type Config struct {
 	LockRoot          string        // zookeeper.lock.root: absolute path inside the chroot
 	ObjectNode        string        // zookeeper.object.node: "container" or "persistent"
 	AuthDigest        string        // zookeeper.auth.digest: "" or "user:password" — secret
+	AuthDigestFile    string        // zookeeper.auth.digest.file: read by [Config.ZKDigest]
 
 	SocketPath    string        // sidecar.socket.path
 	SocketMode    os.FileMode   // sidecar.socket.mode (permission bits only)

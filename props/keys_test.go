@@ -26,6 +26,7 @@ var specDefaults = []struct {
 	{"zookeeper.lock.root", "/baton/locks", Restart},
 	{"zookeeper.object.node", "container", Restart},
 	{"zookeeper.auth.digest", "", Restart},
+	{"zookeeper.auth.digest.file", "", Restart},
 	{"zookeeper.tls.enabled", "false", Restart},
 	{"zookeeper.tls.ca.file", "", Restart},
 	{"zookeeper.tls.cert.file", "", Restart},

@@ -65,6 +65,7 @@ func TestEachKeyFromFile(t *testing.T) {
 		{"zookeeper.lock.root", "/locks", func(c Config) bool { return c.LockRoot == "/locks" }},
 		{"zookeeper.object.node", "persistent", func(c Config) bool { return c.ObjectNode == "persistent" }},
 		{"zookeeper.auth.digest", "alice:s3cret", func(c Config) bool { return c.AuthDigest == "alice:s3cret" }},
+		{"zookeeper.auth.digest.file", "", func(c Config) bool { return c.AuthDigestFile == "" }}, // set with the digest is an error: TestZKDigestFile
 		{"sidecar.socket.path", "/tmp/b.sock", func(c Config) bool { return c.SocketPath == "/tmp/b.sock" }},
 		{"sidecar.socket.mode", "600", func(c Config) bool { return c.SocketMode == 0o600 }},
 		{"sidecar.node.id", "node-7.dc1", func(c Config) bool { return c.NodeID == "node-7.dc1" }},

@@ -440,6 +440,7 @@ func crossCheck(c *Config, values map[string]string, sources map[string]Source) 
 		}
 	}
 	kafkaChecks(c, fail)
+	zkSecurityChecks(c, fail)
 	ordered("sidecar.lease.default", "sidecar.lease.max", c.LeaseDefault, c.LeaseMax)
 	ordered("retry.initial.interval", "retry.max.interval", c.RetryInitial, c.RetryMax)
 	return errs

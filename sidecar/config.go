@@ -48,6 +48,10 @@ func EngineOptions(cfg props.Config, logger *slog.Logger) (lock.Options, error) 
 	if err != nil {
 		return lock.Options{}, err
 	}
+	digest, err := cfg.ZKDigest()
+	if err != nil {
+		return lock.Options{}, fmt.Errorf("sidecar: %w", err)
+	}
 	return lock.Options{
 		Servers:          append([]string(nil), cfg.ZKServers...),
 		Chroot:           cfg.ZKChroot,
@@ -60,7 +64,7 @@ func EngineOptions(cfg props.Config, logger *slog.Logger) (lock.Options, error) 
 		BackgroundPrefix: cfg.BackgroundPrefix,
 		ForegroundWait:   cfg.ForegroundTimeout,
 		BackgroundWait:   cfg.BackgroundTimeout,
-		AuthDigest:       cfg.AuthDigest,
+		AuthDigest:       digest,
 		NodeID:           cfg.NodeID,
 		Logger:           logger,
 	}, nil

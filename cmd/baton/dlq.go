@@ -116,12 +116,12 @@ Exit status 0; 69 when Kafka cannot be reached.`,
 				}
 				pos := fmt.Sprintf("%d:%d", m.Partition, m.Offset)
 				if m.Err != nil {
-					fmt.Fprintf(tw, "%s\t%s\t-\tINVALID\t-\t-\t-\t%s\n", pos, orDash(string(m.Raw.Key)), quoteCut(m.Err.Error()))
+					fmt.Fprintf(tw, "%s\t%s\t-\tINVALID\t-\t-\t-\t%s\n", pos, orDash(printable(string(m.Raw.Key))), quoteCut(m.Err.Error()))
 					return nil
 				}
 				lt := m.Letter
 				replayed, state := st.of(cmd.Context(), m)
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", pos, lt.Object, lt.ID, orDash(lt.ErrorClass), lt.Attempts, replayed, state, quoteCut(lt.LastError))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", pos, printable(lt.Object), printable(lt.ID), orDash(printable(lt.ErrorClass)), lt.Attempts, replayed, state, quoteCut(lt.LastError))
 				return nil
 			})
 			if werr != nil {
@@ -360,7 +360,7 @@ func replayAll(ctx context.Context, g *globals, r *dlq.Reader, rp *replayer, ro 
 	counts, err = r.Replay(ctx, ro, func(lt dlq.Letter) error {
 		if ro.DryRun {
 			rp.rc.wouldDo++
-			_, werr := fmt.Fprintf(g.stdout, "would replay %s (object %s, %s, %s)\n", lt.ID, lt.Object, count(lt.Attempts, "attempt"), orDash(lt.ErrorClass))
+			_, werr := fmt.Fprintf(g.stdout, "would replay %s (object %s, %s, %s)\n", printable(lt.ID), printable(lt.Object), count(lt.Attempts, "attempt"), orDash(printable(lt.ErrorClass)))
 			return werr
 		}
 		msg, err := rp.replay(ctx, lt)
@@ -368,7 +368,7 @@ func replayAll(ctx context.Context, g *globals, r *dlq.Reader, rp *replayer, ro 
 			refused = err
 			return err
 		}
-		_, werr := fmt.Fprintln(g.stdout, msg)
+		_, werr := fmt.Fprintln(g.stdout, printable(msg))
 		return werr
 	})
 	rc := rp.rc

@@ -598,7 +598,7 @@ func (h *holder) checkWindow() {
 		// told, which renewals no longer extend.
 		if h.doomed == nil {
 			h.byWindow, h.byPreempt = true, true
-			h.doom(fmt.Errorf("lock %q %s; the command has until its validity ends, in %v", h.obj, h.lease.Last().Reason,
+			h.doom(fmt.Errorf("lock %q %s; the command has until its validity ends, in %v", h.obj, printable(h.lease.Last().Reason),
 				time.Until(h.lease.ValidUntil()).Round(time.Millisecond)), h.lease.ValidUntil().Add(-killMargin))
 		}
 		return

@@ -96,9 +96,9 @@ func printLocks(w io.Writer, locks []api.LockSummary) error {
 	fmt.Fprintln(tw, "OBJECT\tHOLDER\tTYPE\tSIDECAR\tTOKEN\tSINCE\tWAITERS\tINFO")
 	for _, l := range locks {
 		if h := l.Holder; h != nil {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", l.Object, h.Node, orDash(h.Type), orDash(h.Sidecar), h.Token, since(h.Since), l.Waiters, strconv.Quote(h.Info))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", printable(l.Object), printable(h.Node), orDash(printable(h.Type)), orDash(printable(h.Sidecar)), h.Token, since(h.Since), l.Waiters, strconv.Quote(h.Info))
 		} else {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%d\t\n", l.Object, l.Waiters)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%d\t\n", printable(l.Object), l.Waiters)
 		}
 	}
 	return tw.Flush()
@@ -106,10 +106,10 @@ func printLocks(w io.Writer, locks []api.LockSummary) error {
 
 func printLock(w io.Writer, st *api.LockStatus) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "object\t%s\n", st.Object)
+	fmt.Fprintf(tw, "object\t%s\n", printable(st.Object))
 	if h := st.Holder; h != nil {
 		fmt.Fprintf(tw, "holder\t%s  type %s  sidecar %s  token %d  since %s  info %s\n",
-			h.Node, orDash(h.Type), orDash(h.Sidecar), h.Token, since(h.Since), strconv.Quote(h.Info))
+			printable(h.Node), orDash(printable(h.Type)), orDash(printable(h.Sidecar)), h.Token, since(h.Since), strconv.Quote(h.Info))
 	} else {
 		fmt.Fprintln(tw, "holder\tnone")
 	}
@@ -123,7 +123,7 @@ func printLock(w io.Writer, st *api.LockStatus) error {
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  #\tNODE\tTYPE\tSIDECAR\tSINCE\tINFO")
 	for i, wt := range st.Waiters {
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", i+1, wt.Node, orDash(wt.Type), orDash(wt.Sidecar), since(wt.Since), strconv.Quote(wt.Info))
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", i+1, printable(wt.Node), orDash(printable(wt.Type)), orDash(printable(wt.Sidecar)), since(wt.Since), strconv.Quote(wt.Info))
 	}
 	return tw.Flush()
 }

@@ -153,7 +153,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if ee, ok := errors.AsType[*exitError](err); ok {
 		if ee.err != nil {
-			fmt.Fprintf(stderr, "baton: %v\n", ee.err)
+			fmt.Fprintf(stderr, "baton: %s\n", noEscapes(ee.err.Error()))
 		}
 		if ee.code == exitUsage {
 			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
@@ -161,7 +161,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return ee.code
 	}
 	if re, ok := errors.AsType[*runError](err); ok {
-		fmt.Fprintf(stderr, "baton: %v\n", re.err)
+		fmt.Fprintf(stderr, "baton: %s\n", noEscapes(re.err.Error()))
 		return exitFailure
 	}
 	fmt.Fprintf(stderr, "baton: %s\nRun '%s --help' for usage.\n", strings.TrimRight(err.Error(), "\n"), cmd.CommandPath())

@@ -145,13 +145,13 @@ dead-letter topic (e.g. on another node), use 'baton dlq replay'.`,
 
 func printOp(w io.Writer, op *api.Op) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "id\t%s\n", op.ID)
-	fmt.Fprintf(tw, "object\t%s\n", op.Object)
+	fmt.Fprintf(tw, "id\t%s\n", printable(op.ID))
+	fmt.Fprintf(tw, "object\t%s\n", printable(op.Object))
 	fmt.Fprintf(tw, "state\t%s\n", op.State)
 	fmt.Fprintf(tw, "attempts\t%d failed since accepted\n", op.Attempts)
-	fmt.Fprintf(tw, "last_error\t%s\n", orDash(op.LastError))
+	fmt.Fprintf(tw, "last_error\t%s\n", orDash(printable(op.LastError)))
 	if op.ErrorClass != "" {
-		fmt.Fprintf(tw, "error_class\t%s\n", op.ErrorClass)
+		fmt.Fprintf(tw, "error_class\t%s\n", printable(op.ErrorClass))
 	}
 	fmt.Fprintf(tw, "next_attempt_at\t%s\n", since(op.NextAttemptAt))
 	fmt.Fprintf(tw, "accepted_at\t%s\n", since(op.AcceptedAt))
@@ -166,7 +166,7 @@ func printOp(w io.Writer, op *api.Op) error {
 	for _, e := range op.History {
 		line := e.Outcome
 		if e.ErrorClass != "" {
-			line += " " + e.ErrorClass
+			line += " " + printable(e.ErrorClass)
 		}
 		if e.Error != "" {
 			line += " " + quoteCut(e.Error)
@@ -223,7 +223,7 @@ be reached.`,
 						}
 					} else {
 						for _, op := range page.Ops {
-							fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", op.ID, op.Object, op.State, op.Seq, op.Attempts,
+							fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", printable(op.ID), printable(op.Object), op.State, op.Seq, op.Attempts,
 								op.Replays, op.AcceptedAt.Format(api.TimeFormat), quoteCut(op.LastError))
 						}
 					}

@@ -59,12 +59,12 @@ usage error; 69 sidecar or ZooKeeper unavailable.`,
 			}
 			holder := "?"
 			if v.Holder != nil {
-				holder = fmt.Sprintf("node %s on sidecar %s", v.Holder.Node, v.Holder.Sidecar)
+				holder = fmt.Sprintf("node %s on sidecar %s", printable(v.Holder.Node), printable(v.Holder.Sidecar))
 				if v.Holder.Info != "" {
-					holder += fmt.Sprintf(" (%s)", v.Holder.Info)
+					holder += fmt.Sprintf(" (%s)", printable(v.Holder.Info))
 				}
 			}
-			fmt.Fprintf(g.stdout, "revoked %q (token %d, %s): %s\n", v.Object, v.Token, holder, v.Reason)
+			fmt.Fprintf(g.stdout, "revoked %q (token %d, %s): %s\n", v.Object, v.Token, holder, printable(v.Reason))
 			if v.Local && v.FreedAfter != nil {
 				fmt.Fprintf(g.stdout, "the holder was told; the lock is freed at %s (in %v), after the validity told to it\n",
 					v.FreedAfter.UTC().Format(time.RFC3339Nano), max(0, time.Until(v.FreedAfter.Time)).Round(time.Millisecond))

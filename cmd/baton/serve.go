@@ -98,6 +98,9 @@ func serveLoaded(ctx context.Context, g *globals, loaded *props.Loaded, opts pro
 	for _, w := range loaded.Warnings {
 		log.Warn("configuration warning", "warning", w.String())
 	}
+	for _, c := range props.Cautions(cfg) {
+		log.Warn("insecure setting", "key", c.Key, "warning", c.Msg)
+	}
 	ver, rev := buildVersion()
 	log.Info("baton serve starting", "version", ver, "commit", rev, "pid", os.Getpid(), "config_file", loaded.File,
 		"socket", cfg.SocketPath, "zookeeper", strings.Join(cfg.ZKServers, ",")+cfg.ZKChroot)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 
 	"github.com/batonhq/baton/api"
@@ -60,8 +61,10 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // DecodeBody reads a JSON object into v: at most api.MaxBody bytes (else
-// 413), unknown fields refused, an empty body meaning {}, whatever the
-// Content-Type.
+// 413), unknown fields refused, keys matched exactly (case-sensitive) and
+// each at most once, an empty body meaning {}, whatever the Content-Type.
+// An integer field tagged ",string" (a fencing token) takes a decimal string
+// or a whole JSON number. Every refusal is a 400 naming the field.
 func DecodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxBody))
 	if err != nil {
@@ -79,6 +82,13 @@ func DecodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 func DecodeJSON(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
+	}
+	if t := reflect.TypeOf(v); t != nil && t.Kind() == reflect.Pointer {
+		checked, err := checkKeys(body, t.Elem())
+		if err != nil {
+			return err
+		}
+		body = checked
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -102,6 +112,9 @@ func jsonError(err error) error {
 		return BadRequest(te.Field, "want %s, got JSON %s", jsonKind(te.Type.String()), te.Value)
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		if name == `""` {
+			return BadRequest("body", `an empty key "" (no field has that name)`)
+		}
 		return BadRequest(strings.Trim(name, `"`), "unknown field (the accepted fields are in the API reference: GET /v1/openapi.json)")
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {

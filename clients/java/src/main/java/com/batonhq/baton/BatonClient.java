@@ -214,8 +214,16 @@ public final class BatonClient implements AutoCloseable {
             throw e; // interrupted or timed out: the caller decides
         } catch (IOException e) {
             throw new UnavailableException(0, "Unreachable",
-                    method + " " + path + ": sidecar at " + http.socket() + " unreachable: " + e.getMessage(), e);
+                    method + " " + logPath(path) + ": sidecar at " + http.socket() + " unreachable: " + e.getMessage(), e);
         }
+    }
+
+    /**
+     * The path of a request as it may appear in a message (which ends up in logs): the query
+     * left out, and a lease id (the capability to renew and release) replaced by {id}.
+     */
+    static String logPath(String path) {
+        return path.replaceFirst("\\?.*", "").replaceFirst("^/v1/leases/[^/]+", "/v1/leases/{id}");
     }
 
     /** Returns r if 2xx, else throws the error it carries. */

@@ -204,9 +204,9 @@ public final class Lease implements AutoCloseable {
         if (state.equals("lost")) {
             String reason = Json.str(v, "reason");
             if (reason.isEmpty()) reason = "lost";
-            markLost(new LockLostException(0, "lease " + id + " on \"" + object + "\" is lost: " + reason, reason, null));
+            markLost(new LockLostException(0, "lease on \"" + object + "\" (token " + token + ") is lost: " + reason, reason, null));
         } else if (state.equals("released")) {
-            markLost(new LockLostException(0, "lease " + id + " on \"" + object + "\" was released", "released", null));
+            markLost(new LockLostException(0, "lease on \"" + object + "\" (token " + token + ") was released", "released", null));
         }
     }
 
@@ -350,8 +350,8 @@ public final class Lease implements AutoCloseable {
         while (!stopped) {
             long left = leftNanos();
             if (left <= 0) {
-                markLost(new LockLostException(0, "lease " + id + " on \"" + object
-                        + "\": validity ran out without a confirmation from the sidecar", "validity ran out", null));
+                markLost(new LockLostException(0, "lease on \"" + object + "\" (token " + token
+                        + "): validity ran out without a confirmation from the sidecar", "validity ran out", null));
                 return;
             }
             long next = Math.max(Math.min(lengthMillis * 1_000_000L / 3, left / 2), 20_000_000L);
@@ -413,8 +413,12 @@ public final class Lease implements AutoCloseable {
         }
     }
 
+    /**
+     * Object, type, token and node, for logs. Never the lease id: it is the capability to renew,
+     * re-enter and release the lock, and must not end up in a log line.
+     */
     @Override
     public String toString() {
-        return "Lease[" + object + " " + type + " token=" + token + " node=" + node + " id=" + id + "]";
+        return "Lease[" + object + " " + type + " token=" + token + " node=" + node + "]";
     }
 }

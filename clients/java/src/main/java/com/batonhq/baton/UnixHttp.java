@@ -67,18 +67,22 @@ final class UnixHttp {
         }
     }
 
+    /**
+     * Sends the request once; on a kept-alive connection found closed, once more on a new one,
+     * but only when that cannot repeat it: the request was not written (the write failed), or it
+     * is a GET or HEAD. A POST or DELETE written whole and then left without an answer (the
+     * sidecar closed the connection) may have been carried out — an acquire granted, an op
+     * accepted, a hold released — so it is not re-sent: the EOFException says so. Idle
+     * connections the sidecar closed (its idle timeout) are found before use and dropped, so
+     * that case sends nothing on them. (java.net.HttpURLConnection re-sends a POST once in that
+     * case, sun.net.http.retryPost; this client does not use it.)
+     */
     private Response exchange0(String method, String target, String body, long timeoutMillis) throws IOException {
         long deadline = System.nanoTime() + Math.max(1, timeoutMillis) * 1_000_000L;
         byte[] req = request(method, target, body);
         for (int attempt = 0; ; attempt++) {
-            Conn c = null;
-            boolean reused = false;
-            synchronized (idle) {
-                if (!idle.isEmpty()) {
-                    c = idle.pop();
-                    reused = true;
-                }
-            }
+            Conn c = takeIdle();
+            boolean reused = c != null;
             if (c == null) c = Conn.open(addr, deadline);
             boolean ok = false;
             try {
@@ -88,11 +92,31 @@ final class UnixHttp {
                 else c.close();
                 return r;
             } catch (StaleException e) {
-                if (reused && attempt == 0) continue; // the sidecar closed an idle connection
+                boolean repeatable = !e.written || method.equals("GET") || method.equals("HEAD");
+                if (reused && attempt == 0 && repeatable) continue; // the sidecar closed an idle connection
+                if (!repeatable) {
+                    throw new EOFException("sidecar closed the connection before answering " + method + " "
+                            + BatonClient.logPath(target)
+                            + "; not sent again: it may have been carried out"
+                            + " (look before retrying: inspect the lock, or submit ops with an id)");
+                }
                 throw new EOFException("sidecar closed the connection before answering");
             } finally {
                 if (!ok) c.close();
             }
+        }
+    }
+
+    /** An idle connection still open, or null; closed ones are dropped. */
+    private Conn takeIdle() {
+        while (true) {
+            Conn c;
+            synchronized (idle) {
+                if (idle.isEmpty()) return null;
+                c = idle.pop();
+            }
+            if (c.open()) return c;
+            c.close();
         }
     }
 
@@ -127,12 +151,14 @@ final class UnixHttp {
         return out;
     }
 
-    /** EOF before any byte of an answer on a connection. */
+    /** EOF before any byte of an answer on a connection; written: the whole request was sent. */
     private static final class StaleException extends IOException {
         private static final long serialVersionUID = 1L;
+        final boolean written;
 
-        StaleException() {
+        StaleException(boolean written) {
             super("connection closed before the answer");
+            this.written = written;
         }
     }
 
@@ -161,6 +187,20 @@ final class UnixHttp {
                 ch.close();
                 if (sel != null) sel.close();
                 throw e;
+            }
+        }
+
+        /**
+         * Whether an idle connection is still usable: not closed by the sidecar (a read finds
+         * EOF or an error) and with nothing unread on it.
+         */
+        boolean open() {
+            if (in.hasRemaining()) return false;
+            ByteBuffer probe = ByteBuffer.allocate(1);
+            try {
+                return ch.read(probe) == 0; // non-blocking: 0 = open and quiet
+            } catch (IOException e) {
+                return false;
             }
         }
 
@@ -204,7 +244,7 @@ final class UnixHttp {
             } catch (InterruptedIOException | ClosedByInterruptException e) {
                 throw e;
             } catch (IOException e) {
-                throw new StaleException(); // the peer closed it: the request was not read
+                throw new StaleException(false); // the peer closed it: the request was not read whole
             }
             String status = line(deadline, true);
             String[] parts = status.split(" ", 3);
@@ -314,11 +354,11 @@ final class UnixHttp {
                 } catch (InterruptedIOException | ClosedByInterruptException e) {
                     throw e;
                 } catch (IOException e) {
-                    if (first && !any) throw new StaleException(); // reset by a peer that had closed it
+                    if (first && !any) throw new StaleException(true); // reset by a peer that had closed it
                     throw e;
                 }
                 if (!more) {
-                    if (first && !any) throw new StaleException();
+                    if (first && !any) throw new StaleException(true);
                     throw new EOFException("sidecar closed the connection in the middle of an answer");
                 }
             }

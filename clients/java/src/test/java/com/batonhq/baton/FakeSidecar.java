@@ -21,26 +21,33 @@ import java.util.concurrent.atomic.AtomicInteger;
 final class FakeSidecar implements AutoCloseable {
     record Req(String method, String target, String body) {}
 
-    /** An answer; hang = never answer (until the server closes); close = close after answering. */
-    record Answer(int status, String body, boolean chunked, boolean close, long delayMs, boolean hang) {
+    /**
+     * An answer; hang = never answer (until the server closes); close = close after answering;
+     * drop = close the connection without answering (after reading the request).
+     */
+    record Answer(int status, String body, boolean chunked, boolean close, long delayMs, boolean hang, boolean drop) {
         static Answer json(int status, String body) {
-            return new Answer(status, body, false, false, 0, false);
+            return new Answer(status, body, false, false, 0, false, false);
         }
 
         Answer asChunked() {
-            return new Answer(status, body, true, close, delayMs, hang);
+            return new Answer(status, body, true, close, delayMs, hang, drop);
         }
 
         Answer closing() {
-            return new Answer(status, body, chunked, true, delayMs, hang);
+            return new Answer(status, body, chunked, true, delayMs, hang, drop);
         }
 
         Answer delayed(long ms) {
-            return new Answer(status, body, chunked, close, ms, hang);
+            return new Answer(status, body, chunked, close, ms, hang, drop);
         }
 
         static Answer hanging() {
-            return new Answer(0, "", false, false, 0, true);
+            return new Answer(0, "", false, false, 0, true, false);
+        }
+
+        static Answer dropping() {
+            return new Answer(0, "", false, false, 0, false, true);
         }
     }
 
@@ -55,6 +62,7 @@ final class FakeSidecar implements AutoCloseable {
     final AtomicInteger closedByClient = new AtomicInteger();
     private final ServerSocketChannel server;
     private final List<SocketChannel> conns = new CopyOnWriteArrayList<>();
+    private final List<Thread> servers = new CopyOnWriteArrayList<>();
     private volatile Handler handler;
     private volatile boolean closed;
 
@@ -85,6 +93,7 @@ final class FakeSidecar implements AutoCloseable {
                 conns.add(c);
                 Thread t = new Thread(() -> serve(c), "fake-conn");
                 t.setDaemon(true);
+                servers.add(t);
                 t.start();
             } catch (IOException e) {
                 return;
@@ -133,6 +142,7 @@ final class FakeSidecar implements AutoCloseable {
                 } catch (Exception e) {
                     a = Answer.json(500, "{\"error\":\"InternalError\",\"message\":\"" + e + "\"}");
                 }
+                if (a.drop()) return; // closes the connection: no answer
                 if (a.hang()) {
                     // never answer; notice the client closing
                     if (in.read() < 0) closedByClient.incrementAndGet();
@@ -168,10 +178,23 @@ final class FakeSidecar implements AutoCloseable {
         }
     }
 
-    /** Closes every open connection (as a sidecar's idle timeout would), keeps listening. */
+    /**
+     * Closes every open connection (as a sidecar's idle timeout would), keeps listening. Returns
+     * once the threads serving them have ended: a channel closed while another thread reads it is
+     * closed for good (seen by the client) only when that read returns.
+     */
     void dropConnections() throws IOException {
         for (SocketChannel c : conns) c.close();
         conns.clear();
+        for (Thread t : servers) {
+            try {
+                t.join(10_000);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return;
+            }
+        }
+        servers.removeIf(t -> !t.isAlive());
     }
 
     @Override

@@ -448,6 +448,64 @@ public final class UnitTests {
         }
     }
 
+    /**
+     * A request written whole on a kept-alive connection that the sidecar then closes without an
+     * answer may have been carried out: a submit without an id and an acquire (POST) and a release
+     * (DELETE) are not sent again; a GET is; an idle connection the sidecar had closed before the
+     * request is replaced and the request sent once.
+     */
+    static void testNoResendAfterConnectionClosedBeforeAnswer() throws Exception {
+        String ready = "{\"status\":\"serving\",\"ready\":true}";
+        try (FakeSidecar f = new FakeSidecar(r -> Answer.json(200, ready));
+                BatonClient c = new BatonClient(f.socket)) {
+            c.ready(); // a kept-alive connection
+            f.setHandler(r -> r.method().equals("GET") ? Answer.json(200, ready) : Answer.dropping());
+            UnavailableException e = expect(UnavailableException.class, () -> c.submit(null, "P1", null, "{}"));
+            eq(1, f.requests("POST", "/v1/ops").size(), "a submit without an id is sent once");
+            check(e.getMessage().contains("not sent again: it may have been carried out"), "message: " + e.getMessage());
+            c.ready();
+            expect(UnavailableException.class, () -> c.acquire("P1", AcquireOptions.defaults().renew(false)));
+            eq(1, f.requests("POST", "/v1/locks/P1/acquire").size(), "an acquire is sent once");
+
+            f.setHandler(r -> r.method().equals("POST") ? Answer.json(200, lease("held", 3000, "")) : Answer.dropping());
+            Lease l = c.acquire("P1", AcquireOptions.defaults().renew(false));
+            e = expect(UnavailableException.class, l::release);
+            eq(1, f.requests("DELETE", "/v1/leases/").size(), "a release is sent once");
+            check(!e.getMessage().contains(l.id()), "the live lease id is not in the message: " + e.getMessage());
+
+            java.util.concurrent.atomic.AtomicInteger gets = new java.util.concurrent.atomic.AtomicInteger();
+            f.setHandler(r -> gets.incrementAndGet() == 2 ? Answer.dropping() : Answer.json(200, ready));
+            c.ready(); // gets 1: keeps the connection
+            int before = f.requests("GET", "/readyz").size();
+            c.ready(); // gets 2 dropped on the reused connection, gets 3 answered on a new one
+            eq(before + 2, f.requests("GET", "/readyz").size(), "a GET is sent again after a drop");
+
+            f.setHandler(r -> r.method().equals("POST") ? Answer.json(202, "{\"id\":\"op-2\",\"state\":\"queued\"}")
+                    : Answer.json(200, ready));
+            c.ready();
+            int accepted = f.accepted.get();
+            f.dropConnections(); // the sidecar's idle timeout, before the request
+            eq(new OpAck("op-2", "queued", false), c.submit(null, "P1", null, "{}"), "submit after an idle close");
+            eq(2, f.requests("POST", "/v1/ops").size(), "sent once more in all: the new submit");
+            eq(accepted + 1, f.accepted.get(), "on a new connection");
+        }
+    }
+
+    /** Neither toString() nor the loss messages of a lease carry its id. */
+    static void testLeaseIdNotPrinted() throws Exception {
+        try (FakeSidecar f = new FakeSidecar(r -> r.method().equals("POST") && r.target().endsWith("/acquire")
+                ? Answer.json(200, lease("held", 3000, ""))
+                : Answer.json(410, "{\"error\":\"LockLost\",\"message\":\"lost\",\"reason\":\"revoked\"}"));
+                BatonClient c = new BatonClient(f.socket)) {
+            Lease l = c.acquire("P1", AcquireOptions.defaults().renew(false));
+            eq("inc1-abcdef", l.id(), "id");
+            check(!l.toString().contains(l.id()) && l.toString().contains("token=123456789012"), "toString: " + l);
+            l.apply(Json.parseObject(lease("lost", 0, ",\"reason\":\"revoked\"")), System.nanoTime());
+            LockLostException lost = l.lostCause();
+            check(lost != null && !lost.getMessage().contains(l.id()), "loss message: " + lost);
+        }
+    }
+
     static void testSurfaceCompilesAgainstIOException() {
         // the exception hierarchy the README documents
         check(IOException.class.isAssignableFrom(BatonException.class), "BatonException is an IOException");
