@@ -760,7 +760,7 @@ func waitingFor(ctx context.Context, c *client.Client, obj string) string {
 	}
 	h := st.Holder
 	return fmt.Sprintf("baton: waiting for %q: held by %s on sidecar %s (%s, token %d, since %s, info %s); %d waiting",
-		obj, orDash(h.Node), orDash(h.Sidecar), orDash(h.Type), h.Token, h.Since.Format(api.TimeFormat), strconv.Quote(h.Info), len(st.Waiters))
+		obj, orDash(printable(h.Node)), orDash(printable(h.Sidecar)), orDash(printable(h.Type)), h.Token, h.Since.Format(api.TimeFormat), strconv.Quote(h.Info), len(st.Waiters))
 }
 
 // isTerminal reports whether w is a terminal.
