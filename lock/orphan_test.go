@@ -1,0 +1,213 @@
+package lock_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/lock"
+)
+
+// stepCutter is a dialer that cuts the connection right after the k-th
+// request the engine sends about one object (a request whose path, or whose
+// first operation's path for a multi, is the object node or under it): the
+// server receives and applies it, its reply is never read. It counts
+// requests on the wire, so the engine's other traffic (pings, the keeper's
+// syncs on "/", setWatches after a reconnect) never moves the count. A plan
+// of several cuts counts again from zero after each one. Reconnects are
+// accepted at once.
+type stepCutter struct {
+	mu     sync.Mutex
+	prefix string   // the object's path
+	plan   []int    // requests to let through before each cut, in order
+	seen   int      // requests counted since the last cut (or the start)
+	ops    []string // every counted request, "|" where a cut fell
+	cuts   int      // cuts made
+	onCut  func(n int)
+}
+
+func (c *stepCutter) arm(prefix string, plan []int, onCut func(n int)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.prefix, c.plan, c.seen, c.ops, c.cuts, c.onCut = prefix, plan, 0, nil, 0, onCut
+}
+
+// result returns how many cuts were made and the requests counted.
+func (c *stepCutter) result() (int, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cuts, strings.Join(c.ops, " ")
+}
+
+// disarm stops cutting and counting.
+func (c *stepCutter) disarm() {
+	c.mu.Lock()
+	c.plan, c.prefix = nil, ""
+	c.mu.Unlock()
+}
+
+func (c *stepCutter) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	nc, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &stepConn{Conn: nc, c: c}, nil
+}
+
+var opNames = map[int32]string{1: "create", 2: "delete", 3: "exists", 4: "getData", 5: "setData", 8: "getChildren",
+	9: "sync", 12: "getChildren2", 13: "check", 14: "multi", 15: "create2", 19: "createContainer"}
+
+// requestPath returns the path a request frame (length prefix included) is
+// about, for the request types that start with one.
+func requestPath(p []byte) (int32, string, bool) {
+	if len(p) < 12 {
+		return 0, "", false
+	}
+	op := int32(binary.BigEndian.Uint32(p[8:12]))
+	if _, ok := opNames[op]; !ok {
+		return op, "", false
+	}
+	body := p[12:]
+	if op == 14 { // multi: each op has a header (type int32, done bool, err int32)
+		if len(body) < 9 {
+			return op, "", false
+		}
+		body = body[9:]
+	}
+	if len(body) < 4 {
+		return op, "", false
+	}
+	n := int(binary.BigEndian.Uint32(body[:4]))
+	if n < 0 || len(body) < 4+n {
+		return op, "", false
+	}
+	return op, string(body[4 : 4+n]), true
+}
+
+type stepConn struct {
+	net.Conn
+	c      *stepCutter
+	frames int
+	dead   atomic.Bool // set before the cut request is written: nothing is read after it
+}
+
+func (s *stepConn) Read(p []byte) (int, error) {
+	n, err := s.Conn.Read(p)
+	if s.dead.Load() {
+		return 0, errors.New("stepConn: connection cut")
+	}
+	return n, err
+}
+
+func (s *stepConn) Write(p []byte) (int, error) {
+	s.frames++
+	if s.frames == 1 || s.dead.Load() { // the connect request
+		return s.Conn.Write(p)
+	}
+	c := s.c
+	c.mu.Lock()
+	op, pth, ok := requestPath(p)
+	cut := false
+	var onCut func(int)
+	if ok && c.prefix != "" && len(c.plan) > 0 && (pth == c.prefix || strings.HasPrefix(pth, c.prefix+"/")) {
+		c.seen++
+		c.ops = append(c.ops, opNames[op]+":"+path.Base(pth))
+		if c.seen == c.plan[0] {
+			cut, c.plan, c.seen = true, c.plan[1:], 0
+			c.cuts++
+			c.ops = append(c.ops, "|")
+			onCut = c.onCut
+			s.dead.Store(true)
+		}
+	}
+	n := c.cuts
+	c.mu.Unlock()
+	if !cut {
+		return s.Conn.Write(p)
+	}
+	wn, err := s.Conn.Write(p)
+	time.Sleep(30 * time.Millisecond) // the server applies it; its reply is never read
+	s.Conn.Close()
+	if onCut != nil {
+		onCut(n)
+	}
+	return wn, err
+}
+
+// noAudit turns the engine's own audit off, so that the requests a test
+// counts are the acquire's alone and what is left is the acquire's doing.
+func noAudit(o *lock.Options) {}
+
+// Issue 23, the reproduction: the object node exists and the engine has no
+// prediction, so the acquire sends its grant multi (child + privateLock)
+// and lists after it. The connection is cut right after the multi (applied,
+// reply lost), and again right after the first read of the recovery that
+// follows (the object node; then, in the second case, privateLock). The
+// recovery must not drop that error: before the fix it adopted its child,
+// waited behind its own privateLock until the wait ran out and left the
+// privateLock behind, blocking the object for everyone while the session
+// lived.
+func TestOrphanPrivateLockAfterTwoCuts(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		plan []int // requests about the object before each cut
+	}{
+		{"object read cut", []int{1, 2}},      // multi | sync, getData(object): the issue's sequence
+		{"privateLock read cut", []int{1, 3}}, // multi | sync, getData(object), getData(privateLock)
+		{"give-back read cut", []int{1, 4}},   // ... the give-back's own read of privateLock
+		{"give-back cut", []int{1, 5}},        // ... the give-back multi
+		{"children read cut", []int{1, 6}},    // ... getChildren
+		{"own child read cut", []int{1, 7}},   // ... the read of our own child
+		{"sync cut", []int{1, 1}},             // the recovery's first request
+		{"three cuts", []int{1, 2, 2}},        // the object read, and again in the retried recovery
+		{"verify listing then give-back", []int{2, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			cutter := &stepCutter{}
+			e := newEngine(t, append(zkServer.Servers(), zkServer.Servers()...), root, noAudit,
+				func(o *lock.Options) { o.Dialer = cutter.dial; o.HolderWatchDelay = time.Hour })
+			other := newEngine(t, zkServer.Servers(), root)
+			conn := rawConn(t, zkServer.Servers())
+			obj := "R2-orphan"
+			name, _ := lock.EscapeObject(obj)
+			// The object node exists (another engine's cycle) and e has no prediction.
+			release(t, acquire(t, other, obj, lock.Foreground, lock.AcquireOptions{}))
+			sess := e.Health().SessionID
+			cutter.arm(path.Join(root, name), tc.plan, nil)
+			g, err := e.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: 2 * time.Second})
+			cuts, ops := cutter.result()
+			cutter.disarm()
+			t.Logf("Acquire: granted %v, err %v; requests: %s", g != nil, err, ops)
+			if cuts != len(tc.plan) {
+				t.Fatalf("%d cuts made, want %d (requests: %s)", cuts, len(tc.plan), ops)
+			}
+			if g != nil {
+				release(t, g)
+			}
+			waitFor(t, 10*time.Second, "engine reconnected, cleanups done", func() bool {
+				h := e.Health()
+				return h.Connected && h.CleanupPending == 0
+			})
+			if got := e.Health().SessionID; got != sess {
+				t.Fatalf("the session changed (0x%x → 0x%x): the scenario needs it resumed", sess, got)
+			}
+			waitFor(t, 5*time.Second, "no node left", func() bool { return len(children(t, conn, root, obj)) == 0 })
+			h, err := other.Acquire(context.Background(), obj, lock.Background, lock.AcquireOptions{TryOnce: true})
+			if err != nil {
+				t.Fatalf("another engine cannot take the freed object: %v", err)
+			}
+			release(t, h)
+		})
+	}
+}
+
+var _ = fmt.Sprintf
