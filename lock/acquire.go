@@ -104,6 +104,9 @@ func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool
 		}
 		// No object node (new, or a reaped container): create it, try once more.
 		if _, err := r.e.ensureObject(ctx, r.s, r.objPath); err != nil {
+			if retry(err) { // nothing of ours under it: the slow path creates it once reconnected
+				return nil, nil, false
+			}
 			return nil, r.fail(ctx, err), true
 		}
 	}

@@ -211,3 +211,161 @@ func TestOrphanPrivateLockAfterTwoCuts(t *testing.T) {
 }
 
 var _ = fmt.Sprintf
+
+// Issue 23, the two-cut sweep: for each scenario, the connection is cut
+// right after the k-th request the acquire sends about the object (then its
+// hold and release: k runs until the whole cycle has fewer requests), and
+// again right after the j-th request that follows the first cut (the
+// recovery, then the rest of the cycle and the session's cleanups: j runs
+// until the second cut no longer falls). A competitor (another engine, not
+// cut) starts its own acquire at the first cut, and in one scenario holds
+// the object before. Every pair checks: no two grants overlap (each holds
+// 10 ms), tokens increase, and once every request has ended the object is
+// free (another engine's try-once acquire is granted) and no node is left.
+func TestTwoCutSweep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a few hundred cut-and-reconnect cycles")
+	}
+	type scenario struct {
+		name    string
+		tweak   func(*lock.Options)
+		prepare func(t *testing.T, e, other *lock.Engine, obj string) // before the cuts are armed
+		holder  bool                                                  // the competitor holds first; released once our child is queued
+	}
+	objectExists := func(t *testing.T, _, other *lock.Engine, obj string) {
+		release(t, acquire(t, other, obj, lock.Foreground, lock.AcquireOptions{}))
+	}
+	scenarios := []scenario{
+		{name: "verify", prepare: objectExists}, // the issue's: no prediction, create then verify
+		{name: "fast", prepare: func(t *testing.T, e, _ *lock.Engine, obj string) {
+			release(t, acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{})) // anchors the prediction
+		}},
+		{name: "new-object"}, // multi → NoNode → create the object node → multi → verify
+		{name: "slow", tweak: func(o *lock.Options) { o.DisableFastPath = true }, prepare: objectExists},
+		{name: "queued", prepare: objectExists, holder: true},
+	}
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	other := newEngine(t, zkServer.Servers(), root)
+	var pairs, granted, failed, overlaps, badTokens, leftovers int
+	start := time.Now()
+	for _, sc := range scenarios {
+		cutter := &stepCutter{}
+		e := newEngine(t, append(zkServer.Servers(), zkServer.Servers()...), root, noAudit, func(o *lock.Options) {
+			o.Dialer = cutter.dial
+			o.HolderWatchDelay = time.Hour // no holder watch: its read would move the count
+			o.SessionTimeout = 6 * time.Second
+			if sc.tweak != nil {
+				sc.tweak(o)
+			}
+		})
+		sess := e.Health().SessionID
+		scPairs := 0
+		for k := 1; ; k++ {
+			done := false
+			for j := 1; ; j++ {
+				obj := fmt.Sprintf("%s-%d-%d", sc.name, k, j)
+				name, _ := lock.EscapeObject(obj)
+				if sc.prepare != nil {
+					sc.prepare(t, e, other, obj)
+				}
+				var chk overlapChecker
+				hold := func(g *lock.Grant) {
+					chk.enter(g.Token())
+					select {
+					case <-time.After(10 * time.Millisecond):
+					case <-g.Done():
+					}
+					chk.leave()
+					_ = g.Release(context.Background()) // a cut may make it complete in the background
+				}
+				var wg sync.WaitGroup
+				compete := func() {
+					g, err := other.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: 10 * time.Second})
+					if err != nil {
+						t.Errorf("%s: competitor: %v", obj, err)
+						return
+					}
+					hold(g)
+				}
+				ours := make(chan struct{})
+				if sc.holder {
+					h := acquire(t, other, obj, lock.Foreground, lock.AcquireOptions{})
+					chk.enter(h.Token())
+					wg.Go(func() {
+						for len(children(t, conn, root, obj)) < 3 {
+							select {
+							case <-ours:
+							case <-time.After(5 * time.Millisecond):
+								continue
+							}
+							break
+						}
+						chk.leave()
+						release(t, h)
+					})
+				}
+				cutter.arm(path.Join(root, name), []int{k, j}, func(n int) {
+					if n == 1 {
+						wg.Go(compete)
+					}
+				})
+				g, err := e.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: 10 * time.Second})
+				if err == nil {
+					hold(g)
+				}
+				close(ours)
+				wg.Wait()
+				cuts, ops := cutter.result()
+				cutter.disarm()
+				if cuts == 0 {
+					done = true // the cycle has fewer than k requests
+					break
+				}
+				pairs++
+				scPairs++
+				if err == nil {
+					granted++
+				} else {
+					failed++
+				}
+				waitFor(t, 15*time.Second, "engine reconnected, cleanups done", func() bool {
+					h := e.Health()
+					return h.Connected && h.CleanupPending == 0
+				})
+				if got := e.Health().SessionID; got != sess {
+					t.Fatalf("%s: the session changed (0x%x → 0x%x); the sweep needs it resumed", obj, sess, got)
+				}
+				deadline := time.Now().Add(5 * time.Second)
+				for len(children(t, conn, root, obj)) > 0 && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond)
+				}
+				if left := children(t, conn, root, obj); len(left) > 0 {
+					leftovers++
+					t.Errorf("%s: left %v after every request ended (acquire err %v; requests: %s)", obj, left, err, ops)
+				} else if h, err := other.Acquire(context.Background(), obj, lock.Background, lock.AcquireOptions{TryOnce: true}); err != nil {
+					t.Errorf("%s: not free after every request ended: %v (requests: %s)", obj, err, ops)
+				} else {
+					release(t, h)
+				}
+				if chk.overlaps != 0 || chk.badToken != 0 {
+					overlaps += chk.overlaps
+					badTokens += chk.badToken
+					t.Errorf("%s: overlaps %d, non-increasing tokens %d (requests: %s)", obj, chk.overlaps, chk.badToken, ops)
+				}
+				if testing.Verbose() {
+					t.Logf("%s: granted %v (%v); %s", obj, err == nil, err, ops)
+				}
+				if cuts < 2 {
+					break // fewer than j requests after the first cut
+				}
+			}
+			if done {
+				break
+			}
+		}
+		t.Logf("%s: %d pairs", sc.name, scPairs)
+	}
+	t.Logf("%d pairs in %v: our acquire granted %d, failed %d; overlaps %d, non-increasing tokens %d, objects left with nodes %d",
+		pairs, time.Since(start).Round(time.Second), granted, failed, overlaps, badTokens, leftovers)
+}
