@@ -60,7 +60,20 @@ func (r *request) sweepLater() {
 	r.s.addCleanup(cleanup{kind: cleanSweep, objPath: r.objPath, reqID: r.reqID})
 }
 
+// run makes the request's id live in its session (see owners) before
+// anything is created, until it fails or its grant ends.
 func (r *request) run(ctx context.Context, p prediction) (*Grant, error) {
+	if err := r.s.own.enter(ctx, r.objPath, r.reqID); err != nil {
+		return nil, r.fail(ctx, err)
+	}
+	g, err := r.acquire(ctx, p)
+	if err != nil && !r.registered {
+		r.s.own.leave(r.objPath, r.reqID)
+	}
+	return g, err
+}
+
+func (r *request) acquire(ctx context.Context, p prediction) (*Grant, error) {
 	if p.seq >= 0 || !p.contended {
 		g, err, done := r.direct(ctx, p)
 		if done {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/lock"
+	"github.com/batonhq/baton/testenv"
 )
 
 // stepCutter is a dialer that cuts the connection right after the k-th
@@ -144,7 +145,7 @@ func (s *stepConn) Write(p []byte) (int, error) {
 
 // noAudit turns the engine's own audit off, so that the requests a test
 // counts are the acquire's alone and what is left is the acquire's doing.
-func noAudit(o *lock.Options) {}
+func noAudit(o *lock.Options) { o.AuditInterval = -1 }
 
 // Issue 23, the reproduction: the object node exists and the engine has no
 // prediction, so the acquire sends its grant multi (child + privateLock)
@@ -209,8 +210,6 @@ func TestOrphanPrivateLockAfterTwoCuts(t *testing.T) {
 		})
 	}
 }
-
-var _ = fmt.Sprintf
 
 // Issue 23, the two-cut sweep: for each scenario, the connection is cut
 // right after the k-th request the acquire sends about the object (then its
@@ -368,4 +367,179 @@ func TestTwoCutSweep(t *testing.T) {
 	}
 	t.Logf("%d pairs in %v: our acquire granted %d, failed %d; overlaps %d, non-increasing tokens %d, objects left with nodes %d",
 		pairs, time.Since(start).Round(time.Second), granted, failed, overlaps, badTokens, leftovers)
+}
+
+// orphanObserver counts the audit's deletions.
+type orphanObserver struct {
+	mu      sync.Mutex
+	deleted []string // "object/node"
+}
+
+func (o *orphanObserver) SessionState(string) {}
+func (o *orphanObserver) FastPath(bool)       {}
+func (o *orphanObserver) OrphanDeleted(object, node string) {
+	o.mu.Lock()
+	o.deleted = append(o.deleted, object+"/"+node)
+	o.mu.Unlock()
+}
+
+func (o *orphanObserver) list() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.deleted...)
+}
+
+// Issue 23, the second line: nodes of the engine's own session that no
+// acquire or grant owns (planted through the session, as a bug would leave
+// them) are deleted by the audit within its period, counted and logged; a
+// grant held and a request waiting on the same session, on the same object,
+// keep theirs.
+func TestAuditDeletesPlantedOrphans(t *testing.T) {
+	root := testRoot(t, zkServer)
+	obs := &orphanObserver{}
+	const period = 500 * time.Millisecond
+	e := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.AuditInterval = period; o.Observer = obs })
+	other := newEngine(t, zkServer.Servers(), root)
+	conn := rawConn(t, zkServer.Servers())
+
+	g := acquire(t, e, "AU-held", lock.Foreground, lock.AcquireOptions{})
+	waited := make(chan *lock.Grant, 1)
+	go func() {
+		w, err := e.Acquire(context.Background(), "AU-held", lock.Background, lock.AcquireOptions{Wait: time.Minute})
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		waited <- w
+	}()
+	waitFor(t, 10*time.Second, "waiter queued", func() bool { return len(children(t, conn, root, "AU-held")) == 3 })
+	before := children(t, conn, root, "AU-held")
+
+	ctx := context.Background()
+	planted := time.Now()
+	for _, p := range []struct {
+		obj   string
+		child bool
+	}{{"AU-pl", false}, {"AU-child", true}, {"AU-held", true}} {
+		n, err := lock.PlantOrphan(ctx, e, p.obj, p.child)
+		if err != nil {
+			t.Fatalf("plant %s: %v", p.obj, err)
+		}
+		t.Logf("planted %s/%s", p.obj, n)
+	}
+	if _, err := other.Acquire(ctx, "AU-pl", lock.Foreground, lock.AcquireOptions{TryOnce: true}); err == nil {
+		t.Fatal("the planted privateLock did not block the object")
+	}
+	waitFor(t, 10*period, "the audit deleted the planted nodes", func() bool { return len(obs.list()) >= 3 })
+	t.Logf("deleted %v, %v after planting (period %v)", obs.list(), time.Since(planted).Round(time.Millisecond), period)
+	time.Sleep(2 * period) // another audit or two: nothing more goes
+	if got := obs.list(); len(got) != 3 {
+		t.Errorf("audit deleted %v, want the 3 planted nodes", got)
+	}
+	if got := children(t, conn, root, "AU-held"); !equalSet(got, before) {
+		t.Errorf("children of the held object = %v, want %v (the grant's and the waiter's)", got, before)
+	}
+	select {
+	case <-g.Done():
+		t.Fatalf("the held grant ended: %v", g.Err())
+	default:
+	}
+	for _, obj := range []string{"AU-pl", "AU-child"} {
+		h, err := other.Acquire(ctx, obj, lock.Foreground, lock.AcquireOptions{TryOnce: true})
+		if err != nil {
+			t.Fatalf("%s not free after the audit: %v", obj, err)
+		}
+		release(t, h)
+	}
+	release(t, g)
+	if w := <-waited; w != nil {
+		release(t, w)
+	}
+}
+
+func equalSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	m := map[string]bool{}
+	for _, x := range a {
+		m[x] = true
+	}
+	for _, x := range b {
+		if !m[x] {
+			return false
+		}
+	}
+	return true
+}
+
+// Issue 23: the audit also runs after every reconnect, whatever its period.
+func TestAuditAfterReconnect(t *testing.T) {
+	root := testRoot(t, zkServer)
+	obs := &orphanObserver{}
+	p := testenv.ProxyT(t, zkServer.Addr(1))
+	e := newEngine(t, []string{p.Addr(), p.Addr()}, root, func(o *lock.Options) { o.AuditInterval = time.Hour; o.Observer = obs })
+	conn := rawConn(t, zkServer.Servers())
+	sess := e.Health().SessionID
+	if _, err := lock.PlantOrphan(context.Background(), e, "AR", false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := len(obs.list()); n != 0 {
+		t.Fatalf("audit ran without a reconnect (period 1h): %d deletions", n)
+	}
+	p.ResetConnections()
+	waitFor(t, 10*time.Second, "the orphan deleted after the reconnect", func() bool { return len(children(t, conn, root, "AR")) == 0 })
+	if got := e.Health().SessionID; got != sess {
+		t.Fatalf("the session changed (0x%x → 0x%x): the orphan went with it, not through the audit", sess, got)
+	}
+	if got := obs.list(); len(got) != 1 || got[0] != "AR/privateLock" {
+		t.Errorf("deletions %v, want [AR/privateLock]", got)
+	}
+}
+
+// Issue 23: the audit never deletes a node that an acquire in progress or a
+// grant owns, also a node whose create reply has not arrived yet. One engine
+// audits back to back (every millisecond) while its acquires contend with
+// another engine's on two objects: nothing here is an orphan, so any deletion
+// is a bug, as is a lost grant or an overlap.
+func TestAuditNeverDeletesOwnedNodes(t *testing.T) {
+	root := testRoot(t, zkServer)
+	obs := &orphanObserver{}
+	e1 := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.AuditInterval = time.Millisecond; o.Observer = obs; o.HolderWatchDelay = -1 })
+	e2 := newEngine(t, zkServer.Servers(), root)
+	checks := []*overlapChecker{{}, {}}
+	var lost atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 6 {
+		e := e1
+		if i >= 4 {
+			e = e2
+		}
+		wg.Go(func() {
+			for c := range 40 {
+				obj := i % 2
+				g, err := e.Acquire(context.Background(), fmt.Sprintf("AN-%d", obj), lock.Type((i+c)%2), lock.AcquireOptions{Wait: time.Minute})
+				if err != nil {
+					t.Errorf("acquire: %v", err)
+					return
+				}
+				checks[obj].enter(g.Token())
+				time.Sleep(time.Duration(c%3) * time.Millisecond)
+				checks[obj].leave()
+				if err := g.Release(context.Background()); err != nil {
+					lost.Add(1)
+					t.Errorf("release: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i, c := range checks {
+		if c.overlaps != 0 || c.badToken != 0 || c.grants != 120 {
+			t.Errorf("object %d: grants %d, overlaps %d, non-increasing tokens %d", i, c.grants, c.overlaps, c.badToken)
+		}
+	}
+	if d := obs.list(); len(d) != 0 || lost.Load() != 0 {
+		t.Errorf("the audit deleted %v; grants lost %d", d, lost.Load())
+	}
 }
