@@ -543,3 +543,49 @@ func TestAuditNeverDeletesOwnedNodes(t *testing.T) {
 		t.Errorf("the audit deleted %v; grants lost %d", d, lost.Load())
 	}
 }
+
+// Issue 23, operators: Inspect shows a privateLock whose holder's child is
+// gone as an orphan, with its session; a grant's is not. FreeOrphan, from
+// another engine, refuses a grant and a wrong token, and frees the orphan.
+func TestInspectAndFreeOrphan(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root, noAudit)
+	op := newEngine(t, zkServer.Servers(), root) // the operator's sidecar
+	ctx := context.Background()
+
+	g := acquire(t, e, "IO-held", lock.Foreground, lock.AcquireOptions{})
+	st, err := op.Inspect(ctx, "IO-held")
+	if err != nil || st.Holder == nil || st.Holder.Orphan || st.Holder.Name != g.Node() {
+		t.Fatalf("Inspect of a held object = %+v, %v; want holder %s, not an orphan", st, err, g.Node())
+	}
+	if _, err := op.FreeOrphan(ctx, "IO-held", 0); !errors.Is(err, lock.ErrNotOrphan) {
+		t.Fatalf("FreeOrphan of a grant = %v, want ErrNotOrphan", err)
+	}
+	if g.State() != lock.Held {
+		t.Fatalf("the grant is %v after FreeOrphan", g.State())
+	}
+	release(t, g)
+
+	if _, err := lock.PlantOrphan(ctx, e, "IO-orphan", false); err != nil {
+		t.Fatal(err)
+	}
+	st, err = op.Inspect(ctx, "IO-orphan")
+	if err != nil || st.Holder == nil || !st.Holder.Orphan || st.Holder.Session != e.Health().SessionID || st.Holder.Name != "" {
+		t.Fatalf("Inspect of a planted orphan = %+v (holder %+v), %v; want an orphan of session 0x%x", st, st.Holder, err, e.Health().SessionID)
+	}
+	if _, err := op.FreeOrphan(ctx, "IO-orphan", st.Holder.Token+1); !errors.Is(err, lock.ErrNoNode) {
+		t.Fatalf("FreeOrphan with another token = %v, want ErrNoNode", err)
+	}
+	n, err := op.FreeOrphan(ctx, "IO-orphan", st.Holder.Token)
+	if err != nil || !n.Orphan || n.Token != st.Holder.Token {
+		t.Fatalf("FreeOrphan = %+v, %v", n, err)
+	}
+	h, err := op.Acquire(ctx, "IO-orphan", lock.Foreground, lock.AcquireOptions{TryOnce: true})
+	if err != nil {
+		t.Fatalf("the freed object cannot be taken: %v", err)
+	}
+	release(t, h)
+	if _, err := op.FreeOrphan(ctx, "IO-orphan", 0); !errors.Is(err, lock.ErrNoNode) {
+		t.Fatalf("FreeOrphan of a free object = %v, want ErrNoNode", err)
+	}
+}
