@@ -469,8 +469,11 @@ func (r *request) resolveTake(ctx context.Context) (*Grant, error) {
 		return nil, err
 	}
 	ost, err := r.read(ctx, r.objPath)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil // our child is gone with it: recovery looks (uncertain is still set)
+	}
 	if err != nil {
-		return nil, err // NoNode too: our child lives under it, so that is news; recovery looks again
+		return nil, err
 	}
 	pl, err := r.read(ctx, r.plPath)
 	if errors.Is(err, zk.ErrNoNode) {

@@ -43,7 +43,7 @@ type owners struct {
 	mu       sync.Mutex
 	live     map[string]int           // request id → acquires in progress and grants held with it
 	reserved map[string]chan struct{} // request ids the audit is deleting a node of; closed when done
-	objects  map[string]*touched      // object path → use by this session
+	objects  map[string]*touched      // object path → use by this session; nil: no audit, not tracked
 }
 
 type touched struct {
@@ -51,8 +51,13 @@ type touched struct {
 	epoch  uint64 // bumped by every acquire: an audit forgets the object only if unchanged
 }
 
-func newOwners() owners {
-	return owners{live: make(map[string]int), reserved: make(map[string]chan struct{}), objects: make(map[string]*touched)}
+// newOwners tracks the objects touched only for an audit (audit true).
+func newOwners(audit bool) *owners {
+	o := &owners{live: make(map[string]int), reserved: make(map[string]chan struct{})}
+	if audit {
+		o.objects = make(map[string]*touched)
+	}
+	return o
 }
 
 // enter makes reqID live on objPath before the request creates anything;
@@ -63,13 +68,15 @@ func (o *owners) enter(ctx context.Context, objPath, reqID string) error {
 		ch := o.reserved[reqID]
 		if ch == nil {
 			o.live[reqID]++
-			t := o.objects[objPath]
-			if t == nil {
-				t = &touched{}
-				o.objects[objPath] = t
+			if o.objects != nil {
+				t := o.objects[objPath]
+				if t == nil {
+					t = &touched{}
+					o.objects[objPath] = t
+				}
+				t.active++
+				t.epoch++
 			}
-			t.active++
-			t.epoch++
 			o.mu.Unlock()
 			return nil
 		}

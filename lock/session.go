@@ -47,7 +47,7 @@ type session struct {
 	lost      chan struct{}       // closed when the session is declared lost
 	closeOnce sync.Once
 	pending   atomic.Int64  // cleanups not yet done (metric)
-	own       owners        // request ids owning nodes, objects touched: for the audit
+	own       *owners       // request ids owning nodes, objects touched: for the audit
 	auditWake chan struct{} // a reconnect: audit now
 }
 
@@ -65,7 +65,7 @@ func newSession(e *Engine, gen uint64) (*session, error) {
 		cleanWake: make(chan struct{}, 1),
 		state:     zk.StateDisconnected,
 		grants:    make(map[*Grant]struct{}),
-		own:       newOwners(),
+		own:       newOwners(e.opts.AuditInterval >= 0),
 		auditWake: make(chan struct{}, 1),
 	}
 	dialer := func(network, addr string, timeout time.Duration) (net.Conn, error) {
