@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -426,8 +427,10 @@ func TestAuditDeletesPlantedOrphans(t *testing.T) {
 		}
 		t.Logf("planted %s/%s", p.obj, n)
 	}
-	if _, err := other.Acquire(ctx, "AU-pl", lock.Foreground, lock.AcquireOptions{TryOnce: true}); err == nil {
-		t.Fatal("the planted privateLock did not block the object")
+	if h, err := other.Acquire(ctx, "AU-pl", lock.Foreground, lock.AcquireOptions{TryOnce: true}); err == nil {
+		release(t, h) // free already: only if an audit deleted the planted node first
+		waitFor(t, 5*time.Second, "the audit to have deleted the planted privateLock (else it did not block the object)",
+			func() bool { return slices.Contains(obs.list(), "AU-pl/privateLock") })
 	}
 	waitFor(t, 10*period, "the audit deleted the planted nodes", func() bool { return len(obs.list()) >= 3 })
 	t.Logf("deleted %v, %v after planting (period %v)", obs.list(), time.Since(planted).Round(time.Millisecond), period)
@@ -488,7 +491,10 @@ func TestAuditAfterReconnect(t *testing.T) {
 		t.Fatalf("audit ran without a reconnect (period 1h): %d deletions", n)
 	}
 	p.ResetConnections()
-	waitFor(t, 10*time.Second, "the orphan deleted after the reconnect", func() bool { return len(children(t, conn, root, "AR")) == 0 })
+	waitFor(t, 10*time.Second, "the orphan deleted after the reconnect", func() bool { return len(obs.list()) > 0 })
+	if left := children(t, conn, root, "AR"); len(left) != 0 {
+		t.Errorf("left %v after the audit", left)
+	}
 	if got := e.Health().SessionID; got != sess {
 		t.Fatalf("the session changed (0x%x → 0x%x): the orphan went with it, not through the audit", sess, got)
 	}
