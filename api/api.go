@@ -168,6 +168,9 @@ type RevokeResponse struct {
 	Holder     *Holder `json:"holder"`
 	Local      bool    `json:"local"`
 	FreedAfter *Time   `json:"freed_after,omitempty"`
+	// Orphan: the holder was an orphan privateLock (no grant behind it),
+	// deleted at once.
+	Orphan bool `json:"orphan,omitempty"`
 }
 
 // RenewRequest is the body of POST /v1/leases/{id}/renew. LeaseMS defaults
@@ -257,6 +260,12 @@ type Holder struct {
 	// answering (preemptible leases and op deliveries live there, not in
 	// ZooKeeper).
 	Preemptible bool `json:"preemptible,omitempty"`
+	// Orphan: a Baton privateLock whose holder's node is gone: no grant is
+	// behind it, yet it blocks the object while Session lives. Its own
+	// sidecar's audit deletes it; `baton revoke` frees it at once.
+	Orphan bool `json:"orphan,omitempty"`
+	// Session is the ZooKeeper session that owns an orphan ("0x…").
+	Session string `json:"session,omitempty"`
 }
 
 // Waiter is one waiting request, in grant order.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -59,7 +60,20 @@ func (r *request) sweepLater() {
 	r.s.addCleanup(cleanup{kind: cleanSweep, objPath: r.objPath, reqID: r.reqID})
 }
 
+// run makes the request's id live in its session (see owners) before
+// anything is created, until it fails or its grant ends.
 func (r *request) run(ctx context.Context, p prediction) (*Grant, error) {
+	if err := r.s.own.enter(ctx, r.objPath, r.reqID); err != nil {
+		return nil, r.fail(ctx, err)
+	}
+	g, err := r.acquire(ctx, p)
+	if err != nil && !r.registered {
+		r.s.own.leave(r.objPath, r.reqID)
+	}
+	return g, err
+}
+
+func (r *request) acquire(ctx context.Context, p prediction) (*Grant, error) {
 	if p.seq >= 0 || !p.contended {
 		g, err, done := r.direct(ctx, p)
 		if done {
@@ -103,6 +117,9 @@ func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool
 		}
 		// No object node (new, or a reaped container): create it, try once more.
 		if _, err := r.e.ensureObject(ctx, r.s, r.objPath); err != nil {
+			if retry(err) { // nothing of ours under it: the slow path creates it once reconnected
+				return nil, nil, false
+			}
 			return nil, r.fail(ctx, err), true
 		}
 	}
@@ -156,10 +173,10 @@ func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool
 	case errors.Is(err, zk.ErrNoNode): // the object keeps vanishing: the slow path copes
 		return nil, nil, false
 	case isConnErr(err):
+		// Applied or not: slow() recovers before anything else (our child
+		// is adopted, privateLock given back), retrying after every
+		// connection loss; a recovery that cannot finish is swept.
 		r.uncertain = true
-		if err := r.recoverOrphans(ctx, true); err != nil {
-			return nil, r.fail(ctx, err), true
-		}
 		return nil, nil, false
 	default: // including the wait running out with the multi in flight (the orphan handler undoes it)
 		return nil, r.fail(ctx, err), true
@@ -176,6 +193,19 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 	for {
 		if r.s.isLost() {
 			return nil, r.fail(ctx, r.s.lostCause())
+		}
+		if r.uncertain {
+			// A create of ours may have landed unseen: nothing is created,
+			// listed or waited for until recovery has looked.
+			if err := r.recoverOrphans(ctx); err != nil {
+				if retry(err) {
+					if err := r.s.waitConnected(ctx); err != nil {
+						return nil, r.fail(ctx, err)
+					}
+					continue
+				}
+				return nil, r.fail(ctx, err)
+			}
 		}
 		if r.node == "" {
 			if err := r.createChild(ctx); err != nil {
@@ -274,6 +304,9 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 			if g != nil {
 				return g, nil
 			}
+			if r.uncertain { // recover first (top of the outer loop)
+				break
+			}
 			// privateLock is held: wait for it, still first.
 			ev, err := zcall(ctx, func() (<-chan zk.Event, error) {
 				_, _, ev, err := r.s.conn.GetW(r.plPath) // no watch is left when it is missing
@@ -338,14 +371,10 @@ func (r *request) createChild(ctx context.Context) error {
 				return err
 			}
 		case isConnErr(err):
-			// The create may have been applied: find it once reconnected.
+			// The create may have been applied: slow() finds it once
+			// reconnected, before creating anything else.
 			r.uncertain = true
-			if err := r.recoverOrphans(ctx, false); err != nil {
-				return err
-			}
-			if r.node != "" {
-				return nil
-			}
+			return err
 		default:
 			return err
 		}
@@ -415,58 +444,111 @@ func (r *request) takePrivateLock(ctx context.Context, alone, checkOwn bool) (*G
 		// Applied or not: find out once reconnected. Ours (by request id
 		// and session) is granted: it was created in order, as above.
 		r.uncertain = true
-		if err := r.s.waitConnected(ctx); err != nil {
-			return nil, err
+		g, err := r.resolveTake(ctx)
+		if err != nil && retry(err) {
+			// Could not look: slow() recovers before anything else
+			// (privateLock, if ours, is given back).
+			return nil, nil
 		}
-		if _, err := r.s.conn.Sync(r.objPath); err != nil {
-			return nil, err
-		}
-		_, ost, err := r.s.conn.Get(r.objPath)
-		if err != nil {
-			return nil, err
-		}
-		data, st, err := r.s.conn.Get(r.plPath)
-		if err == nil && r.s.owns(data, st, r.reqID) {
-			if ost.Mzxid != st.Czxid { // the object was written after our grant: not provably ours
-				return nil, fmt.Errorf("lock: privateLock of %q found but the object node changed since", r.object)
-			}
-			r.uncertain = false
-			return r.grant(ctx, r.node, r.seq, st, ost.Version, -1)
-		}
-		if err != nil && !errors.Is(err, zk.ErrNoNode) {
-			return nil, err
-		}
-		r.uncertain = false // not applied, and never will be after the sync
-		return nil, nil
+		return g, err
 	case notSent(err):
 		return nil, r.s.waitConnected(ctx)
 	}
 	return nil, err
 }
 
+// resolveTake finds out, after a connection loss, whether our privateLock
+// multi was applied: ours (by request id and session) and the object not
+// written since is our grant. Any error leaves r.uncertain set: the caller
+// retries through recoverOrphans, or fail() sweeps.
+func (r *request) resolveTake(ctx context.Context) (*Grant, error) {
+	if err := r.s.waitConnected(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := zcall(ctx, func() (string, error) { return r.s.conn.Sync(r.objPath) }, nil); err != nil {
+		return nil, err
+	}
+	ost, err := r.read(ctx, r.objPath)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil // our child is gone with it: recovery looks (uncertain is still set)
+	}
+	if err != nil {
+		return nil, err
+	}
+	pl, err := r.read(ctx, r.plPath)
+	if errors.Is(err, zk.ErrNoNode) {
+		r.uncertain = false // not applied, and never will be after the sync
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !r.s.owns(pl.data, pl.stat, r.reqID) {
+		r.uncertain = false // someone else's: ours failed (node exists)
+		return nil, nil
+	}
+	if ost.stat.Mzxid != pl.stat.Czxid {
+		// The object was written after our privateLock: not provably our
+		// grant. Recovery gives it back.
+		return nil, nil
+	}
+	r.uncertain = false
+	return r.grant(ctx, r.node, r.seq, pl.stat, ost.stat.Version, -1)
+}
+
+// read gets a node, bounded by ctx.
+func (r *request) read(ctx context.Context, p string) (nodeRead, error) {
+	return zcall(ctx, func() (nodeRead, error) {
+		d, st, err := r.s.conn.Get(p)
+		return nodeRead{d, st, err}, err
+	}, nil)
+}
+
 // recoverOrphans finds nodes created for this live request whose replies
-// were lost: our child is adopted; privateLock found ours is given back (its
-// order is unproven). On success r.uncertain is cleared; on failure (the wait
-// ended first) it stays set and fail() leaves a sweep to the session.
-func (r *request) recoverOrphans(ctx context.Context, withPL bool) error {
+// were lost: our child is adopted (if we have none), other children of ours
+// are deleted, and privateLock found ours is given back (the request holds
+// no grant while it recovers, and its order is unproven). Only when every
+// step has finished is r.uncertain cleared; any error (NoNode where NoNode
+// answers the question is no error) returns with it set, so that the
+// caller retries once connected or fail() leaves a sweep to the session:
+// no path leaves a node of ours that nothing owns.
+func (r *request) recoverOrphans(ctx context.Context) error {
 	if err := r.s.waitConnected(ctx); err != nil {
 		return err
 	}
+	// After the sync, a create sent on the old connection has been applied
+	// or never will be.
 	if _, err := zcall(ctx, func() (string, error) { return r.s.conn.Sync(r.objPath) }, nil); err != nil && !errors.Is(err, zk.ErrNoNode) {
 		return err
 	}
-	if withPL {
-		_, ost, err := r.s.conn.Get(r.objPath)
-		if err == nil {
-			if data, st, err := r.s.conn.Get(r.plPath); err == nil && r.s.owns(data, st, r.reqID) {
-				giveBack := cleanup{kind: cleanPL, objPath: r.objPath, objVersion: ost.Version, token: st.Czxid}
-				if err := giveBack.run(r.s); err != nil {
-					r.s.addCleanup(giveBack)
-				}
+	ost, err := r.read(ctx, r.objPath)
+	if errors.Is(err, zk.ErrNoNode) { // no object node: nothing of ours under it
+		r.uncertain = false
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	pl, err := r.read(ctx, r.plPath)
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return err
+	}
+	if err == nil && r.s.owns(pl.data, pl.stat, r.reqID) {
+		giveBack := cleanup{kind: cleanPL, objPath: r.objPath, objVersion: ost.stat.Version, token: pl.stat.Czxid}
+		if _, err := zcall(ctx, func() (struct{}, error) { return struct{}{}, giveBack.run(r.s) }, nil); err != nil {
+			if !retry(err) {
+				return err
 			}
+			// The cleaner deletes it after the reconnect (it reads first);
+			// we look again too.
+			r.s.addCleanup(giveBack)
+			return err
 		}
 	}
-	children, _, err := r.s.conn.Children(r.objPath)
+	children, err := zcall(ctx, func() ([]string, error) {
+		c, _, err := r.s.conn.Children(r.objPath)
+		return c, err
+	}, nil)
 	if errors.Is(err, zk.ErrNoNode) {
 		r.uncertain = false
 		return nil
@@ -474,21 +556,35 @@ func (r *request) recoverOrphans(ctx context.Context, withPL bool) error {
 	if err != nil {
 		return err
 	}
+	adopt := ""
+	var stale []string
 	for _, c := range children {
-		if c == privateLock || len(c) < len(r.prefix)+1 || c[:len(r.prefix)+1] != r.prefix+"-" || c == r.node {
+		if c == privateLock || !strings.HasPrefix(c, r.prefix+"-") || c == r.node {
 			continue
 		}
-		data, st, err := r.s.conn.Get(r.objPath + "/" + c)
-		if err != nil || !r.s.owns(data, st, r.reqID) {
+		n, err := r.read(ctx, r.objPath+"/"+c)
+		if errors.Is(err, zk.ErrNoNode) {
 			continue
 		}
-		if r.node == "" {
-			r.node = c
-			r.seq, _ = seqOf(c)
-			r.listAfter = time.Now()
+		if err != nil {
+			return err
+		}
+		if !r.s.owns(n.data, n.stat, r.reqID) {
 			continue
 		}
+		if r.node == "" && adopt == "" {
+			adopt = c
+			continue
+		}
+		stale = append(stale, c)
+	}
+	for _, c := range stale {
 		r.s.addCleanup(cleanup{kind: cleanChild, objPath: r.objPath, node: c, reqID: r.reqID})
+	}
+	if adopt != "" {
+		r.node = adopt
+		r.seq, _ = seqOf(adopt)
+		r.listAfter = time.Now()
 	}
 	r.uncertain = false
 	return nil

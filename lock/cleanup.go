@@ -101,26 +101,33 @@ func releaseOps(objPath, node string, objVersion, plv int32) []any {
 
 // deleteOwnPL deletes privateLock if a read shows it is the one created
 // with token, in a multi that checks the object node still has the version
-// our grant set.
+// our grant set. A version mismatch on privateLock alone (a signal written
+// between the read and the delete) reads again: it is not "gone".
 func (s *session) deleteOwnPL(objPath string, objVersion int32, token int64) error {
-	_, st, err := s.conn.Get(objPath + "/" + privateLock)
-	if gone(err) {
-		return nil
-	}
-	if err != nil {
+	for range 5 {
+		_, st, err := s.conn.Get(objPath + "/" + privateLock)
+		if gone(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if st.Czxid != token || st.EphemeralOwner != s.sessionID() {
+			return nil // not ours
+		}
+		_, err = s.conn.Multi(
+			&zk.CheckVersionRequest{Path: objPath, Version: objVersion},
+			&zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: st.Version},
+		)
+		if errors.Is(err, zk.ErrBadVersion) {
+			continue // read again: still ours at a newer version, or not ours
+		}
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
 		return err
 	}
-	if st.Czxid != token || st.EphemeralOwner != s.sessionID() {
-		return nil // not ours
-	}
-	_, err = s.conn.Multi(
-		&zk.CheckVersionRequest{Path: objPath, Version: objVersion},
-		&zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: st.Version},
-	)
-	if gone(err) {
-		return nil
-	}
-	return err
+	return fmt.Errorf("lock: privateLock of %s kept changing, or the object node's version moved under it", objPath)
 }
 
 // giveBackPL deletes the privateLock this request created a moment ago (its
@@ -171,7 +178,8 @@ func (s *session) sweep(objPath, reqID string) error {
 	if _, err := s.conn.Sync(objPath); err != nil && !errors.Is(err, zk.ErrNoNode) {
 		return err
 	}
-	for range 3 {
+	done := false
+	for range 5 {
 		_, ost, err := s.conn.Get(objPath)
 		if errors.Is(err, zk.ErrNoNode) {
 			return nil
@@ -198,7 +206,11 @@ func (s *session) sweep(objPath, reqID string) error {
 				return err
 			}
 		}
+		done = true
 		break
+	}
+	if !done { // never "done" with our privateLock still there
+		return fmt.Errorf("lock: sweep %s: privateLock kept changing", objPath)
 	}
 	kids, _, err := s.conn.Children(objPath)
 	if errors.Is(err, zk.ErrNoNode) {

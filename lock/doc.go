@@ -93,6 +93,22 @@
 // (create, list, create privateLock); an object where others were seen goes
 // straight to the plugin's steps until the engine sees itself alone there.
 //
+// # Recovery and audit
+//
+// A create whose reply was lost (the connection dropped with it in flight)
+// may or may not have been applied: the request stays uncertain until a
+// recovery after the reconnect has looked (sync, then our privateLock is
+// given back and our child adopted, by request id and session). Any step of
+// that recovery that cannot finish keeps the request uncertain: it is
+// retried after the next reconnect, and a request that ends uncertain
+// leaves a sweep of every node carrying its id to the session. As a second
+// line the session audits, every Options.AuditInterval and after every
+// reconnect, the ephemeral nodes it owns under the objects it has touched
+// and deletes, guarded by version, those whose request id is neither an
+// acquire in progress nor a grant held (a create in flight is owned by its
+// live request). Inspect shows a Baton privateLock without its holder's
+// child as an orphan; Engine.FreeOrphan deletes one from any engine.
+//
 // # Holder watch
 //
 // A holder watches its privateLock (deleted by anyone else: lost), armed

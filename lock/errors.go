@@ -40,6 +40,12 @@ type Node struct {
 	Preemptible bool
 	Cleanup     time.Duration
 	Asks        []Signal // holder only: the standing asks (Engine.Ask) not withdrawn
+	// Orphan (holder only, from Inspect): a Baton privateLock whose
+	// holder's child is gone (no child of its session carries its request
+	// id): no grant can be behind it, and it blocks the object while
+	// Session lives. Its own engine's audit deletes it; Engine.FreeOrphan
+	// frees it from anywhere.
+	Orphan bool
 }
 
 // InstanceLockError reports an acquire that gave up before the grant: its wait

@@ -191,6 +191,7 @@ func (g *Grant) finish(st State, cause error) bool {
 		next = g.next
 	}
 	g.e.objLeave(g.name, next, g.s.gen, g.objCzxid)
+	g.s.own.leave(g.objPath, g.reqID) // its nodes are garbage from here (see owners)
 	if st == Lost {
 		g.e.log.Warn("lock lost", "object", g.object, "token", g.token, "node", g.node, "cause", cause)
 	}

@@ -100,11 +100,18 @@ func (e *Engine) inspect(ctx context.Context, s *session, objPath string, max in
 			continue
 		}
 		node := toNode(n, r.data, r.stat)
-		if out.Holder != nil && out.Holder.Name == "" && holderReq != "" && node.RequestID == holderReq {
+		if out.Holder != nil && out.Holder.Name == "" && holderReq != "" && node.RequestID == holderReq && node.Session == out.Holder.Session {
 			out.Holder.Name = n
 			continue
 		}
 		out.Waiters = append(out.Waiters, node)
+	}
+	if h := out.Holder; h != nil && h.Known && h.Name == "" && max == 0 {
+		verdict, _, err := e.orphanCheck(ctx, s, objPath, h)
+		if err != nil {
+			return nil, fmt.Errorf("lock: inspect %s: %w", objPath, err)
+		}
+		h.Orphan = verdict == isOrphan
 	}
 	return out, nil
 }

@@ -57,6 +57,14 @@ type Options struct {
 	// and create-then-verify without one): every acquire follows the
 	// plugin's create-child, list, create-privateLock steps.
 	DisableFastPath bool
+	// AuditInterval is how often the engine audits the ephemeral nodes its
+	// session owns under the objects it has touched, and deletes those no
+	// acquire in progress or grant owns (an orphan left by a bug would
+	// block the object for everyone while the session lives); it also
+	// audits after every reconnect. Default 30s; negative turns the audit
+	// off. Each audit costs a listing per object touched since the last
+	// one (or still held) and a read per child there.
+	AuditInterval time.Duration
 	// Dialer opens TCP connections; default net.DialTimeout.
 	Dialer func(network, addr string, timeout time.Duration) (net.Conn, error)
 	// TLS, when set, runs every connection over TLS (the servers'
@@ -139,6 +147,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.HolderWatchDelay == 0 {
 		o.HolderWatchDelay = 25 * time.Millisecond
+	}
+	if o.AuditInterval == 0 {
+		o.AuditInterval = 30 * time.Second
 	}
 	if o.Dialer == nil {
 		o.Dialer = net.DialTimeout

@@ -46,7 +46,9 @@ type session struct {
 	syncs     atomic.Int64        // keeper syncs sent (cost metric)
 	lost      chan struct{}       // closed when the session is declared lost
 	closeOnce sync.Once
-	pending   atomic.Int64 // cleanups not yet done (metric)
+	pending   atomic.Int64  // cleanups not yet done (metric)
+	own       *owners       // request ids owning nodes, objects touched: for the audit
+	auditWake chan struct{} // a reconnect: audit now
 }
 
 // touch is one acknowledged request: the server it went to had touched the
@@ -63,6 +65,8 @@ func newSession(e *Engine, gen uint64) (*session, error) {
 		cleanWake: make(chan struct{}, 1),
 		state:     zk.StateDisconnected,
 		grants:    make(map[*Grant]struct{}),
+		own:       newOwners(e.opts.AuditInterval >= 0),
+		auditWake: make(chan struct{}, 1),
 	}
 	dialer := func(network, addr string, timeout time.Duration) (net.Conn, error) {
 		c, err := e.opts.Dialer(network, addr, timeout)
@@ -97,6 +101,7 @@ func newSession(e *Engine, gen uint64) (*session, error) {
 	e.wg.Go(s.monitor)
 	e.wg.Go(s.cleaner)
 	e.wg.Go(s.keeper)
+	e.wg.Go(s.auditor)
 	return s, nil
 }
 
@@ -263,6 +268,10 @@ func (s *session) onEvent(ev zk.Event) {
 	case zk.StateHasSession:
 		select {
 		case s.cleanWake <- struct{}{}:
+		default:
+		}
+		select {
+		case s.auditWake <- struct{}{}:
 		default:
 		}
 	case zk.StateAuthFailed:

@@ -90,6 +90,23 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) error {
 	caller := who(r.Context())
 	ctx, cancel := context.WithTimeout(r.Context(), inspectTimeout)
 	defer cancel()
+	// An orphan privateLock (issue 23: no grant behind it, its holder's
+	// node gone) has nobody to tell and no validity to wait out: it is
+	// deleted now, guarded by the versions read.
+	switch n, err := s.eng.FreeOrphan(ctx, obj, req.Token); {
+	case err == nil:
+		s.revokes.WithLabelValues("requested").Inc()
+		s.log.Warn("audit: orphan privateLock freed by revocation", "object", obj, "token", n.Token,
+			"session", fmt.Sprintf("0x%x", n.Session), "holder_sidecar", n.Sidecar, "reason", req.Reason, "caller", caller)
+		now := api.NewTime(time.Now())
+		writeJSON(w, http.StatusAccepted, api.RevokeResponse{Object: obj, Token: n.Token, Reason: revokeReason(req.Reason),
+			Holder: holderOf(n), FreedAfter: &now, Orphan: true})
+		return nil
+	case errors.Is(err, lock.ErrNotOrphan), errors.Is(err, lock.ErrNoNode):
+		// a grant (or nothing): revoke it as below
+	default:
+		return err
+	}
 	sig := lock.Signal{Kind: SignalRevoke, Reason: req.Reason, Who: caller, From: s.config().NodeID}
 	n, err := s.eng.Signal(ctx, obj, req.Token, sig)
 	switch {

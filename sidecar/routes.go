@@ -586,6 +586,9 @@ func holderOf(n *lock.Node) *api.Holder {
 		return nil
 	}
 	h := &api.Holder{Node: n.Name, Type: n.Type, Info: n.Info, Sidecar: n.Sidecar, Token: n.Token, Since: api.NewTime(n.Since)}
+	if n.Orphan {
+		h.Orphan, h.Session = true, "0x"+strconv.FormatInt(n.Session, 16)
+	}
 	if n.Signal != nil {
 		switch n.Signal.Kind {
 		case SignalRevoke:

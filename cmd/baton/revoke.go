@@ -65,7 +65,9 @@ usage error; 69 sidecar or ZooKeeper unavailable.`,
 				}
 			}
 			fmt.Fprintf(g.stdout, "revoked %q (token %d, %s): %s\n", v.Object, v.Token, holder, printable(v.Reason))
-			if v.Local && v.FreedAfter != nil {
+			if v.Orphan {
+				fmt.Fprintf(g.stdout, "it was an orphan privateLock (no grant behind it, of session %s): deleted now, the lock is free\n", v.Holder.Session)
+			} else if v.Local && v.FreedAfter != nil {
 				fmt.Fprintf(g.stdout, "the holder was told; the lock is freed at %s (in %v), after the validity told to it\n",
 					v.FreedAfter.UTC().Format(time.RFC3339Nano), max(0, time.Until(v.FreedAfter.Time)).Round(time.Millisecond))
 			} else {

@@ -1,0 +1,149 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// ErrNotOrphan is returned by FreeOrphan when the object's holder is not an
+// orphan: its child is there (a grant, or an acquire recovering), or it is
+// not a Baton privateLock.
+var ErrNotOrphan = errors.New("lock: the holder is not an orphan")
+
+type orphanVerdict int
+
+const (
+	notOrphan    orphanVerdict = iota // its child is there
+	orphanUnsure                      // something changed while we looked
+	isOrphan
+)
+
+// orphanCheck reports whether holder, a Baton privateLock read before the
+// call, is an orphan: no child of its session carries its request id. Every
+// Baton grant's child exists before or with its privateLock and is deleted
+// with it or after it, so a privateLock that lived from before a listing
+// until after that listing's children were read, with none of them its
+// holder's, has no grant behind it (unless someone deleted the holder's
+// child by hand). A child that vanished between the listing and its read
+// could be the holder's: unsure then. It returns privateLock's stat as last
+// read, for an orphan.
+func (e *Engine) orphanCheck(ctx context.Context, s *session, objPath string, holder *Node) (orphanVerdict, *zk.Stat, error) {
+	kids, err := zcall(ctx, func() ([]string, error) {
+		c, _, err := s.conn.Children(objPath)
+		return c, err
+	}, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		return orphanUnsure, nil, nil
+	}
+	if err != nil {
+		return orphanUnsure, nil, err
+	}
+	for _, k := range kids {
+		if k == privateLock {
+			continue
+		}
+		r, err := zcall(ctx, func() (nodeRead, error) {
+			d, st, err := s.conn.Get(objPath + "/" + k)
+			return nodeRead{d, st, err}, err
+		}, nil)
+		if errors.Is(err, zk.ErrNoNode) {
+			return orphanUnsure, nil, nil
+		}
+		if err != nil {
+			return orphanUnsure, nil, err
+		}
+		if r.stat.EphemeralOwner == holder.Session && reqOf(r.data) == holder.RequestID {
+			return notOrphan, nil, nil
+		}
+	}
+	r, err := zcall(ctx, func() (nodeRead, error) {
+		d, st, err := s.conn.Get(objPath + "/" + privateLock)
+		return nodeRead{d, st, err}, err
+	}, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		return orphanUnsure, nil, nil
+	}
+	if err != nil {
+		return orphanUnsure, nil, err
+	}
+	if r.stat.Czxid != holder.Token {
+		return orphanUnsure, nil, nil
+	}
+	return isOrphan, r.stat, nil
+}
+
+// FreeOrphan deletes the object's privateLock if it is an orphan (see
+// Node.Orphan) and, when token is not 0, its creation zxid is token. The
+// delete is a multi that checks the object node's version read before
+// privateLock (every Baton grant bumps it) and privateLock's version, so it
+// removes that node or nothing. It returns the orphan, ErrNoNode when
+// the object is not held (or not with token), and ErrNotOrphan when the
+// holder is a grant, an acquire in progress or not Baton's. Safe for
+// concurrent use.
+func (e *Engine) FreeOrphan(ctx context.Context, object string, token int64) (*Node, error) {
+	name, err := EscapeObject(object)
+	if err != nil {
+		return nil, err
+	}
+	s, err := e.connectedSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	objPath := e.root + "/" + name
+	for range 5 {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		_, ost, err := s.conn.Get(objPath)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, ErrNoNode
+		}
+		if err != nil {
+			return nil, fmt.Errorf("lock: free orphan of %q: %w", object, err)
+		}
+		data, pst, err := s.conn.Get(objPath + "/" + privateLock)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, ErrNoNode
+		}
+		if err != nil {
+			return nil, fmt.Errorf("lock: free orphan of %q: %w", object, err)
+		}
+		if token != 0 && pst.Czxid != token {
+			return nil, ErrNoNode
+		}
+		holder := toNode("", data, pst)
+		holder.Token = pst.Czxid
+		if !holder.Known || pst.Version < plVersion {
+			return &holder, ErrNotOrphan
+		}
+		verdict, last, err := e.orphanCheck(ctx, s, objPath, &holder)
+		if err != nil {
+			return nil, fmt.Errorf("lock: free orphan of %q: %w", object, err)
+		}
+		switch verdict {
+		case notOrphan:
+			return &holder, ErrNotOrphan
+		case orphanUnsure:
+			continue // changed meanwhile: look again
+		}
+		holder.Orphan = true
+		_, err = s.conn.Multi(
+			&zk.CheckVersionRequest{Path: objPath, Version: ost.Version},
+			&zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: last.Version},
+		)
+		switch {
+		case err == nil:
+			e.log.Warn("orphan privateLock freed", "object", object, "token", holder.Token,
+				"session", fmt.Sprintf("0x%x", holder.Session), "request_id", holder.RequestID, "sidecar", holder.Sidecar)
+			return &holder, nil
+		case gone(err):
+			continue // changed meanwhile: look again
+		default:
+			return nil, fmt.Errorf("lock: free orphan of %q: %w", object, err)
+		}
+	}
+	return nil, fmt.Errorf("lock: free orphan of %q: privateLock kept changing", object)
+}
