@@ -74,7 +74,7 @@ func TestOrphanShownAndRevoked(t *testing.T) {
 		t.Errorf("a lease's holder = %+v, want no orphan", st2.Holder)
 	}
 	var rr2 api.RevokeResponse
-	if err := json.Unmarshal(s.mustCall(202, "POST", "/v1/locks/orph/revoke", `{"reason":"x"}`), &rr2); err != nil || rr2.Orphan || !rr2.Local || !strings.HasPrefix(rr2.Reason, "revoked") {
+	if err := json.Unmarshal(s.mustCall(202, "POST", "/v1/locks/orph/revoke", `{"reason":"x"}`), &rr2); err != nil || rr2.Orphan || !strings.HasPrefix(rr2.Reason, "revoked") { // Local may be false: the watch can end the lease first
 		t.Errorf("revoke of a lease = %+v, %v", rr2, err)
 	}
 	if e := decodeError(t, s.mustCall(410, "POST", "/v1/leases/"+l.LeaseID+"/renew", "")); e.Kind != api.LockLost {
