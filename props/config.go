@@ -41,6 +41,12 @@ type Config struct {
 	LeaseDefault  time.Duration // sidecar.lease.default; ≤ LeaseMax
 	LeaseMax      time.Duration // sidecar.lease.max
 	MaxWaiters    int           // sidecar.max.waiters
+	// Per-uid caps (SO_PEERCRED): sidecar.max.{waiters,leases,polls,lists}.per.uid,
+	// sidecar.max.connections and sidecar.max.connections.per.uid.
+	MaxWaitersPerUID, MaxLeasesPerUID, MaxPollsPerUID, MaxListsPerUID int
+	MaxConnections, MaxConnectionsPerUID                             int
+	// Who may do what (SO_PEERCRED): sidecar.auth.{admin,client}.{uids,gids}.
+	AuthAdminUIDs, AuthAdminGIDs, AuthClientUIDs, AuthClientGIDs []uint32
 	ShutdownGrace time.Duration // sidecar.shutdown.grace
 	AppURL        string        // sidecar.app.url as written; "" = ops disabled; see [ParseAppURL]
 	AppTimeout    time.Duration // sidecar.app.timeout
