@@ -107,7 +107,7 @@ const (
 // sidecar's own uid (always an admin: a process with its uid can stop it
 // or read its credentials anyway).
 type authPolicy struct {
-	self                                           uint32
+	self                                         uint32
 	adminUIDs, adminGIDs, clientUIDs, clientGIDs []uint32
 }
 

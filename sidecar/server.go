@@ -81,7 +81,7 @@ type Server struct {
 	stopCtx    context.Context // cancelled when the drain begins: nothing more is granted
 	stopCancel context.CancelFunc
 	drainOnce  sync.Once
-	drainAsked atomic.Bool // Drain was called (POST /v1/drain): see DrainRequested
+	drainAsked atomic.Bool   // Drain was called (POST /v1/drain): see DrainRequested
 	drainEnd   time.Time     // set before stopCtx is cancelled: no validity is told past it
 	drainGrace time.Duration // sidecar.shutdown.grace when the drain began
 	over       chan struct{} // closed at the end of the grace: leases left are told lost
