@@ -35,24 +35,26 @@ type Config struct {
 	ObjectNode        string        // zookeeper.object.node: "container" or "persistent"
 	AuthDigest        string        // zookeeper.auth.digest: "" or "user:password" — secret
 
-	SocketPath   string        // sidecar.socket.path
-	SocketMode   os.FileMode   // sidecar.socket.mode (permission bits only)
-	NodeID       string        // sidecar.node.id
-	LeaseDefault time.Duration // sidecar.lease.default; ≤ LeaseMax
-	LeaseMax     time.Duration // sidecar.lease.max
-	MaxWaiters   int           // sidecar.max.waiters
+	SocketPath    string        // sidecar.socket.path
+	SocketMode    os.FileMode   // sidecar.socket.mode (permission bits only)
+	NodeID        string        // sidecar.node.id
+	LeaseDefault  time.Duration // sidecar.lease.default; ≤ LeaseMax
+	LeaseMax      time.Duration // sidecar.lease.max
+	MaxWaiters    int           // sidecar.max.waiters
+	ShutdownGrace time.Duration // sidecar.shutdown.grace
+	AppURL        string        // sidecar.app.url as written; "" = ops disabled; see [ParseAppURL]
+	AppTimeout    time.Duration // sidecar.app.timeout
+	// AppPreemptCleanup is sidecar.app.preempt.cleanup: how long a delivery
+	// asked to yield (preemption) goes on before its request is cancelled.
+	AppPreemptCleanup time.Duration
+
 	// Per-uid caps (SO_PEERCRED): sidecar.max.{waiters,leases,polls,lists}.per.uid,
 	// sidecar.max.connections and sidecar.max.connections.per.uid.
 	MaxWaitersPerUID, MaxLeasesPerUID, MaxPollsPerUID, MaxListsPerUID int
 	MaxConnections, MaxConnectionsPerUID                              int
+
 	// Who may do what (SO_PEERCRED): sidecar.auth.{admin,client}.{uids,gids}.
 	AuthAdminUIDs, AuthAdminGIDs, AuthClientUIDs, AuthClientGIDs []uint32
-	ShutdownGrace                                                time.Duration // sidecar.shutdown.grace
-	AppURL                                                       string        // sidecar.app.url as written; "" = ops disabled; see [ParseAppURL]
-	AppTimeout                                                   time.Duration // sidecar.app.timeout
-	// AppPreemptCleanup is sidecar.app.preempt.cleanup: how long a delivery
-	// asked to yield (preemption) goes on before its request is cancelled.
-	AppPreemptCleanup time.Duration
 
 	QueueDir       string        // queue.dir
 	QueueWorkers   int           // queue.workers
