@@ -264,3 +264,149 @@ func TestAuthAllowLists(t *testing.T) {
 		t.Errorf("inspect as admin (gid 2000): %d %s", st, body)
 	}
 }
+
+// background starts a request as c that blocks (a wait, a long-poll); it
+// is killed when the test ends.
+func (c caller) background(t *testing.T, socket, method, path, body string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd, _ := c.curlCmd(t, ctx, socket, method, path, body)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
+}
+
+// TestCapsPerUID: one uid cannot starve the others. Over each per-uid cap
+// a request is refused 429 TooManyRequests naming the key that raises it
+// and nothing is started; another uid (and an admin) still gets through.
+func TestCapsPerUID(t *testing.T) {
+	needRoot(t)
+	cfg := testConfig(t, testRoot(t), "sc-caps")
+	cfg.MaxWaitersPerUID, cfg.MaxLeasesPerUID, cfg.MaxPollsPerUID, cfg.MaxConnectionsPerUID = 1, 2, 1, 2
+	openSocket(t, &cfg)
+	s := start(t, cfg)
+	sock := cfg.SocketPath
+	s.acquire("busy", `{"lease_ms":60000}`) // held by root and uid 1009: waits on them last
+	if st, body := uid(1009).call(t, sock, "POST", "/v1/locks/busy2/acquire", `{"lease_ms":60000}`); st != 200 {
+		t.Fatalf("busy2: %d %s", st, body)
+	}
+
+	t.Run("leases", func(t *testing.T) {
+		app := uid(1001)
+		st, body := app.call(t, sock, "POST", "/v1/locks/l1/acquire", `{}`)
+		if st != 200 {
+			t.Fatalf("first lease: %d %s", st, body)
+		}
+		l1 := decodeLease(t, body)
+		if st, body := app.call(t, sock, "POST", "/v1/locks/l1b/acquire", `{}`); st != 200 {
+			t.Fatalf("second lease: %d %s", st, body)
+		}
+		st, body = app.call(t, sock, "POST", "/v1/locks/l2/acquire", `{}`)
+		wantRefused(t, "third lease of uid 1001", st, body, 429, api.TooManyRequests, "sidecar.max.leases.per.uid")
+		if st, body := uid(1005).call(t, sock, "POST", "/v1/locks/l2/acquire", `{}`); st != 200 {
+			t.Errorf("another uid's lease: %d %s", st, body)
+		}
+		// Released: the slot is back.
+		if st, body := app.call(t, sock, "DELETE", "/v1/leases/"+l1.LeaseID, ""); st != 200 {
+			t.Fatalf("release: %d %s", st, body)
+		}
+		if st, body := app.call(t, sock, "POST", "/v1/locks/l3/acquire", `{}`); st != 200 {
+			t.Errorf("lease after the release: %d %s", st, body)
+		}
+	})
+	t.Run("waiters", func(t *testing.T) {
+		app := uid(1002)
+		app.background(t, sock, "POST", "/v1/locks/busy/acquire", `{"wait_ms":60000}`)
+		waitFor(t, 10*time.Second, "uid 1002 waiting on busy", func() bool {
+			var st api.LockStatus
+			_ = json.Unmarshal(s.mustCall(200, "GET", "/v1/locks/busy", ""), &st)
+			return len(st.Waiters) == 1
+		})
+		st, body := app.call(t, sock, "POST", "/v1/locks/w2/acquire", `{"wait_ms":0}`)
+		wantRefused(t, "second wait of uid 1002", st, body, 429, api.TooManyRequests, "sidecar.max.waiters.per.uid")
+	})
+	t.Run("polls and connections", func(t *testing.T) {
+		app := uid(1003)
+		st, body := app.call(t, sock, "POST", "/v1/locks/p1/acquire", `{"lease_ms":60000}`)
+		if st != 200 {
+			t.Fatalf("lease: %d %s", st, body)
+		}
+		l := decodeLease(t, body)
+		polls := s.metric("baton_lease_polls_in_flight")
+		app.background(t, sock, "GET", "/v1/leases/"+l.LeaseID+"?wait=lost&timeout_ms=60000", "")
+		waitFor(t, 10*time.Second, "uid 1003's long-poll", func() bool { return s.metric("baton_lease_polls_in_flight") == polls+1 })
+		st, body = app.call(t, sock, "GET", "/v1/leases/"+l.LeaseID+"?wait=lost&timeout_ms=60000", "")
+		wantRefused(t, "second long-poll of uid 1003", st, body, 429, api.TooManyRequests, "sidecar.max.polls.per.uid")
+		// Two connections open (the poll, and a wait): a third is refused
+		// when it connects.
+		app.background(t, sock, "POST", "/v1/locks/busy2/acquire", `{"wait_ms":60000}`)
+		waitFor(t, 10*time.Second, "uid 1003 waiting on busy2", func() bool {
+			var st api.LockStatus
+			_ = json.Unmarshal(s.mustCall(200, "GET", "/v1/locks/busy2", ""), &st)
+			return len(st.Waiters) == 1
+		})
+		st, body = app.call(t, sock, "GET", "/v1/locks/p1", "")
+		wantRefused(t, "third connection of uid 1003", st, body, 429, api.TooManyRequests, "sidecar.max.connections.per.uid")
+		// Another uid, and an admin, still connect.
+		if st, body := uid(1006).call(t, sock, "GET", "/v1/locks/p1", ""); st != 200 {
+			t.Errorf("another uid: %d %s", st, body)
+		}
+		s.mustCall(200, "GET", "/v1/locks/p1", "")
+	})
+}
+
+// TestListLeases: GET /v1/leases lists the caller's own leases (by uid);
+// an admin's lists every lease, each with its owner's uid.
+func TestListLeases(t *testing.T) {
+	needRoot(t)
+	cfg := testConfig(t, testRoot(t), "sc-list")
+	openSocket(t, &cfg)
+	s := start(t, cfg)
+	sock := cfg.SocketPath
+	var ids []string
+	for i, c := range []caller{uid(1001), uid(1001), uid(1002)} {
+		st, body := c.call(t, sock, "POST", fmt.Sprintf("/v1/locks/o%d/acquire", i), `{"lease_ms":60000}`)
+		if st != 200 {
+			t.Fatalf("acquire: %d %s", st, body)
+		}
+		ids = append(ids, decodeLease(t, body).LeaseID)
+	}
+	mine := s.acquire("o-root", `{"lease_ms":60000}`)
+	list := func(c *caller) api.LeaseList {
+		t.Helper()
+		var st int
+		var body []byte
+		if c == nil {
+			st, body = s.call("GET", "/v1/leases", "")
+		} else {
+			st, body = c.call(t, sock, "GET", "/v1/leases", "")
+		}
+		var ll api.LeaseList
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&ll); st != 200 || err != nil {
+			t.Fatalf("GET /v1/leases: %d %s (%v)", st, body, err)
+		}
+		return ll
+	}
+	got := func(ll api.LeaseList) []string {
+		var out []string
+		for _, l := range ll.Leases {
+			out = append(out, fmt.Sprintf("%s:%d", l.Object, *l.UID))
+		}
+		return out
+	}
+	a := uid(1001)
+	if ll := list(&a); ll.All || strings.Join(got(ll), " ") != "o0:1001 o1:1001" || ll.Leases[0].LeaseID != ids[0] {
+		t.Errorf("uid 1001's leases: %+v, want o0 and o1 (its own)", got(ll))
+	}
+	b := uid(1003)
+	if ll := list(&b); len(ll.Leases) != 0 {
+		t.Errorf("uid 1003's leases: %v, want none", got(ll))
+	}
+	if ll := list(nil); !ll.All || strings.Join(got(ll), " ") != "o0:1001 o1:1001 o2:1002 o-root:0" {
+		t.Errorf("admin's leases: %v, want all four with their uids", got(ll))
+	}
+	s.release(mine.LeaseID)
+}
