@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/batonhq/baton/client"
+)
+
+// testLeasesRelease: a holder that lost its lease id finds it with `baton
+// leases` and releases it with `baton release LEASE_ID` (issue 20 item 3).
+func testLeasesRelease(t *testing.T, s *sidecarProc) {
+	ctx := context.Background()
+	c := client.New(s.socket)
+	defer c.Close()
+	a, err := c.Acquire(ctx, "leases-a", client.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Acquire(ctx, "leases b", client.WithInfo("nightly\tjob"), client.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release(ctx)
+	code, out, stderr := runBaton(t, "--socket", s.socket, "leases")
+	if code != 0 || !strings.Contains(out, a.ID()) || !strings.Contains(out, b.ID()) || !strings.Contains(out, `"leases b"`) ||
+		!strings.Contains(out, `"nightly\tjob"`) || !strings.HasPrefix(out, "LEASE") {
+		t.Errorf("baton leases: exit %d, stdout:\n%s\nstderr: %s\nwant both leases, names and info quoted", code, out, stderr)
+	}
+	code, out, stderr = runBaton(t, "--socket", s.socket, "release", a.ID())
+	if code != 0 || out != "released \"leases-a\" (token "+strconv.FormatInt(a.Token(), 10)+")\n" {
+		t.Errorf("baton release: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	if _, err := c.Inspect(ctx, "leases-a"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := c.Inspect(ctx, "leases-a"); st.Holder != nil {
+		t.Errorf("leases-a still held after baton release: %+v", st.Holder)
+	}
+	code, out, _ = runBaton(t, "--socket", s.socket, "leases", "--json")
+	if code != 0 || strings.Contains(out, a.ID()) || !strings.Contains(out, b.ID()) || !strings.Contains(out, `"all": true`) {
+		t.Errorf("baton leases --json after the release: exit %d:\n%s", code, out)
+	}
+	code, _, stderr = runBaton(t, "--socket", s.socket, "release", a.ID())
+	if code != exitFailure || !strings.Contains(stderr, "NoNode") {
+		t.Errorf("baton release of a released lease: exit %d, stderr %q; want 1 NoNode", code, stderr)
+	}
+	code, _, stderr = runBaton(t, "--socket", s.socket, "release")
+	if code != exitUsage || !strings.Contains(stderr, "missing LEASE_ID") {
+		t.Errorf("baton release without an id: exit %d, stderr %q", code, stderr)
+	}
+	if _, err := c.ReleaseLease(ctx, "nope"); !errors.Is(err, client.ErrNoNode) {
+		t.Errorf("ReleaseLease(unknown): %v, want ErrNoNode", err)
+	}
+}
