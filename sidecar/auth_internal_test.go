@@ -61,3 +61,36 @@ func TestForbiddenMessage(t *testing.T) {
 		t.Errorf("forbidden(acquire) = %+v", e.Body)
 	}
 }
+
+// TestUIDCaps: a take over the limit is refused and changes nothing; puts
+// give slots back, per uid and per cap.
+func TestUIDCaps(t *testing.T) {
+	u := newUIDCaps()
+	for i := range 3 {
+		if n, ok := u.take(7, capLists, 3); !ok || n != i {
+			t.Fatalf("take %d = %d %v", i, n, ok)
+		}
+	}
+	if n, ok := u.take(7, capLists, 3); ok || n != 3 {
+		t.Fatalf("take over the limit = %d %v, want 3 false", n, ok)
+	}
+	if _, ok := u.take(8, capLists, 3); !ok {
+		t.Fatal("another uid refused")
+	}
+	if _, ok := u.take(7, capPolls, 3); !ok {
+		t.Fatal("another cap refused")
+	}
+	u.put(7, capLists)
+	if n, ok := u.take(7, capLists, 3); !ok || n != 2 {
+		t.Fatalf("take after a put = %d %v", n, ok)
+	}
+	for range 3 {
+		u.put(7, capLists)
+	}
+	u.put(7, capLists) // one too many: ignored
+	u.put(7, capPolls)
+	u.put(8, capLists)
+	if len(u.use) != 0 {
+		t.Errorf("counts left: %v", u.use)
+	}
+}

@@ -410,3 +410,24 @@ func TestListLeases(t *testing.T) {
 	}
 	s.release(mine.LeaseID)
 }
+
+// TestConnectionCap: over sidecar.max.connections a new connection is
+// answered 429 naming the key and closed; admins still connect.
+func TestConnectionCap(t *testing.T) {
+	needRoot(t)
+	cfg := testConfig(t, testRoot(t), "sc-conns")
+	cfg.MaxConnections = 1
+	openSocket(t, &cfg)
+	s := start(t, cfg)
+	sock := cfg.SocketPath
+	s.acquire("held", `{"lease_ms":60000}`)
+	uid(1001).background(t, sock, "POST", "/v1/locks/held/acquire", `{"wait_ms":60000}`)
+	waitFor(t, 10*time.Second, "uid 1001 waiting on held", func() bool {
+		var st api.LockStatus
+		_ = json.Unmarshal(s.mustCall(200, "GET", "/v1/locks/held", ""), &st)
+		return len(st.Waiters) == 1
+	})
+	st, body := uid(1002).call(t, sock, "GET", "/v1/locks/held", "")
+	wantRefused(t, "second connection (uid 1002)", st, body, 429, api.TooManyRequests, "sidecar.max.connections")
+	s.mustCall(200, "GET", "/readyz", "") // root: an admin
+}
