@@ -1,10 +1,14 @@
 package sidecar_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +20,7 @@ import (
 
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/props"
+	"github.com/batonhq/baton/sidecar"
 )
 
 // Callers under other uids are real processes: curl run with
@@ -430,4 +435,36 @@ func TestConnectionCap(t *testing.T) {
 	st, body := uid(1002).call(t, sock, "GET", "/v1/locks/held", "")
 	wantRefused(t, "second connection (uid 1002)", st, body, 429, api.TooManyRequests, "sidecar.max.connections")
 	s.mustCall(200, "GET", "/readyz", "") // root: an admin
+}
+
+// TestReadTimeout: a body trickled slower than the read timeout is cut off
+// (400 naming the body; the connection is not held), while a long-poll
+// longer than the read timeout runs to its end (the deadline is lifted once
+// the body is read: net/http would otherwise cancel it when it passes).
+func TestReadTimeout(t *testing.T) {
+	cfg := testConfig(t, testRoot(t), "sc-rt")
+	s := start(t, cfg, func(o *sidecar.Options) { o.ReadTimeout = 300 * time.Millisecond })
+	c, err := net.Dial("unix", cfg.SocketPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "POST /v1/locks/slow/acquire HTTP/1.1\r\nHost: baton\r\nContent-Length: 100\r\n\r\n{"); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 400 || !strings.Contains(string(b), `"field":"body"`) {
+		t.Errorf("stalled body: %d %s, want 400 naming the body", resp.StatusCode, b)
+	}
+	l := s.acquire("poll", `{"lease_ms":60000}`)
+	st, body := s.call("GET", "/v1/leases/"+l.LeaseID+"?wait=lost&timeout_ms=1500", "")
+	if st != 200 || decodeLease(t, body).State != api.StateHeld {
+		t.Errorf("long-poll of 1.5 s with a 300 ms read timeout: %d %s, want 200 held", st, body)
+	}
+	s.release(l.LeaseID)
 }

@@ -1,8 +1,6 @@
 package sidecar
 
 import (
-	"bytes"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -76,26 +74,19 @@ type statusWriter struct {
 
 func (w *statusWriter) WriteHeader(code int) { w.status = code; w.ResponseWriter.WriteHeader(code) }
 
-// readTimeout bounds reading a request's body (after its header, which
-// readHeaderTimeout bounds); it is lifted once the body is read, so that
-// waits and long-polls run as long as they ask.
+// readHeaderTimeout bounds reading a request's header; Options.ReadTimeout
+// (default defaultReadTimeout) the whole request, body included. net/http
+// lifts that deadline once the body is read (its background read for the
+// client's close clears it), so waits and long-polls last as long as they
+// ask (TestReadTimeout).
 const (
-	readHeaderTimeout = 10 * time.Second
-	readTimeout       = 30 * time.Second
+	readHeaderTimeout  = 10 * time.Second
+	defaultReadTimeout = 30 * time.Second
 )
 
-// readBody reads the request's body (at most api.MaxBody + 1 bytes: the
-// handlers answer 413 beyond api.MaxBody) under the server's ReadTimeout,
-// then lifts that deadline: net/http would otherwise cancel the request
-// when it passes during a long wait.
-func readBody(w http.ResponseWriter, r *http.Request) error {
-	if r.Body != nil && r.Body != http.NoBody {
-		b, err := io.ReadAll(io.LimitReader(r.Body, api.MaxBody+1))
-		if err != nil {
-			return badRequest("body", "reading the body: %v (a body must arrive within %v)", err, readTimeout)
-		}
-		r.Body = io.NopCloser(bytes.NewReader(b))
+func (s *Server) readTimeout() time.Duration {
+	if s.opts.ReadTimeout > 0 {
+		return s.opts.ReadTimeout
 	}
-	_ = http.NewResponseController(w).SetReadDeadline(time.Time{}) // ErrNotSupported in process: nothing to lift
-	return nil
+	return defaultReadTimeout
 }

@@ -83,10 +83,6 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, newError(api.MethodNotAllowed, "method %s is not allowed on %s; use %s", r.Method, r.URL.Path, strings.Join(allow, " or ")))
 		return
 	}
-	if err := readBody(w, r); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	if err := f(w, r); err != nil {
 		s.writeError(w, r, err)
 	}

@@ -41,6 +41,10 @@ type Options struct {
 	// (so deliveries can finish or re-queue while they still hold their
 	// locks). Its ctx ends at the shutdown grace.
 	OpsDrain func(ctx context.Context)
+	// ReadTimeout bounds reading a request, body included (its header: 10
+	// s); net/http lifts the deadline once the body is read, so waits and
+	// long-polls last as long as they ask. Default 30s.
+	ReadTimeout time.Duration
 }
 
 // Server is the sidecar: the HTTP API over the unix socket, the leases, and
@@ -319,7 +323,7 @@ func (s *Server) Run(ctx context.Context) error {
 	hs := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout, // lifted once the body is read (router.ServeHTTP)
+		ReadTimeout:       s.readTimeout(), // net/http lifts it once the body is read
 		IdleTimeout:       2 * time.Minute,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, peerKey{}, peerCred(c))
