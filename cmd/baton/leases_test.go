@@ -5,7 +5,9 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/batonhq/baton/client"
 )
@@ -54,5 +56,40 @@ func testLeasesRelease(t *testing.T, s *sidecarProc) {
 	}
 	if _, err := c.ReleaseLease(ctx, "nope"); !errors.Is(err, client.ErrNoNode) {
 		t.Errorf("ReleaseLease(unknown): %v, want ErrNoNode", err)
+	}
+}
+
+// testLockHold: `baton lock OBJ` without a command holds the lock, printing
+// the lease, until SIGTERM (released, exit 0) or its loss (exit 76).
+func testLockHold(t *testing.T, e *env, s *sidecarProc) {
+	ctx := context.Background()
+	c := client.New(s.socket)
+	defer c.Close()
+	p := start(t, "lock-hold", nil, e.bin, "--socket", s.socket, "lock", "hold-1")
+	line := p.out.waitFor(t, 0, "SIGINT (Ctrl-C) or SIGTERM releases it", 20*time.Second)
+	st, err := c.Inspect(ctx, "hold-1")
+	if err != nil || st.Holder == nil || !strings.Contains(line, "token "+strconv.FormatInt(st.Holder.Token, 10)) {
+		t.Fatalf("baton lock hold-1 printed %q; holder %+v (%v)", line, st.Holder, err)
+	}
+	ll, err := c.Leases(ctx)
+	if err != nil || len(ll.Leases) == 0 || !strings.Contains(line, "lease ") {
+		t.Fatalf("leases: %+v %v", ll, err)
+	}
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t, 20*time.Second); code != 0 || !strings.Contains(p.out.String(), `released "hold-1" (terminated)`) {
+		t.Errorf("baton lock hold-1 after SIGTERM: exit %d, output %q; want 0, released", code, p.out.String())
+	}
+	if st, err := c.Inspect(ctx, "hold-1"); err != nil || st.Holder != nil {
+		t.Errorf("hold-1 after the release: %+v %v, want free", st, err)
+	}
+
+	// Lost while held: revoked by an operator.
+	p = start(t, "lock-hold-2", nil, e.bin, "--socket", s.socket, "lock", "hold-2")
+	p.out.waitFor(t, 0, "releases it", 20*time.Second)
+	if _, err := c.Revoke(ctx, "hold-2", "test", 0); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 30*time.Second); code != exitLost || !strings.Contains(p.out.String(), "revoked: test") {
+		t.Errorf("baton lock hold-2 revoked: exit %d, output %q; want 76 naming the revocation", code, p.out.String())
 	}
 }

@@ -57,13 +57,18 @@ type lockFlags struct {
 func newLockCmd(g *globals) *cobra.Command {
 	var f lockFlags
 	cmd := &cobra.Command{
-		Use:   "lock [flags] OBJECT -- CMD [ARGS]",
+		Use:   "lock [flags] OBJECT [-- CMD [ARGS]]",
 		Short: "Run a command while holding an object's lock",
 		Long: `lock takes the lock on OBJECT through the sidecar, runs CMD while holding it
 and releases it when CMD exits (like flock(1), etcdctl lock, consul lock).
 The lease is renewed in the background and the sidecar is long-polled for a
 loss. CMD gets BATON_OBJECT, BATON_LEASE_ID and BATON_FENCING_TOKEN (hand the
 token to the storage with every write; inherited values are replaced).
+
+Without -- CMD, it holds the lock until SIGINT (Ctrl-C) or SIGTERM, as
+etcdctl lock does: it prints the lease (id, token) on stdout, renews it,
+and releases it on the signal (exit 0); if the lock is lost meanwhile it
+says why and exits 76.
 
 Run by a baton lock holding the same OBJECT (BATON_OBJECT and BATON_LEASE_ID
 in the environment), it re-enters that lease instead of waiting on its
@@ -116,6 +121,7 @@ Exit status:
                   (no lock is taken)
   128+n           baton lock got signal n while waiting for the lock`,
 		Example: `  baton lock --wait 30s article-42 -- ./reindex.sh 42
+  baton lock article-42     # hold it until Ctrl-C
   baton lock --type background --info "nightly" report-7 -- sh -c 'run-report --token "$BATON_FENCING_TOKEN"'`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -148,6 +154,10 @@ Exit status:
 // lockArgs splits "OBJECT -- CMD [ARGS]"; dash is cobra's ArgsLenAtDash.
 func lockArgs(dash int, args []string) (obj string, argv []string, err error) {
 	switch {
+	case dash < 0 && len(args) == 1:
+		return args[0], nil, nil // no command: hold until a signal
+	case dash < 0 && len(args) == 0:
+		return "", nil, usageErrorf("missing OBJECT: baton lock OBJECT [-- CMD [ARGS]]")
 	case dash < 0:
 		return "", nil, usageErrorf("missing -- before the command: baton lock OBJECT -- CMD [ARGS]")
 	case dash == 0:
@@ -197,7 +207,10 @@ func runLock(ctx context.Context, g *globals, obj string, argv []string, f lockF
 	for _, w := range l.Warnings {
 		fmt.Fprintf(g.stderr, "baton: warning: %s\n", w)
 	}
-	path, err := exec.LookPath(argv[0])
+	path, err := "", error(nil)
+	if argv != nil {
+		path, err = exec.LookPath(argv[0])
+	}
 	if err != nil {
 		// As POSIX shells do: 127 when CMD is not found (not on $PATH, or a
 		// path that does not exist), 126 when it exists but cannot be run.
@@ -224,8 +237,31 @@ func runLock(ctx context.Context, g *globals, obj string, argv []string, f lockF
 	if err != nil {
 		return err
 	}
+	if argv == nil {
+		return holdUntilSignal(ctx, g, lease, obj, sigc)
+	}
 	h := &holder{g: g, c: c, lease: lease, obj: obj, grace: f.killGrace}
 	return h.run(ctx, path, argv, sigc)
+}
+
+// holdUntilSignal is baton lock without a command: print the lease, keep
+// it (the client renews it and long-polls for a loss) until a signal
+// (release, exit 0) or its loss (exit 76).
+func holdUntilSignal(ctx context.Context, g *globals, lease *client.Lease, obj string, sigc <-chan os.Signal) error {
+	fmt.Fprintf(g.stdout, "holding %s: lease %s, token %d; SIGINT (Ctrl-C) or SIGTERM releases it\n",
+		strconv.Quote(obj), lease.ID(), lease.Token())
+	select {
+	case s := <-sigc:
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := lease.Release(rctx); err != nil {
+			return exitWith(exitLost, fmt.Errorf("lock %q: release on %v: %w", obj, s, unprefixed(err)))
+		}
+		fmt.Fprintf(g.stdout, "released %s (%v)\n", strconv.Quote(obj), s)
+		return nil
+	case <-lease.Lost():
+		return exitWith(exitLost, fmt.Errorf("lock %q lost while held: %w", obj, unprefixed(lease.Err())))
+	}
 }
 
 // acquireForLock takes the lock, abandoning the wait on a signal.

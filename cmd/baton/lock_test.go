@@ -32,6 +32,8 @@ func TestLockArgs(t *testing.T) {
 	}{
 		{"ok", 1, []string{"obj", "cmd", "a"}, "obj", []string{"cmd", "a"}, ""},
 		{"no dash", -1, []string{"obj", "cmd"}, "", nil, "missing -- before the command"},
+		{"hold (no command)", -1, []string{"obj"}, "obj", nil, ""},
+		{"nothing", -1, nil, "", nil, "missing OBJECT"},
 		{"no object", 0, []string{"cmd"}, "", nil, "missing OBJECT"},
 		{"two objects", 2, []string{"a", "b", "cmd"}, "", nil, "one OBJECT before --, got 2 (a b)"},
 		{"no command", 1, []string{"obj"}, "", nil, "missing CMD after --"},
