@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -91,5 +93,60 @@ func testLockHold(t *testing.T, e *env, s *sidecarProc) {
 	}
 	if code := p.wait(t, 30*time.Second); code != exitLost || !strings.Contains(p.out.String(), "revoked: test") {
 		t.Errorf("baton lock hold-2 revoked: exit %d, output %q; want 76 naming the revocation", code, p.out.String())
+	}
+}
+
+// testOtherUID: the CLI under another uid (a real process, uid 1001): an
+// admin action is refused with exit 77 and the sidecar's message naming
+// the key; its own leases are listed, root's are not; another uid's lease
+// cannot be released by it.
+func testOtherUID(t *testing.T, e *env) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run the CLI under another uid")
+	}
+	if err := os.Chmod(e.dir, 0o755); err != nil { // the binary and the socket, for uid 1001
+		t.Fatal(err)
+	}
+	s := e.startSidecar(t, "other-uid", map[string]string{"sidecar.socket.mode": "0666"})
+	defer s.stop(t)
+	as := func(args ...string) (int, string) {
+		t.Helper()
+		cmd := exec.Command(e.bin, append([]string{"--socket", s.socket}, args...)...)
+		cmd.Env = cleanProcEnv()
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1001, Gid: 1001}}
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, string(out)
+	}
+	ctx := context.Background()
+	c := client.New(s.socket)
+	defer c.Close()
+	root, err := c.Acquire(ctx, "uid-root", client.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Release(ctx)
+	for _, args := range [][]string{
+		{"revoke", "uid-root"},
+		{"drain", "--no-wait"},
+		{"lock", "--preempt", "--forceful", "--wait", "1s", "uid-root", "--", "true"},
+		{"release", root.ID()},
+	} {
+		code, out := as(args...)
+		if code != exitNoPerm || !strings.Contains(out, "Forbidden") || !strings.Contains(out, "sidecar.auth.admin.uids") {
+			t.Errorf("baton %s as uid 1001: exit %d, output %q; want 77 naming sidecar.auth.admin.uids", strings.Join(args, " "), code, out)
+		}
+	}
+	code, out := as("lock", "uid-1001", "--", e.bin, "--socket", s.socket, "leases")
+	if code != 0 || !strings.Contains(out, `"uid-1001"  1001`) || strings.Contains(out, "uid-root") {
+		t.Errorf("baton leases as uid 1001 under its own lock: exit %d:\n%s\nwant its lease only, with uid 1001", code, out)
+	}
+	if st, err := c.Inspect(ctx, "uid-root"); err != nil || st.Holder == nil {
+		t.Errorf("root's lock after uid 1001's attempts: %+v %v, want held", st, err)
 	}
 }

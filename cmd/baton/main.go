@@ -44,6 +44,7 @@ const (
 	exitUnavailable = 69 // EX_UNAVAILABLE: sidecar or ZooKeeper unavailable
 	exitNotTaken    = 75 // lock not taken in time (`baton lock`, see --conflict-exit-code)
 	exitLost        = 76 // lock lost while the command ran (`baton lock`)
+	exitNoPerm      = 77 // EX_NOPERM: refused for the caller's uid (403 Forbidden: sidecar.auth.*)
 )
 
 // commands holds the constructors of the top-level subcommands. Each
