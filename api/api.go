@@ -215,6 +215,19 @@ type Lease struct {
 	// Preemptible and CleanupMS are the acquire's (see AcquireRequest).
 	Preemptible bool  `json:"preemptible,omitempty"`
 	CleanupMS   int64 `json:"cleanup_ms,omitempty"`
+	// UID and PID are set in GET /v1/leases only: the uid that acquired
+	// the lease (its owner: only it, and admins, may renew, release or
+	// re-enter it) and, for a lease bound to its process, that pid.
+	UID *uint32 `json:"uid,omitempty"`
+	PID *int32  `json:"pid,omitempty"`
+}
+
+// LeaseList is the answer of GET /v1/leases: the caller's leases, oldest
+// grant first; an admin's (All): every lease of the sidecar. Op deliveries'
+// leases are not listed.
+type LeaseList struct {
+	Leases []Lease `json:"leases"`
+	All    bool    `json:"all"`
 }
 
 // DrainResponse is the answer of POST /v1/drain (202): the drain has

@@ -11,6 +11,8 @@ const (
 	BadRequest            = "BadRequest"            // 400: names the field
 	NoNode                = "NoNode"                // 404: lease never granted, or released by its holder
 	NotFound              = "NotFound"              // 404: unknown path (or unknown op)
+	Forbidden             = "Forbidden"             // 403: the caller's uid may not do this; names action and key
+	TooManyRequests       = "TooManyRequests"       // 429: a per-uid or connection cap reached; names the key
 	MethodNotAllowed      = "MethodNotAllowed"      // 405
 	Conflict              = "Conflict"              // 409: known op id with a different body; replay of an op not dead-lettered
 	LockLost              = "LockLost"              // 410: see reason
@@ -33,6 +35,10 @@ func Status(kind string) int {
 		return http.StatusBadRequest
 	case NoNode, NotFound:
 		return http.StatusNotFound
+	case Forbidden:
+		return http.StatusForbidden
+	case TooManyRequests:
+		return http.StatusTooManyRequests
 	case MethodNotAllowed:
 		return http.StatusMethodNotAllowed
 	case Conflict:
@@ -63,6 +69,8 @@ type Error struct {
 	WaitedMS *int64  `json:"waited_ms,omitempty"`
 	Holder   *Holder `json:"holder,omitempty"`
 	Position *int    `json:"position,omitempty"`
+	Action   string  `json:"action,omitempty"` // 403: what was refused
+	Key      string  `json:"key,omitempty"`    // 403: the property that allows it; 429: the one that raises the cap
 }
 
 // MarshalJSON writes holder as null in a 423 rather than leaving it out.

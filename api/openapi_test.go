@@ -594,6 +594,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 	call("GET", "/v1/locks?prefix=doc&limit=10", "", 200, true)
 	call("POST", "/v1/leases/"+l.LeaseID+"/renew", `{"lease_ms":30000}`, 200, true)
 	call("POST", "/v1/leases/"+l.LeaseID+"/renew", "", 200, true)
+	call("GET", "/v1/leases", "", 200, true)
 	call("GET", "/v1/leases/"+l.LeaseID, "", 200, true)
 	call("GET", "/v1/leases/"+l.LeaseID+"?wait=lost&timeout_ms=10", "", 200, true)
 	call("DELETE", "/v1/leases/"+l.LeaseID, "", 200, true)

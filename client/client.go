@@ -377,6 +377,29 @@ func (c *Client) Revoke(ctx context.Context, object, reason string, token int64)
 	return &v, nil
 }
 
+// Leases returns the caller's leases on this sidecar (GET /v1/leases), by
+// the uid of the calling process; an admin's call returns every lease, each
+// with its owner's uid (LeaseList.All).
+func (c *Client) Leases(ctx context.Context) (*api.LeaseList, error) {
+	var v api.LeaseList
+	if _, err := c.send(ctx, http.MethodGet, "/v1/leases", nil, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// ReleaseLease releases a lease by id (DELETE /v1/leases/{id}), e.g. one
+// Leases listed whose *Lease was lost with the process that acquired it.
+// Only the lease's owner uid, or an admin, may (else a 403 *APIError). A
+// lease re-entered by several holders has one hold counted down.
+func (c *Client) ReleaseLease(ctx context.Context, id string) (*api.ReleaseResponse, error) {
+	var v api.ReleaseResponse
+	if _, err := c.send(ctx, http.MethodDelete, "/v1/leases/"+url.PathEscape(id), nil, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
 // Inspect returns the object's holder and waiters, cluster-wide, in grant order.
 func (c *Client) Inspect(ctx context.Context, object string) (*api.LockStatus, error) {
 	var v api.LockStatus

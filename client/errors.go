@@ -83,6 +83,8 @@ type APIError struct {
 	Message string
 	Reason  string // LockLost: why (api.Reason… constants)
 	Field   string // BadRequest: the field at fault
+	Action  string // Forbidden (403): the action refused
+	Key     string // Forbidden: the property that allows it; TooManyRequests (429): the one that raises the cap
 }
 
 func (e *APIError) Error() string {
@@ -152,5 +154,5 @@ func decodeError(status int, body []byte) error {
 		}
 		return e
 	}
-	return &APIError{Status: status, Kind: b.Kind, Message: b.Message, Reason: b.Reason, Field: b.Field}
+	return &APIError{Status: status, Kind: b.Kind, Message: b.Message, Reason: b.Reason, Field: b.Field, Action: b.Action, Key: b.Key}
 }

@@ -52,6 +52,14 @@ type Config struct {
 	// content as Baton-Token (read with [ReadAppToken]); "" = none.
 	AppTokenFile string
 
+	// Per-uid caps (SO_PEERCRED): sidecar.max.{waiters,leases,polls,lists}.per.uid,
+	// sidecar.max.connections and sidecar.max.connections.per.uid.
+	MaxWaitersPerUID, MaxLeasesPerUID, MaxPollsPerUID, MaxListsPerUID int
+	MaxConnections, MaxConnectionsPerUID                              int
+
+	// Who may do what (SO_PEERCRED): sidecar.auth.{admin,client}.{uids,gids}.
+	AuthAdminUIDs, AuthAdminGIDs, AuthClientUIDs, AuthClientGIDs []uint32
+
 	QueueDir       string        // queue.dir
 	QueueWorkers   int           // queue.workers
 	QueueMaxOps    int           // queue.max.ops

@@ -287,6 +287,26 @@ func setSocketMode(c *Config, v string) error {
 	return nil
 }
 
+// setIDs parses a comma-separated list of uids or gids (decimal, 0 to
+// 4294967294; spaces around the commas allowed; empty = none).
+func setIDs(field func(*Config) *[]uint32, what string) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		var ids []uint32
+		if strings.TrimSpace(v) != "" {
+			for part := range strings.SplitSeq(v, ",") {
+				p := strings.TrimSpace(part)
+				n, err := strconv.ParseUint(p, 10, 32)
+				if !digits(p) || err != nil || n == math.MaxUint32 {
+					return expected("a comma-separated list of numeric %ss (like 0,1000; %q is not one: names are not looked up)", what, p)
+				}
+				ids = append(ids, uint32(n))
+			}
+		}
+		*field(c) = ids
+		return nil
+	}
+}
+
 func setNodeID(c *Config, v string) error {
 	ok := v != "" && len(v) <= 128
 	for i := 0; ok && i < len(v); i++ {

@@ -47,6 +47,8 @@ type lease struct {
 	pid    int32
 	length time.Duration // default length of a renewal
 	pw     *pidWatch     // guarded by Server.mu
+	owner  owner         // the uid that acquired it (auth.go); none for op deliveries
+	capped bool          // counted against owner's sidecar.max.leases.per.uid (caps.go)
 
 	mu      sync.Mutex
 	expires time.Time // lease_expires_at (monotonic); never before told
@@ -91,10 +93,12 @@ func (s *Server) activeLeases() int {
 // fails (and the caller must release g) when shutdown has begun.
 // held, if not nil, is the exit watch holdPID started when the request
 // arrived: a process that exited during the wait gets no lease.
-func (s *Server) addLease(g *lock.Grant, pid int32, held *pidWatch, length time.Duration) (*lease, error) {
+// On success the lease takes over the caller's sidecar.max.leases.per.uid
+// slot of o (given back when it ends).
+func (s *Server) addLease(g *lock.Grant, pid int32, held *pidWatch, length time.Duration, o owner) (*lease, error) {
 	now := time.Now()
 	l := &lease{
-		id: s.newLeaseID(), g: g, pid: pid, length: length,
+		id: s.newLeaseID(), g: g, pid: pid, length: length, owner: o, capped: true,
 		expires: now.Add(length), done: make(chan struct{}), holds: 1, changed: make(chan struct{}),
 	}
 	s.mu.Lock()
@@ -188,6 +192,9 @@ func (s *Server) endLease(l *lease, state, reason, msg string, cond func() bool,
 	}
 	if keep {
 		s.revoked[l] = told
+	}
+	if l.capped {
+		s.caps.put(l.owner.uid, capLeases)
 	}
 	close(s.leaseEnded)
 	s.leaseEnded = make(chan struct{})

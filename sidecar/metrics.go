@@ -19,6 +19,7 @@ const (
 	resUnavailable    = "unavailable" // 503 ZooKeeperUnavailable
 	resTooManyWaiters = "too_many_waiters"
 	resShuttingDown   = "shutting_down"
+	resRefused        = "refused"  // 403 Forbidden, 429 TooManyRequests (auth.go, caps.go)
 	resCanceled       = "canceled" // the caller went away
 	resError          = "error"
 )
@@ -34,7 +35,7 @@ const (
 )
 
 // acquireResults are the results of baton_lock_acquire_seconds.
-var acquireResults = []string{resGranted, resNotGranted, resTimeout, resUnavailable, resTooManyWaiters, resShuttingDown, resCanceled, resError}
+var acquireResults = []string{resGranted, resNotGranted, resTimeout, resUnavailable, resTooManyWaiters, resShuttingDown, resRefused, resCanceled, resError}
 
 // lockTypes are the type labels.
 var lockTypes = []string{api.Foreground, api.Background}

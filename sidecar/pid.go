@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"context"
 	"errors"
 	"os"
 	"sync"
@@ -9,14 +8,6 @@ import (
 
 	"github.com/batonhq/baton/api"
 )
-
-// pidKey carries the caller's pid (SO_PEERCRED) in a connection's context.
-type pidKey struct{}
-
-func pidFrom(ctx context.Context) int32 {
-	pid, _ := ctx.Value(pidKey{}).(int32)
-	return pid
-}
 
 // pidWatch follows one caller process: when it exits, its leases are
 // released at once. One watch per pid with leases.

@@ -17,29 +17,38 @@ import (
 
 // peerPID returns the pid of the process at the other end of a unix socket
 // connection (SO_PEERCRED), 0 when not visible.
-func peerPID(c net.Conn) int32 {
-	pid, _ := peerCred(c)
-	return pid
-}
+func peerPID(c net.Conn) int32 { return peerCred(c).pid }
 
-// peerCred returns the pid and uid of the process at the other end of a
-// unix socket connection (SO_PEERCRED); pid 0 and uid -1 when not visible.
-func peerCred(c net.Conn) (pid, uid int32) {
+// peerCred returns the credentials the process at the other end of a unix
+// socket connection had when it connected: pid, uid and gid (SO_PEERCRED;
+// pid 0 when not visible, e.g. another pid namespace) and its
+// supplementary groups (SO_PEERGROUPS, Linux ≥ 4.13; else not known).
+func peerCred(c net.Conn) peer {
+	if pc, ok := c.(*peerConn); ok {
+		return pc.p
+	}
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
-		return 0, -1
+		return peer{}
 	}
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		return 0, -1
+		return peer{}
 	}
-	var cred *unix.Ucred
+	var p peer
 	if err := raw.Control(func(fd uintptr) {
-		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil || cred == nil {
-		return 0, -1
+		cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if err != nil {
+			return
+		}
+		p = peer{pid: cred.Pid, uid: cred.Uid, gid: cred.Gid, known: true}
+		if gs, err := peerGroups(int(fd)); err == nil {
+			p.groups, p.groupsKnown = gs, true
+		}
+	}); err != nil {
+		return peer{}
 	}
-	return cred.Pid, int32(cred.Uid)
+	return p
 }
 
 // pollInterval is how often the fallback checks /proc/<pid> when pidfd_open

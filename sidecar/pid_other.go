@@ -10,7 +10,14 @@ import (
 // peerPID is not available on this platform: leases rely on expiry alone.
 func peerPID(net.Conn) int32 { return 0 }
 
-func peerCred(net.Conn) (pid, uid int32) { return 0, -1 }
+// peerCred is not available on this platform: the caller is unknown (a
+// client, never an admin).
+func peerCred(c net.Conn) peer {
+	if pc, ok := c.(*peerConn); ok {
+		return pc.p
+	}
+	return peer{}
+}
 
 func newExitWaiter(int, *slog.Logger) exitWaiter { return neverWaiter{make(chan struct{})} }
 

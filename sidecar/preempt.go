@@ -83,7 +83,12 @@ func preemptWaits(wait time.Duration, waitGiven bool, defaultKey string, preempt
 
 // forceful decides whether an acquire preempts forcefully (takes a holder
 // that did not yield within its cleanup). It is the one place deciding it.
-func (s *Server) forceful(_ *http.Request, req api.AcquireRequest) (bool, error) {
+func (s *Server) forceful(r *http.Request, req api.AcquireRequest) (bool, error) {
+	if req.Forceful {
+		if err := s.authorize(r, actForceful); err != nil { // an admin action (SPEC §7)
+			return false, err
+		}
+	}
 	return req.Preempt && req.Forceful, nil
 }
 

@@ -30,26 +30,6 @@ const SignalRevoke = "revoke"
 // holder's node and every answer about the lease).
 const maxRevokeReason = 1024
 
-// uidKey carries the caller's uid (SO_PEERCRED) in a connection's context.
-type uidKey struct{}
-
-func uidFrom(ctx context.Context) int32 {
-	uid, ok := ctx.Value(uidKey{}).(int32)
-	if !ok {
-		return -1
-	}
-	return uid
-}
-
-// who names the caller of a request for the audit log.
-func who(ctx context.Context) string {
-	pid, uid := pidFrom(ctx), uidFrom(ctx)
-	if pid == 0 {
-		return "uid=unknown pid=unknown (not seen on the socket)"
-	}
-	return fmt.Sprintf("uid=%d pid=%d", uid, pid)
-}
-
 func newRevokeMetric() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "baton_revocations_total",

@@ -143,7 +143,7 @@ func TestRevoke(t *testing.T) {
 			b.release(g.l.LeaseID)
 
 			// Audit lines on both sidecars; the caller is this process.
-			caller := fmt.Sprintf("uid=%d pid=%d", os.Getuid(), os.Getpid())
+			caller := fmt.Sprintf("uid=%d gid=%d pid=%d", os.Getuid(), os.Getgid(), os.Getpid())
 			viaLog, holderLog := &la, &la
 			if via == b {
 				viaLog = &lb

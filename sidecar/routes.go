@@ -35,6 +35,7 @@ type router struct {
 	s                                                                                                   *Server
 	healthz, readyz, metrics, list, inspect, acquire, lease, renew, drain, opsSubmit, opsGet, opsReplay methods
 	revoke                                                                                              methods
+	leases                                                                                              methods // GET /v1/leases (leases.go)
 }
 
 func (s *Server) routes() http.Handler {
@@ -44,16 +45,17 @@ func (s *Server) routes() http.Handler {
 		healthz:   methods{http.MethodGet: s.healthz},
 		readyz:    methods{http.MethodGet: s.readyz},
 		metrics:   methods{http.MethodGet: func(w http.ResponseWriter, r *http.Request) error { prom.ServeHTTP(w, r); return nil }},
-		list:      methods{http.MethodGet: s.list},
-		inspect:   methods{http.MethodGet: s.inspect},
-		acquire:   methods{http.MethodPost: s.acquire},
-		revoke:    methods{http.MethodPost: s.revoke},
-		lease:     methods{http.MethodGet: s.getLease, http.MethodDelete: s.deleteLease},
-		renew:     methods{http.MethodPost: s.renewLease},
-		drain:     methods{http.MethodPost: s.startDrain},
-		opsSubmit: methods{http.MethodPost: s.serveOps, http.MethodGet: s.serveOps},
-		opsGet:    methods{http.MethodGet: s.serveOps},
-		opsReplay: methods{http.MethodPost: s.serveOps},
+		list:      methods{http.MethodGet: s.as(actInspect, s.list)},
+		inspect:   methods{http.MethodGet: s.as(actInspect, s.inspect)},
+		acquire:   methods{http.MethodPost: s.as(actAcquire, s.acquire)},
+		revoke:    methods{http.MethodPost: s.as(actRevoke, s.revoke)},
+		lease:     methods{http.MethodGet: s.as(actInspect, s.getLease), http.MethodDelete: s.as(actRelease, s.deleteLease)},
+		renew:     methods{http.MethodPost: s.as(actRenew, s.renewLease)},
+		drain:     methods{http.MethodPost: s.as(actDrain, s.startDrain)},
+		opsSubmit: methods{http.MethodPost: s.as(actSubmit, s.serveOps), http.MethodGet: s.as(actListOps, s.serveOps)},
+		opsGet:    methods{http.MethodGet: s.as(actGetOp, s.serveOps)},
+		opsReplay: methods{http.MethodPost: s.as(actReplay, s.auditReplay)},
+		leases:    methods{http.MethodGet: s.as(actListLeases, s.listLeases)},
 	}
 }
 
@@ -140,6 +142,8 @@ func (rt *router) match(r *http.Request) methods {
 		}
 	case "leases":
 		switch {
+		case n == 2:
+			return rt.leases
 		case n == 3:
 			r.SetPathValue("id", segs[2])
 			return rt.lease
@@ -234,6 +238,9 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
+		if err := s.checkOwner(r, l, actReenter); err != nil {
+			return err
+		}
 		var length time.Duration
 		if req.LeaseMS != nil {
 			length = time.Duration(*req.LeaseMS) * time.Millisecond
@@ -293,6 +300,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	caller := peerFrom(r.Context())
 	opts := lock.AcquireOptions{Info: req.Info, Wait: wait, OnSignal: func(sig lock.Signal) {
 		if l := held.Load(); l != nil {
 			s.onSignal(l, sig)
@@ -319,6 +327,21 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 		return newError(api.TooManyWaiters, "%d acquires are already in progress on this sidecar (sidecar.max.waiters = %d); retry later", n-1, cfg.MaxWaiters)
 	}
 	defer s.waiters.Add(-1)
+	if err := s.takeCap(caller, capWaiters); err != nil {
+		result = resRefused
+		return err
+	}
+	defer s.caps.put(caller.uid, capWaiters)
+	if err := s.takeCap(caller, capLeases); err != nil {
+		result = resRefused
+		return err
+	}
+	leaseSlot := true // given to the lease once granted
+	defer func() {
+		if leaseSlot {
+			s.caps.put(caller.uid, capLeases)
+		}
+	}()
 	byType := &s.waitingFG
 	if typ == lock.Background {
 		byType = &s.waitingBG
@@ -330,10 +353,10 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 	stop := context.AfterFunc(s.stopCtx, cancel)
 	defer stop()
 
-	var caller *pidWatch // bound: watch the caller from now, not from the grant
+	var callerPW *pidWatch // bound: watch the caller from now, not from the grant
 	if req.Bind == api.BindProcess {
-		caller = s.holdPID(pidFrom(r.Context()))
-		defer s.unholdPID(caller)
+		callerPW = s.holdPID(pidFrom(r.Context()))
+		defer s.unholdPID(callerPW)
 	}
 	var ask *preemptAsk
 	if req.Preempt {
@@ -381,7 +404,10 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 	if req.Bind == api.BindProcess {
 		pid = pidFrom(r.Context())
 	}
-	l, err := s.addLease(g, pid, caller, length)
+	l, err := s.addLease(g, pid, callerPW, length, ownerOf(caller))
+	if err == nil {
+		leaseSlot = false
+	}
 	if errors.Is(err, errCallerExited) {
 		result = resCanceled
 		s.releaseGrant(g)
@@ -427,6 +453,9 @@ func (s *Server) renewLease(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.checkOwner(r, l, actRenew); err != nil {
+		return err
+	}
 	if length == 0 {
 		length = l.length
 	}
@@ -444,6 +473,9 @@ func (s *Server) deleteLease(w http.ResponseWriter, r *http.Request) error {
 	}
 	l, err := s.lookup(r.PathValue("id"))
 	if err != nil {
+		return err
+	}
+	if err := s.checkOwner(r, l, actRelease); err != nil {
 		return err
 	}
 	res, err := s.release(r.Context(), l)
@@ -502,7 +534,15 @@ func (s *Server) getLease(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.checkOwner(r, l, actInspect); err != nil {
+		return err
+	}
 	if wait == "lost" {
+		p := peerFrom(r.Context())
+		if err := s.takeCap(p, capPolls); err != nil {
+			return err
+		}
+		defer s.caps.put(p.uid, capPolls)
 		if err := s.waitChange(r.Context(), l, timeout); err != nil {
 			return err
 		}
@@ -620,6 +660,11 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 		}
 		limit = v
 	}
+	p := peerFrom(r.Context())
+	if err := s.takeCap(p, capLists); err != nil {
+		return err
+	}
+	defer s.caps.put(p.uid, capLists)
 	ctx, cancel := context.WithTimeout(r.Context(), inspectTimeout)
 	defer cancel()
 	sums, next, err := s.eng.List(ctx, q.Get("prefix"), q.Get("after"), limit)
@@ -727,7 +772,8 @@ func (s *Server) startDrain(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	d := s.Drain()
-	s.log.Info("drain requested through the API", "pid", pidFrom(r.Context()), "grace", s.drainGrace)
+	s.log.Warn("audit: drain requested through the API; the sidecar exits when it is over (baton serve: status 3, which the shipped unit restarts on)",
+		"caller", who(r.Context()), "grace", s.drainGrace)
 	writeJSON(w, http.StatusAccepted, d)
 	return nil
 }

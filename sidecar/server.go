@@ -41,6 +41,10 @@ type Options struct {
 	// (so deliveries can finish or re-queue while they still hold their
 	// locks). Its ctx ends at the shutdown grace.
 	OpsDrain func(ctx context.Context)
+	// ReadTimeout bounds reading a request, body included (its header: 10
+	// s); net/http lifts the deadline once the body is read, so waits and
+	// long-polls last as long as they ask. Default 30s.
+	ReadTimeout time.Duration
 }
 
 // Server is the sidecar: the HTTP API over the unix socket, the leases, and
@@ -71,6 +75,7 @@ type Server struct {
 	leaseEnded chan struct{}        // closed and replaced whenever a lease ends
 	closed     bool
 
+	caps    *uidCaps     // per-uid counts (caps.go)
 	waiters atomic.Int64 // acquires in flight
 	polls   atomic.Int64 // lease long-polls in flight
 
@@ -80,6 +85,7 @@ type Server struct {
 	stopCtx    context.Context // cancelled when the drain begins: nothing more is granted
 	stopCancel context.CancelFunc
 	drainOnce  sync.Once
+	drainAsked atomic.Bool   // Drain was called (POST /v1/drain): see DrainRequested
 	drainEnd   time.Time     // set before stopCtx is cancelled: no validity is told past it
 	drainGrace time.Duration // sidecar.shutdown.grace when the drain began
 	over       chan struct{} // closed at the end of the grace: leases left are told lost
@@ -118,6 +124,7 @@ func New(cfg props.Config, opts Options) (*Server, error) {
 		opts:       opts,
 		log:        opts.Logger.With("component", "sidecar"),
 		m:          newMetrics(),
+		caps:       newUIDCaps(),
 		revokes:    newRevokeMetric(),
 		revoked:    map[*lease]time.Time{},
 		inc:        newIncarnation(now),
@@ -174,8 +181,8 @@ func (s *Server) Engine() *lock.Engine { return s.eng }
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
 // Handler returns the HTTP API (what Run serves on the socket). Requests
-// that do not come through the socket have no caller pid: their leases
-// rely on expiry alone.
+// that do not come through the socket count as the sidecar's own process:
+// its uid (an admin), no pid (their leases rely on expiry alone).
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Incarnation returns the id of this run of the sidecar; every lease id
@@ -226,6 +233,7 @@ func (s *Server) endGrace() { s.overOnce.Do(func() { close(s.over) }) }
 // POST /v1/drain (`baton drain`, a Kubernetes preStop hook) calls. Calling
 // it again reports the drain under way.
 func (s *Server) Drain() api.DrainResponse {
+	s.drainAsked.Store(true)
 	end := s.beginDrain()
 	s.stopOnce.Do(func() { close(s.stopReq) })
 	now := time.Now()
@@ -234,6 +242,13 @@ func (s *Server) Drain() api.DrainResponse {
 		EndsInMS: msUntil(end, now), Leases: s.activeLeases(),
 	}
 }
+
+// DrainRequested reports whether Drain (POST /v1/drain) was called: the
+// sidecar stops because it was asked to through its API, not by a signal
+// or its owner. `baton serve` then exits with status 3, which the shipped
+// systemd unit restarts on, so that no app can leave its node without a
+// sidecar.
+func (s *Server) DrainRequested() bool { return s.drainAsked.Load() }
 
 // RecordReload stores the outcome of a reload for /healthz (and so for
 // `baton reload` and `baton status`), numbering it. A rejected reload
@@ -307,18 +322,16 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	hs := &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       s.readTimeout(), // net/http lifts it once the body is read
 		IdleTimeout:       2 * time.Minute,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if pid, uid := peerCred(c); pid > 0 {
-				return context.WithValue(context.WithValue(ctx, uidKey{}, uid), pidKey{}, pid)
-			}
-			return ctx
+			return context.WithValue(ctx, peerKey{}, peerCred(c))
 		},
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	go func() { served <- hs.Serve(&capListener{Listener: ln, s: s}) }()
 	s.log.Info("sidecar serving", "socket", cfg.SocketPath, "incarnation", s.inc, "node_id", cfg.NodeID)
 
 	var serveErr error

@@ -25,9 +25,13 @@ func newDrainCmd(g *globals) *cobra.Command {
 granting (503 ShuttingDown) and /readyz answers 503; leases are still
 renewed, but never valid past the end of sidecar.shutdown.grace, and their
 state is "draining" (baton lock and the Go client see it); when every holder
-has released, or at the end of the grace, the sidecar exits 0 — holders left
+has released, or at the end of the grace, the sidecar exits — holders left
 at that end are told their lock is lost and it is freed after the validity
-told to them. Background deliveries in flight finish, or go back to the
+told to them. Drained this way (not by a signal), baton serve exits with
+status 3, which the shipped systemd unit restarts on: a drain restarts the
+sidecar, it does not leave the node without one. Draining is an admin
+action (sidecar.auth.admin.uids/.gids; root and the sidecar's own uid by
+default): others get 403. Background deliveries in flight finish, or go back to the
 queue without counting an attempt.
 
 drain waits until the sidecar has stopped (its socket no longer answers),

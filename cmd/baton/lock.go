@@ -72,6 +72,11 @@ The lease is renewed in the background and the sidecar is long-polled for a
 loss. CMD gets BATON_OBJECT, BATON_LEASE_ID and BATON_FENCING_TOKEN (hand the
 token to the storage with every write; inherited values are replaced).
 
+Without -- CMD, it holds the lock until SIGINT (Ctrl-C) or SIGTERM, as
+etcdctl lock does: it prints the lease (id, token) on stdout, renews it,
+and releases it on the signal (exit 0); if the lock is lost meanwhile it
+says why and exits 76.
+
 Run by a baton lock holding the same OBJECT (BATON_OBJECT and BATON_LEASE_ID
 in the environment), it re-enters that lease instead of waiting on its
 parent: same token, one more hold, released when CMD exits.
@@ -117,7 +122,10 @@ Exit status:
   76              lock lost while CMD ran, or CMD stopped because the lock's
                   validity was ending (ZooKeeper unreachable, sidecar
                   draining or unreachable)
-  69              sidecar or ZooKeeper unavailable
+  69              sidecar or ZooKeeper unavailable, or a cap of your uid
+                  reached (429: retry later)
+  77              not allowed for your uid (403, e.g. --forceful without
+                  being an admin: sidecar.auth.admin.uids)
   64              usage error (bad flags or arguments, invalid configuration)
   127             CMD not found: not on $PATH, or a path that does not exist
                   (no lock is taken; as POSIX shells do)
@@ -349,6 +357,12 @@ func acquireExit(err error, f lockFlags) error {
 		return exitWith(f.conflictCode, err)
 	}
 	if ae, ok := errors.AsType[*client.APIError](err); ok && ae.Status >= 400 && ae.Status < 500 {
+		switch ae.Status {
+		case http.StatusForbidden: // not allowed for this uid (sidecar.auth.*)
+			return exitWith(exitNoPerm, err)
+		case http.StatusTooManyRequests: // a per-uid cap: retry later
+			return exitWith(exitUnavailable, err)
+		}
 		if flag, ok := lockFlagOf[ae.Field]; ok {
 			// The sidecar names its API field; the user gave a flag.
 			return exitWith(exitUsage, &trimmedError{msg: flag + ": " + flagProblem(ae, f), err: err})

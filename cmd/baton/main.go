@@ -39,10 +39,12 @@ import (
 const (
 	exitOK          = 0
 	exitFailure     = 1  // the command failed, e.g. an invalid configuration
+	exitDrained     = 3  // `baton serve`: drained on an API request (POST /v1/drain); the unit restarts it
 	exitUsage       = 64 // EX_USAGE: unknown command or flag, bad arguments
 	exitUnavailable = 69 // EX_UNAVAILABLE: sidecar or ZooKeeper unavailable
 	exitNotTaken    = 75 // lock not taken in time (`baton lock`, see --conflict-exit-code)
 	exitLost        = 76 // lock lost while the command ran (`baton lock`)
+	exitNoPerm      = 77 // EX_NOPERM: refused for the caller's uid (403 Forbidden: sidecar.auth.*)
 )
 
 // commands holds the constructors of the top-level subcommands. Each

@@ -48,7 +48,10 @@ Logs go to stderr (log.level, log.format). Signals:
                    an attempt. Then exit 0. A second signal releases every
                    lease at once.
 
-Exit status 0 after a shutdown, 1 when the sidecar cannot start (invalid
+Exit status 0 after a shutdown, 3 after a drain requested through the API
+(POST /v1/drain, 'baton drain') and no signal: the shipped systemd unit
+restarts on it (RestartForceExitStatus=3), so a drain restarts the sidecar
+rather than leaving the node without one; 1 when the sidecar cannot start (invalid
 configuration, socket in use by a running sidecar, queue.dir locked by
 another sidecar).`,
 		Args: cobra.NoArgs,
@@ -126,6 +129,7 @@ func serveLoaded(ctx context.Context, g *globals, loaded *props.Loaded, opts pro
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = d.Run(runCtx) })
 
+	var signalled atomic.Bool // SIGTERM/SIGINT: the owner stops the sidecar (exit 0)
 	served := make(chan struct{})
 	r := &reloader{cur: loaded, opts: opts, srv: srv, ops: d, logs: logs}
 	wg.Go(func() {
@@ -140,6 +144,7 @@ func serveLoaded(ctx context.Context, g *globals, loaded *props.Loaded, opts pro
 					r.reload(log)
 				case stops == 0:
 					stops++
+					signalled.Store(true)
 					log.Info("shutting down", "signal", sig.String())
 					cancel()
 				default:
@@ -166,6 +171,14 @@ func serveLoaded(ctx context.Context, g *globals, loaded *props.Loaded, opts pro
 	}
 	if runErr != nil {
 		return exitWith(exitFailure, runErr)
+	}
+	if srv.DrainRequested() && !signalled.Load() {
+		// Asked to stop through the API (POST /v1/drain, `baton drain`),
+		// not by its owner: exit 3, which the shipped systemd unit restarts
+		// on (RestartForceExitStatus=3), so an app that may drain cannot
+		// leave its node without a sidecar until someone notices.
+		log.Info("baton serve stopped: drained through the API; exit status 3 (the systemd unit restarts the sidecar)")
+		return exitWith(exitDrained, nil)
 	}
 	log.Info("baton serve stopped")
 	return nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -87,7 +88,8 @@ func withClient(g *globals, cmd *cobra.Command, f func(ctx context.Context, c *c
 }
 
 // clientExit maps a request error of the client commands to an exit status:
-// 69 unreachable or 503, 64 a request the sidecar rejected as bad, 1 else.
+// 69 unreachable, 503 or 429, 64 a request the sidecar rejected as bad, 77
+// one refused for this uid (403), 1 else.
 func clientExit(c *client.Client, err error) error {
 	if msg, ok := sidecarUnreachable(err); ok {
 		return exitWith(exitUnavailable, msg)
@@ -101,8 +103,15 @@ func clientExit(c *client.Client, err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return exitWith(exitUnavailable, fmt.Errorf("sidecar at %s did not answer within %v: %w", c.Socket, clientTimeout, err))
 	}
-	if ae, ok := errors.AsType[*client.APIError](err); ok && ae.Status == 400 {
-		return exitWith(exitUsage, unprefixed(err))
+	if ae, ok := errors.AsType[*client.APIError](err); ok {
+		switch ae.Status {
+		case http.StatusBadRequest:
+			return exitWith(exitUsage, unprefixed(err))
+		case http.StatusForbidden: // not allowed for this uid (sidecar.auth.*)
+			return exitWith(exitNoPerm, unprefixed(err))
+		case http.StatusTooManyRequests: // a per-uid cap: retry later
+			return exitWith(exitUnavailable, unprefixed(err))
+		}
 	}
 	return exitWith(exitFailure, unprefixed(err))
 }
