@@ -68,17 +68,17 @@ func testLockHold(t *testing.T, e *env, s *sidecarProc) {
 	c := client.New(s.socket)
 	defer c.Close()
 	p := start(t, "lock-hold", nil, e.bin, "--socket", s.socket, "lock", "hold-1")
-	line := p.out.waitFor(t, 0, "SIGINT (Ctrl-C) or SIGTERM releases it", 20*time.Second)
+	line := p.out.waitFor(t, 0, "until SIGINT (Ctrl-C) or SIGTERM", 20*time.Second)
 	st, err := c.Inspect(ctx, "hold-1")
-	if err != nil || st.Holder == nil || !strings.Contains(line, "token "+strconv.FormatInt(st.Holder.Token, 10)) {
+	if err != nil || st.Holder == nil || !strings.Contains(line, "BATON_FENCING_TOKEN="+strconv.FormatInt(st.Holder.Token, 10)) {
 		t.Fatalf("baton lock hold-1 printed %q; holder %+v (%v)", line, st.Holder, err)
 	}
 	ll, err := c.Leases(ctx)
-	if err != nil || len(ll.Leases) == 0 || !strings.Contains(line, "lease ") {
+	if err != nil || len(ll.Leases) == 0 || !strings.Contains(line, "BATON_LEASE_ID="+ll.Leases[0].LeaseID) {
 		t.Fatalf("leases: %+v %v", ll, err)
 	}
 	p.signal(t, syscall.SIGTERM)
-	if code := p.wait(t, 20*time.Second); code != 0 || !strings.Contains(p.out.String(), `released "hold-1" (terminated)`) {
+	if code := p.wait(t, 20*time.Second); code != 0 || !strings.Contains(p.out.String(), `released "hold-1"`) {
 		t.Errorf("baton lock hold-1 after SIGTERM: exit %d, output %q; want 0, released", code, p.out.String())
 	}
 	if st, err := c.Inspect(ctx, "hold-1"); err != nil || st.Holder != nil {
@@ -87,7 +87,7 @@ func testLockHold(t *testing.T, e *env, s *sidecarProc) {
 
 	// Lost while held: revoked by an operator.
 	p = start(t, "lock-hold-2", nil, e.bin, "--socket", s.socket, "lock", "hold-2")
-	p.out.waitFor(t, 0, "releases it", 20*time.Second)
+	p.out.waitFor(t, 0, "until SIGINT", 20*time.Second)
 	if _, err := c.Revoke(ctx, "hold-2", "test", 0); err != nil {
 		t.Fatal(err)
 	}
