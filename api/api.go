@@ -346,6 +346,19 @@ type OpAck struct {
 	State string `json:"state"`
 }
 
+// OpDiscarded is the answer of POST /v1/ops/{id}/discard: the
+// dead-lettered op and its payload are deleted for good.
+type OpDiscarded struct {
+	ID           string `json:"id"`
+	Object       string `json:"object"`
+	Discarded    bool   `json:"discarded"`     // always true
+	PayloadBytes int    `json:"payload_bytes"` // size of the deleted payload
+	// PayloadSHA256 is the hex SHA-256 of the deleted payload (as in an
+	// elided dead letter's payload_sha256).
+	PayloadSHA256 string `json:"payload_sha256"`
+	Message       string `json:"message"`
+}
+
 // Op states.
 const (
 	OpQueued       = "queued"
@@ -369,6 +382,10 @@ type Op struct {
 	// LetterNote, on a dead_lettered op, says how its dead letter differs
 	// from the op (e.g. published without its payload).
 	LetterNote string `json:"letter_note,omitempty"`
+	// Kept, on a dead_lettered op, says its dead letter went out without
+	// the payload: the sidecar keeps the op past queue.retention until it
+	// is replayed or discarded.
+	Kept bool `json:"kept,omitempty"`
 	// ErrorClass is the class of LastError ("" when there is none).
 	ErrorClass string `json:"error_class,omitempty"`
 	// Replays counts the replays of the op.

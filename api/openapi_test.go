@@ -137,7 +137,7 @@ func TestOpenAPIMatchesWireTypes(t *testing.T) {
 		"Holder": api.Holder{}, "Waiter": api.Waiter{}, "LockStatus": api.LockStatus{}, "LockSummary": api.LockSummary{},
 		"LockList": api.LockList{}, "Health": api.Health{}, "ReloadInfo": api.ReloadInfo{}, "ZKInfo": api.ZKInfo{},
 		"OpRequest": api.OpRequest{}, "OpAck": api.OpAck{}, "Op": api.Op{}, "DeadLetter": dlq.Letter{},
-		"Delivery": api.Delivery{},
+		"Delivery": api.Delivery{}, "OpDiscarded": api.OpDiscarded{},
 	} {
 		var fields []string
 		rt := reflect.TypeOf(v)
@@ -650,6 +650,11 @@ func TestOpenAPIAnswers(t *testing.T) {
 	call("POST", "/v1/ops/doc-dead/replay", "", 202, true)
 	waitOp("doc-dead", api.OpDeadLettered)         // the app refuses it again: a second letter
 	call("GET", "/v1/ops/doc-dead", "", 200, true) // with its history across the replay
+	call("POST", "/v1/ops/doc-op-1/discard", "", 409, true)
+	call("POST", "/v1/ops/no-such-op/discard", "", 404, true)
+	call("POST", "/v1/ops", `{"id":"doc-gone","object":"dead","payload":[1]}`, 202, true)
+	waitOp("doc-gone", api.OpDeadLettered)
+	call("POST", "/v1/ops/doc-gone/discard", "", 200, true)
 	call("GET", "/v1/ops?limit=1", "", 200, true)
 	call("GET", "/v1/ops?state=dead_lettered&object=dead", "", 200, true)
 	call("GET", "/v1/ops?state=finished", "", 400, false)
@@ -701,8 +706,8 @@ func TestOpenAPIAnswers(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil || n != 2 {
-		t.Fatalf("dead letters: %d, %v; want 2 (doc-dead, and again after its replay)", n, err)
+	if err != nil || n != 3 {
+		t.Fatalf("dead letters: %d, %v; want 3 (doc-dead, again after its replay, doc-gone)", n, err)
 	}
 
 	// Unknown paths and methods: no operation, the Error shape.

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/internal/httpapi"
 	"github.com/batonhq/baton/lock"
 	"github.com/batonhq/baton/props"
 )
@@ -35,6 +36,7 @@ type router struct {
 	s                                                                                                   *Server
 	healthz, readyz, metrics, list, inspect, acquire, lease, renew, drain, opsSubmit, opsGet, opsReplay methods
 	revoke                                                                                              methods
+	opsDiscard                                                                                          methods
 }
 
 func (s *Server) routes() http.Handler {
@@ -54,6 +56,8 @@ func (s *Server) routes() http.Handler {
 		opsSubmit: methods{http.MethodPost: s.serveOps, http.MethodGet: s.serveOps},
 		opsGet:    methods{http.MethodGet: s.serveOps},
 		opsReplay: methods{http.MethodPost: s.serveOps},
+		// An admin action (SPEC §7): deletes a dead-lettered op for good.
+		opsDiscard: methods{http.MethodPost: s.serveOps},
 	}
 }
 
@@ -157,6 +161,9 @@ func (rt *router) match(r *http.Request) methods {
 		case n == 4 && segs[3] == "replay":
 			r.SetPathValue("id", segs[2])
 			return rt.opsReplay
+		case n == 4 && segs[3] == "discard":
+			r.SetPathValue("id", segs[2])
+			return rt.opsDiscard
 		}
 	}
 	return nil
@@ -167,7 +174,7 @@ func (s *Server) serveOps(w http.ResponseWriter, r *http.Request) error {
 	if h == nil {
 		return newError(api.OpsDisabled, "background operations are disabled: set sidecar.app.url to enable them")
 	}
-	(*h).ServeHTTP(w, r)
+	(*h).ServeHTTP(w, r.WithContext(httpapi.WithCaller(r.Context(), who(r.Context()))))
 	return nil
 }
 

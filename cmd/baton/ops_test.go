@@ -295,3 +295,35 @@ func TestDLQCommands(t *testing.T) {
 		t.Errorf("foreign deliveries = %+v", ds)
 	}
 }
+
+// TestOpsDiscard: baton ops discard deletes a dead-lettered op for good,
+// prints what it deleted, and the sidecar writes an audit line; a done op
+// (or any op not dead_lettered) is refused, exit 1 Conflict.
+func TestOpsDiscard(t *testing.T) {
+	o := startOpsServe(t)
+	o.app.SetRespond(func(_ context.Context, d opstest.Delivery) int {
+		if d.Object == "refused" {
+			return http.StatusBadRequest
+		}
+		return http.StatusOK
+	})
+	o.mustBaton(0, "", "ops", "submit", "--id", "dc-dead", "refused", `{"n":1}`)
+	o.mustBaton(0, "", "ops", "submit", "--id", "dc-done", "fine", `{"n":2}`)
+	o.waitOp("dc-dead", api.OpDeadLettered)
+	o.waitOp("dc-done", api.OpDone)
+
+	code, _, stderr := o.baton("", "ops", "discard", "dc-done")
+	if code != exitFailure || !strings.Contains(stderr, "Conflict") || !strings.Contains(stderr, "only a dead_lettered op can be discarded") {
+		t.Errorf("discard of a done op = exit %d, stderr %q; want 1 and Conflict", code, stderr)
+	}
+	out := o.mustBaton(0, "", "ops", "discard", "dc-dead")
+	if !strings.HasPrefix(out, "dc-dead discarded: ") || !strings.Contains(out, "7-byte payload are deleted for good") {
+		t.Errorf("discard printed %q", out)
+	}
+	if code, _, stderr := o.baton("", "ops", "get", "dc-dead"); code != exitFailure || !strings.Contains(stderr, "NotFound") {
+		t.Errorf("get after discard = exit %d, stderr %q; want 1 NotFound", code, stderr)
+	}
+	if !strings.Contains(o.logs.String(), `msg="audit: dead-lettered op discarded"`) {
+		t.Errorf("no audit line for the discard in the sidecar log")
+	}
+}
