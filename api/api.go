@@ -302,6 +302,21 @@ type Health struct {
 	PID         int    `json:"pid"`    // of the sidecar process (for SIGHUP)
 	// Reload is the outcome of the last configuration reload; nil before the first.
 	Reload *ReloadInfo `json:"reload,omitempty"`
+	// Queue summarises the background-op queue; nil when ops are disabled.
+	Queue *QueueInfo `json:"queue,omitempty"`
+}
+
+// QueueInfo summarises the background-op queue for /healthz and `baton status`.
+type QueueInfo struct {
+	Queued       int   `json:"queued"`        // queued, running or retrying
+	DLQPending   int   `json:"dlq_pending"`   // waiting to be published to the dead-letter topic
+	DeadLettered int   `json:"dead_lettered"` // published and still retained (kept ones included)
+	Kept         int   `json:"kept"`          // dead-lettered without their payload: kept until replayed or discarded
+	PayloadBytes int64 `json:"payload_bytes"` // what queue.max.bytes bounds
+	MaxBytes     int64 `json:"max_bytes"`     // queue.max.bytes
+	// OldestUnfinishedAt is the acceptance of the oldest unfinished op
+	// (dlq_pending included); null when there is none.
+	OldestUnfinishedAt Time `json:"oldest_unfinished_at"`
 }
 
 // ReloadInfo is the outcome of a configuration reload (SIGHUP).

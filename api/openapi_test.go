@@ -137,7 +137,7 @@ func TestOpenAPIMatchesWireTypes(t *testing.T) {
 		"Holder": api.Holder{}, "Waiter": api.Waiter{}, "LockStatus": api.LockStatus{}, "LockSummary": api.LockSummary{},
 		"LockList": api.LockList{}, "Health": api.Health{}, "ReloadInfo": api.ReloadInfo{}, "ZKInfo": api.ZKInfo{},
 		"OpRequest": api.OpRequest{}, "OpAck": api.OpAck{}, "Op": api.Op{}, "DeadLetter": dlq.Letter{},
-		"Delivery": api.Delivery{}, "OpDiscarded": api.OpDiscarded{},
+		"Delivery": api.Delivery{}, "OpDiscarded": api.OpDiscarded{}, "QueueInfo": api.QueueInfo{},
 	} {
 		var fields []string
 		rt := reflect.TypeOf(v)
@@ -277,6 +277,7 @@ func startStack(t *testing.T) *stack {
 		Logger: log, Registry: prometheus.NewRegistry(),
 		OpsReady: func() error { return d.Ready() },
 		OpsDrain: func(ctx context.Context) { d.Drain(ctx) },
+		OpsQueue: func() *api.QueueInfo { return d.QueueInfo() },
 	})
 	if err != nil {
 		t.Fatalf("sidecar.New: %v", err)

@@ -146,6 +146,20 @@ func (h *handler) get(w http.ResponseWriter, id string) error {
 	return nil
 }
 
+// QueueInfo summarises the queue for /healthz; nil when d is nil or ops
+// are disabled.
+func (d *Dispatcher) QueueInfo() *api.QueueInfo {
+	if d == nil || d.store == nil {
+		return nil
+	}
+	st := d.store.Stats()
+	return &api.QueueInfo{
+		Queued:     st.ByState[queue.Queued] + st.ByState[queue.Running] + st.ByState[queue.Retrying],
+		DLQPending: st.ByState[queue.DLQPending], DeadLettered: st.ByState[queue.DeadLettered], Kept: st.Kept,
+		PayloadBytes: st.PayloadBytes, MaxBytes: st.MaxBytes, OldestUnfinishedAt: api.NewTime(st.OldestUnfinished),
+	}
+}
+
 // apiOp is the wire form of op.
 func apiOp(op queue.Op) api.Op {
 	hist := make([]api.OpEvent, len(op.History))

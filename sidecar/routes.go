@@ -648,6 +648,9 @@ func (s *Server) health() (h api.Health, kind string) {
 		}
 	}
 	h.Ready = kind == ""
+	if s.opts.OpsQueue != nil {
+		h.Queue = s.opts.OpsQueue()
+	}
 	return h, kind
 }
 

@@ -41,6 +41,9 @@ type Options struct {
 	// (so deliveries can finish or re-queue while they still hold their
 	// locks). Its ctx ends at the shutdown grace.
 	OpsDrain func(ctx context.Context)
+	// OpsQueue, if set, summarises the op queue for /healthz (nil: ops
+	// disabled).
+	OpsQueue func() *api.QueueInfo
 }
 
 // Server is the sidecar: the HTTP API over the unix socket, the leases, and

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -296,9 +297,10 @@ func TestDLQCommands(t *testing.T) {
 	}
 }
 
-// TestOpsDiscard: baton ops discard deletes a dead-lettered op for good,
-// prints what it deleted, and the sidecar writes an audit line; a done op
-// (or any op not dead_lettered) is refused, exit 1 Conflict.
+// TestOpsDiscard: baton status shows the queue; baton ops discard deletes
+// a dead-lettered op for good, prints what it deleted, and the sidecar
+// writes an audit line; a done op (or any op not dead_lettered) is
+// refused, exit 1 Conflict.
 func TestOpsDiscard(t *testing.T) {
 	o := startOpsServe(t)
 	o.app.SetRespond(func(_ context.Context, d opstest.Delivery) int {
@@ -312,6 +314,13 @@ func TestOpsDiscard(t *testing.T) {
 	o.waitOp("dc-dead", api.OpDeadLettered)
 	o.waitOp("dc-done", api.OpDone)
 
+	// baton status shows the queue (issue 20 item 8).
+	st := o.mustBaton(0, "", "status")
+	for _, want := range []string{`queue\s+0 queued, 0 dead-letter pending, 1 dead-lettered \(0 kept`, `queue payload\s+7 of 268435456 bytes \(queue.max.bytes\)`, `oldest unfinished op\s+none\n`} {
+		if !regexp.MustCompile(want).MatchString(st) {
+			t.Errorf("status printed:\n%s\nwant %q in it", st, want)
+		}
+	}
 	code, _, stderr := o.baton("", "ops", "discard", "dc-done")
 	if code != exitFailure || !strings.Contains(stderr, "Conflict") || !strings.Contains(stderr, "only a dead_lettered op can be discarded") {
 		t.Errorf("discard of a done op = exit %d, stderr %q; want 1 and Conflict", code, stderr)
