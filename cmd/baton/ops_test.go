@@ -316,7 +316,7 @@ func TestOpsDiscard(t *testing.T) {
 
 	// baton status shows the queue (issue 20 item 8).
 	st := o.mustBaton(0, "", "status")
-	for _, want := range []string{`queue\s+0 queued, 0 dead-letter pending, 1 dead-lettered \(0 kept`, `queue payload\s+7 of 268435456 bytes \(queue.max.bytes\)`, `oldest unfinished op\s+none\n`} {
+	for _, want := range []string{`queue\s+0 queued, 0 dead-letter pending, 1 dead-lettered \(0 kept`, `queue payload\s+7 of 268435456 bytes \(queue.max.bytes\)`, `queue oldest\s+none\n`} {
 		if !regexp.MustCompile(want).MatchString(st) {
 			t.Errorf("status printed:\n%s\nwant %q in it", st, want)
 		}

@@ -174,12 +174,12 @@ func printHealth(w io.Writer, socket string, h *api.Health) error {
 	if q := h.Queue; q != nil {
 		oldest := "none"
 		if !q.OldestUnfinishedAt.IsZero() {
-			oldest = "accepted " + since(q.OldestUnfinishedAt)
+			oldest = "accepted " + since(q.OldestUnfinishedAt) + " (the oldest unfinished op)"
 		}
 		fmt.Fprintf(tw, "queue\t%d queued, %d dead-letter pending, %d dead-lettered (%d kept until replayed or discarded)\n",
 			q.Queued, q.DLQPending, q.DeadLettered, q.Kept)
 		fmt.Fprintf(tw, "queue payload\t%d of %d bytes (queue.max.bytes)\n", q.PayloadBytes, q.MaxBytes)
-		fmt.Fprintf(tw, "oldest unfinished op\t%s\n", oldest)
+		fmt.Fprintf(tw, "queue oldest\t%s\n", oldest)
 	}
 	return tw.Flush()
 }
