@@ -630,6 +630,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 	call("POST", "/v1/ops", `{"id":"doc-op-1","object":"doc-3","payload":{"n":2}}`, 409, true)
 	call("POST", "/v1/ops", `{"info":"no object"}`, 400, false)
 	call("POST", "/v1/ops", `{"id":"doc-dead","object":"dead","payload":"x"}`, 202, true)
+	call("POST", "/v1/ops", `{"id":"doc-gone","object":"dead","payload":[1]}`, 202, true) // discarded below
 	waitOp := func(id, state string) {
 		testenv.WaitFor(t, 20*time.Second, id+" "+state, func() bool {
 			resp, err := s.do("GET", "/v1/ops/"+id, "")
@@ -643,6 +644,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 	}
 	waitOp("doc-op-1", api.OpDone)
 	waitOp("doc-dead", api.OpDeadLettered)
+	waitOp("doc-gone", api.OpDeadLettered)
 	call("GET", "/v1/ops/doc-op-1", "", 200, true)
 	call("GET", "/v1/ops/doc-dead", "", 200, true)
 	call("GET", "/v1/ops/no-such-op", "", 404, true)
@@ -653,8 +655,6 @@ func TestOpenAPIAnswers(t *testing.T) {
 	call("GET", "/v1/ops/doc-dead", "", 200, true) // with its history across the replay
 	call("POST", "/v1/ops/doc-op-1/discard", "", 409, true)
 	call("POST", "/v1/ops/no-such-op/discard", "", 404, true)
-	call("POST", "/v1/ops", `{"id":"doc-gone","object":"dead","payload":[1]}`, 202, true)
-	waitOp("doc-gone", api.OpDeadLettered)
 	call("POST", "/v1/ops/doc-gone/discard", "", 200, true)
 	call("GET", "/v1/ops?limit=1", "", 200, true)
 	call("GET", "/v1/ops?state=dead_lettered&object=dead", "", 200, true)
