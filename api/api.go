@@ -327,6 +327,21 @@ type Health struct {
 	PID         int    `json:"pid"`    // of the sidecar process (for SIGHUP)
 	// Reload is the outcome of the last configuration reload; nil before the first.
 	Reload *ReloadInfo `json:"reload,omitempty"`
+	// Queue summarises the background-op queue; nil when ops are disabled.
+	Queue *QueueInfo `json:"queue,omitempty"`
+}
+
+// QueueInfo summarises the background-op queue for /healthz and `baton status`.
+type QueueInfo struct {
+	Queued       int   `json:"queued"`        // queued, running or retrying
+	DLQPending   int   `json:"dlq_pending"`   // waiting to be published to the dead-letter topic
+	DeadLettered int   `json:"dead_lettered"` // published and still retained (kept ones included)
+	Kept         int   `json:"kept"`          // dead-lettered without their payload: kept until replayed or discarded
+	PayloadBytes int64 `json:"payload_bytes"` // what queue.max.bytes bounds
+	MaxBytes     int64 `json:"max_bytes"`     // queue.max.bytes
+	// OldestUnfinishedAt is the acceptance of the oldest unfinished op
+	// (dlq_pending included); null when there is none.
+	OldestUnfinishedAt Time `json:"oldest_unfinished_at"`
 }
 
 // ReloadInfo is the outcome of a configuration reload (SIGHUP).
@@ -371,6 +386,19 @@ type OpAck struct {
 	State string `json:"state"`
 }
 
+// OpDiscarded is the answer of POST /v1/ops/{id}/discard: the
+// dead-lettered op and its payload are deleted for good.
+type OpDiscarded struct {
+	ID           string `json:"id"`
+	Object       string `json:"object"`
+	Discarded    bool   `json:"discarded"`     // always true
+	PayloadBytes int    `json:"payload_bytes"` // size of the deleted payload
+	// PayloadSHA256 is the hex SHA-256 of the deleted payload (as in an
+	// elided dead letter's payload_sha256).
+	PayloadSHA256 string `json:"payload_sha256"`
+	Message       string `json:"message"`
+}
+
 // Op states.
 const (
 	OpQueued       = "queued"
@@ -394,6 +422,10 @@ type Op struct {
 	// LetterNote, on a dead_lettered op, says how its dead letter differs
 	// from the op (e.g. published without its payload).
 	LetterNote string `json:"letter_note,omitempty"`
+	// Kept, on a dead_lettered op, says its dead letter went out without
+	// the payload: the sidecar keeps the op past queue.retention until it
+	// is replayed or discarded.
+	Kept bool `json:"kept,omitempty"`
 	// ErrorClass is the class of LastError ("" when there is none).
 	ErrorClass string `json:"error_class,omitempty"`
 	// Replays counts the replays of the op.

@@ -23,7 +23,7 @@ const (
 	TooManyWaiters        = "TooManyWaiters"        // 503: sidecar.max.waiters reached
 	ShuttingDown          = "ShuttingDown"          // 503
 	QueueUnavailable      = "QueueUnavailable"      // 503
-	QueueFull             = "QueueFull"             // 503: queue.max.ops reached
+	QueueFull             = "QueueFull"             // 503: queue.max.ops reached; 507 for queue.max.bytes
 	OpsDisabled           = "OpsDisabled"           // 503: sidecar.app.url is empty
 )
 

@@ -137,7 +137,7 @@ func TestOpenAPIMatchesWireTypes(t *testing.T) {
 		"Holder": api.Holder{}, "Waiter": api.Waiter{}, "LockStatus": api.LockStatus{}, "LockSummary": api.LockSummary{},
 		"LockList": api.LockList{}, "Health": api.Health{}, "ReloadInfo": api.ReloadInfo{}, "ZKInfo": api.ZKInfo{},
 		"OpRequest": api.OpRequest{}, "OpAck": api.OpAck{}, "Op": api.Op{}, "DeadLetter": dlq.Letter{},
-		"Delivery": api.Delivery{},
+		"Delivery": api.Delivery{}, "OpDiscarded": api.OpDiscarded{}, "QueueInfo": api.QueueInfo{},
 	} {
 		var fields []string
 		rt := reflect.TypeOf(v)
@@ -281,6 +281,7 @@ func startStack(t *testing.T) *stack {
 		Logger: log, Registry: prometheus.NewRegistry(),
 		OpsReady: func() error { return d.Ready() },
 		OpsDrain: func(ctx context.Context) { d.Drain(ctx) },
+		OpsQueue: func() *api.QueueInfo { return d.QueueInfo() },
 	})
 	if err != nil {
 		t.Fatalf("sidecar.New: %v", err)
@@ -634,6 +635,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 	call("POST", "/v1/ops", `{"id":"doc-op-1","object":"doc-3","payload":{"n":2}}`, 409, true)
 	call("POST", "/v1/ops", `{"info":"no object"}`, 400, false)
 	call("POST", "/v1/ops", `{"id":"doc-dead","object":"dead","payload":"x"}`, 202, true)
+	call("POST", "/v1/ops", `{"id":"doc-gone","object":"dead","payload":[1]}`, 202, true) // discarded below
 	waitOp := func(id, state string) {
 		testenv.WaitFor(t, 20*time.Second, id+" "+state, func() bool {
 			resp, err := s.do("GET", "/v1/ops/"+id, "")
@@ -647,6 +649,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 	}
 	waitOp("doc-op-1", api.OpDone)
 	waitOp("doc-dead", api.OpDeadLettered)
+	waitOp("doc-gone", api.OpDeadLettered)
 	call("GET", "/v1/ops/doc-op-1", "", 200, true)
 	call("GET", "/v1/ops/doc-dead", "", 200, true)
 	call("GET", "/v1/ops/no-such-op", "", 404, true)
@@ -655,6 +658,9 @@ func TestOpenAPIAnswers(t *testing.T) {
 	call("POST", "/v1/ops/doc-dead/replay", "", 202, true)
 	waitOp("doc-dead", api.OpDeadLettered)         // the app refuses it again: a second letter
 	call("GET", "/v1/ops/doc-dead", "", 200, true) // with its history across the replay
+	call("POST", "/v1/ops/doc-op-1/discard", "", 409, true)
+	call("POST", "/v1/ops/no-such-op/discard", "", 404, true)
+	call("POST", "/v1/ops/doc-gone/discard", "", 200, true)
 	call("GET", "/v1/ops?limit=1", "", 200, true)
 	call("GET", "/v1/ops?state=dead_lettered&object=dead", "", 200, true)
 	call("GET", "/v1/ops?state=finished", "", 400, false)
@@ -706,8 +712,8 @@ func TestOpenAPIAnswers(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil || n != 2 {
-		t.Fatalf("dead letters: %d, %v; want 2 (doc-dead, and again after its replay)", n, err)
+	if err != nil || n != 3 {
+		t.Fatalf("dead letters: %d, %v; want 3 (doc-dead, again after its replay, doc-gone)", n, err)
 	}
 
 	// Unknown paths and methods: no operation, the Error shape.

@@ -511,6 +511,18 @@ func (c *Client) Ops(ctx context.Context, o OpsOptions) (*api.OpList, error) {
 	return &v, nil
 }
 
+// Discard deletes a dead-lettered operation and its payload for good
+// (POST /v1/ops/{id}/discard): the way out for an op the sidecar keeps
+// because its dead letter went out without the payload. Any other state
+// is an *APIError 409 Conflict.
+func (c *Client) Discard(ctx context.Context, id string) (*api.OpDiscarded, error) {
+	var v api.OpDiscarded
+	if _, err := c.send(ctx, http.MethodPost, "/v1/ops/"+url.PathEscape(id)+"/discard", nil, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
 // Replay queues a dead-lettered operation again.
 func (c *Client) Replay(ctx context.Context, id string) (*OpAck, error) {
 	var v api.OpAck

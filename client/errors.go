@@ -22,7 +22,7 @@ var (
 	// something that is not Baton answers on the socket (*NotBatonError),
 	// or the sidecar answered 503 (*APIError: ZooKeeper unavailable,
 	// shutting down, too many waiters, queue unavailable or full, ops
-	// disabled).
+	// disabled) or 507 QueueFull (queue.max.bytes reached).
 	ErrUnavailable = errors.New("client: sidecar or zookeeper unavailable")
 )
 
@@ -103,7 +103,7 @@ func (e *APIError) Is(target error) bool {
 	case ErrNoNode:
 		return e.Kind == api.NoNode
 	case ErrUnavailable:
-		return e.Status == http.StatusServiceUnavailable
+		return e.Status == http.StatusServiceUnavailable || e.Kind == api.QueueFull
 	}
 	return false
 }

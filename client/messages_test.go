@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net"
@@ -83,6 +84,39 @@ func TestNotBatonMessage(t *testing.T) {
 		if msg := err.Error(); !strings.Contains(msg, sock+" does not answer as a Baton sidecar: HTTP "+strconv.Itoa(status)+", text/html") ||
 			strings.Contains(msg, "invalid character") {
 			t.Errorf("HTML answer %d: %q", status, msg)
+		}
+	}
+}
+
+// TestQueueFullBytesUnavailable: a 507 QueueFull (queue.max.bytes reached)
+// is ErrUnavailable like a 503 QueueFull, keeping its status and message;
+// another 4xx/5xx kind is not.
+func TestQueueFullBytesUnavailable(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "q.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, kind := 507, api.QueueFull
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"error":%q,"message":"past queue.max.bytes"}`, kind)
+	})}
+	go hs.Serve(ln)
+	defer hs.Close()
+	c := client.New(sock)
+	defer c.Close()
+	for _, tc := range []struct {
+		status int
+		kind   string
+		want   bool
+	}{{507, api.QueueFull, true}, {503, api.QueueFull, true}, {409, api.Conflict, false}, {500, api.InternalError, false}} {
+		status, kind = tc.status, tc.kind
+		_, err := c.Submit(context.Background(), api.OpRequest{Object: "o"})
+		var ae *client.APIError
+		if !errors.As(err, &ae) || ae.Status != tc.status || ae.Kind != tc.kind || errors.Is(err, client.ErrUnavailable) != tc.want {
+			t.Errorf("%d %s: %v; want an APIError, ErrUnavailable %v", tc.status, tc.kind, err, tc.want)
 		}
 	}
 }

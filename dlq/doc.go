@@ -14,7 +14,8 @@
 //     attempts, last_error, error_class, first_attempt_at, sidecar (times
 //     RFC 3339 UTC with milliseconds), not HTML-escaped; a letter too large
 //     for the topic ([Publisher.Limit]) is sent by [Fit] without its payload
-//     (payload_elided, payload_bytes, payload_sha256);
+//     (payload_elided, payload_bytes, payload_sha256; the sidecar keeps
+//     the op, with its payload, until it is replayed or discarded);
 //   - headers: baton-op-id, baton-object, baton-error-class,
 //     baton-error-message, baton-attempts, baton-sidecar.
 //

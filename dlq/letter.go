@@ -51,8 +51,9 @@ type Letter struct {
 	Sidecar        string          `json:"sidecar"`
 	// Elided says the letter did not fit the topic's message limit with
 	// its payload: Payload is null and PayloadBytes / PayloadSHA256 name
-	// the payload the op was accepted with (the sidecar still has it; replay
-	// by id). Info and LastError may also be cut (see [Letter.Elide]).
+	// the payload the op was accepted with (the sidecar keeps the op, past
+	// queue.retention, until it is replayed by id or discarded). Info and
+	// LastError may also be cut (see [Letter.Elide]).
 	Elided        bool   `json:"payload_elided,omitempty"`
 	PayloadBytes  int    `json:"payload_bytes,omitempty"`
 	PayloadSHA256 string `json:"payload_sha256,omitempty"`

@@ -104,22 +104,25 @@ func TestRoute(t *testing.T) {
 	for _, tc := range []struct {
 		path   string
 		id     string
-		replay bool
+		action string
 		ok     bool
 	}{
-		{"/v1/ops", "", false, true},
-		{"/v1/ops/", "", false, true},
-		{"/v1/ops/abc", "abc", false, true},
-		{"/v1/ops/replay", "replay", false, true},
-		{"/v1/ops/a%3Ab/replay", "a:b", true, true},
-		{"/v1/ops/a/b", "", false, false},
-		{"/v1/opsx", "", false, false},
-		{"/v1/ops/a/replay/x", "", false, false},
+		{"/v1/ops", "", "", true},
+		{"/v1/ops/", "", "", true},
+		{"/v1/ops/abc", "abc", "", true},
+		{"/v1/ops/replay", "replay", "", true},
+		{"/v1/ops/a%3Ab/replay", "a:b", "replay", true},
+		{"/v1/ops/a%3Ab/discard", "a:b", "discard", true},
+		{"/v1/ops/discard/discard", "discard", "discard", true},
+		{"/v1/ops/a/b", "", "", false},
+		{"/v1/opsx", "", "", false},
+		{"/v1/ops/a/replay/x", "", "", false},
+		{"/v1/ops/a/discard/x", "", "", false},
 	} {
 		r := httptest.NewRequest("GET", tc.path, nil)
-		id, replay, err := route(r)
-		if (err == nil) != tc.ok || id != tc.id || replay != tc.replay {
-			t.Errorf("route(%q) = %q, %v, %v; want %q, %v, ok %v", tc.path, id, replay, err, tc.id, tc.replay, tc.ok)
+		id, action, err := route(r)
+		if (err == nil) != tc.ok || id != tc.id || action != tc.action {
+			t.Errorf("route(%q) = %q, %q, %v; want %q, %q, ok %v", tc.path, id, action, err, tc.id, tc.action, tc.ok)
 		}
 	}
 }

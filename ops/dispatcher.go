@@ -192,7 +192,7 @@ func New(cfg props.Config, deps Deps) (*Dispatcher, error) {
 		return fail(fmt.Errorf("ops: %w", err))
 	}
 	d.store, err = queue.Open(cfg.QueueDir, queue.Options{
-		MaxOps: cfg.QueueMaxOps, Retention: cfg.QueueRetention, Logger: deps.Logger,
+		MaxOps: cfg.QueueMaxOps, MaxBytes: cfg.QueueMaxBytes, Retention: cfg.QueueRetention, Logger: deps.Logger,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("ops: %w", err))
@@ -252,8 +252,8 @@ func (d *Dispatcher) Ready() error {
 // Reload applies a reloaded configuration: the retry policy, the app
 // timeout, the background lock wait and the app token (sidecar.app.token.file,
 // read again) to attempts started afterwards
-// (ops already retrying keep their scheduled time), queue.max.ops and
-// queue.retention at once. Restart keys (queue.dir, queue.workers,
+// (ops already retrying keep their scheduled time), queue.max.ops,
+// queue.max.bytes and queue.retention at once. Restart keys (queue.dir, queue.workers,
 // sidecar.app.url, kafka.*) are ignored here. On error nothing changes.
 func (d *Dispatcher) Reload(cfg props.Config) error {
 	if d == nil || d.store == nil {
@@ -262,6 +262,11 @@ func (d *Dispatcher) Reload(cfg props.Config) error {
 	s, err := settingsOf(cfg)
 	if err != nil {
 		return err
+	}
+	if cfg.QueueMaxBytes != 0 {
+		if err := d.store.SetMaxBytes(cfg.QueueMaxBytes); err != nil {
+			return fmt.Errorf("ops: %w", err)
+		}
 	}
 	if err := d.store.SetLimits(cfg.QueueMaxOps, cfg.QueueRetention); err != nil {
 		return fmt.Errorf("ops: %w", err)

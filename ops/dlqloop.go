@@ -165,10 +165,10 @@ func (d *Dispatcher) publishPending() (int, error) {
 			}
 			note := ""
 			if l := letters[i]; l.Elided {
-				note = fmt.Sprintf("dead letter published without its payload (%d bytes, sha256 %s): too large for the topic's %d-byte message limit; replay by id to run it with its payload",
-					l.PayloadBytes, l.PayloadSHA256, limit)
+				note = fmt.Sprintf("%s (%d bytes, sha256 %s): too large for the topic's %d-byte message limit; this sidecar keeps the only whole copy, past queue.retention, until it is replayed by id (baton ops replay %s) or discarded (baton ops discard %s)",
+					queue.ElidedNotePrefix, l.PayloadBytes, l.PayloadSHA256, limit, op.ID, op.ID)
 				d.m.dlqElided.Inc()
-				d.log.Warn("dead letter too large for the topic: published without its payload", "op_id", op.ID,
+				d.log.Warn("dead letter too large for the topic: published without its payload; the op is kept until replayed or discarded", "op_id", op.ID,
 					"object", op.Object, "payload_bytes", l.PayloadBytes, "payload_sha256", l.PayloadSHA256, "limit", limit)
 			}
 			d.setAcked(op, note)
@@ -193,7 +193,8 @@ func (d *Dispatcher) publishPending() (int, error) {
 }
 
 // ackedLetter is a letter Kafka acknowledged whose dead_lettered record is
-// still to be written.
+// still to be written. A non-empty note means the letter went out without
+// its payload (the op is then kept: queue.Store.DeadLetteredKept).
 type ackedLetter struct {
 	op   queue.Op
 	note string
@@ -220,7 +221,12 @@ func (d *Dispatcher) setAcked(op queue.Op, note string) {
 // acknowledged once recorded (or once it is no longer dlq_pending).
 func (d *Dispatcher) recordDeadLettered(op queue.Op, note string) error {
 	ctx, cancel := d.storeCtx()
-	err := d.store.DeadLettered(ctx, op.ID, note)
+	var err error
+	if note != "" {
+		err = d.store.DeadLetteredKept(ctx, op.ID, note)
+	} else {
+		err = d.store.DeadLettered(ctx, op.ID, note)
+	}
 	cancel()
 	if err != nil && !errors.Is(err, queue.ErrState) && !errors.Is(err, queue.ErrNotFound) {
 		// Published but still dlq_pending: only the record is retried.

@@ -67,7 +67,10 @@
 // error_class, first_attempt_at, sidecar = sidecar.node.id; key = object)
 // and then marks them dead_lettered. Each letter is sized against the
 // topic's message limit (dlq.Publisher.Limit) and, when too large, sent
-// without its payload (dlq.Fit; the op's letter_note says so). A round
+// without its payload (dlq.Fit; the op's letter_note says so); the op is
+// then recorded as kept (queue.Store.DeadLetteredKept): the sidecar holds
+// the only whole copy, so no purge deletes it, only a replay or a discard
+// (POST /v1/ops/{id}/discard, audit-logged) ends it. A round
 // sends up to 64 letters adding up to no more than the limit, whole runs of
 // objects in seq order: kafka-go makes one record batch per partition,
 // which the broker takes or refuses whole, so an object's letters reach the

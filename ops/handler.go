@@ -2,7 +2,10 @@ package ops
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -45,12 +48,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// route returns the op id ("" for /v1/ops) and whether the path is
-// /v1/ops/{id}/replay.
-func route(r *http.Request) (id string, replay bool, err error) {
+// route returns the op id ("" for /v1/ops) and the action after it:
+// "replay", "discard" or "" (none).
+func route(r *http.Request) (id, action string, err error) {
 	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), "/v1/ops")
 	if !ok || (rest != "" && rest[0] != '/') {
-		return "", false, newError(api.NotFound, "no such path %q", r.URL.Path)
+		return "", "", newError(api.NotFound, "no such path %q", r.URL.Path)
 	}
 	segs := strings.Split(strings.TrimPrefix(rest, "/"), "/")
 	if rest == "" || rest == "/" {
@@ -58,31 +61,33 @@ func route(r *http.Request) (id string, replay bool, err error) {
 	}
 	switch {
 	case len(segs) == 0:
-	case len(segs) == 1 || len(segs) == 2 && segs[1] == "replay":
+	case len(segs) == 1 || len(segs) == 2 && (segs[1] == "replay" || segs[1] == "discard"):
 		id, err = url.PathUnescape(segs[0])
 		if err != nil {
-			return "", false, newError(api.NotFound, "no such path %q", r.URL.Path)
+			return "", "", newError(api.NotFound, "no such path %q", r.URL.Path)
 		}
-		replay = len(segs) == 2
+		if len(segs) == 2 {
+			action = segs[1]
+		}
 	default:
-		return "", false, newError(api.NotFound, "no such path %q", r.URL.Path)
+		return "", "", newError(api.NotFound, "no such path %q", r.URL.Path)
 	}
 	if v := r.PathValue("id"); v != "" {
 		id = v
 	}
-	return id, replay, nil
+	return id, action, nil
 }
 
 func (h *handler) serve(w http.ResponseWriter, r *http.Request) error {
 	if h.d.store == nil {
 		return newError(api.OpsDisabled, "background operations are disabled: set sidecar.app.url to enable them")
 	}
-	id, replay, err := route(r)
+	id, action, err := route(r)
 	if err != nil {
 		return err
 	}
 	want := http.MethodPost
-	if id != "" && !replay {
+	if id != "" && action == "" {
 		want = http.MethodGet
 	}
 	if id == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
@@ -98,8 +103,10 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) error {
 	switch {
 	case id == "":
 		return h.submit(w, r)
-	case replay:
+	case action == "replay":
 		return h.replay(w, r, id)
+	case action == "discard":
+		return h.discard(w, r, id)
 	default:
 		return h.get(w, id)
 	}
@@ -139,6 +146,20 @@ func (h *handler) get(w http.ResponseWriter, id string) error {
 	return nil
 }
 
+// QueueInfo summarises the queue for /healthz; nil when d is nil or ops
+// are disabled.
+func (d *Dispatcher) QueueInfo() *api.QueueInfo {
+	if d == nil || d.store == nil {
+		return nil
+	}
+	st := d.store.Stats()
+	return &api.QueueInfo{
+		Queued:     st.ByState[queue.Queued] + st.ByState[queue.Running] + st.ByState[queue.Retrying],
+		DLQPending: st.ByState[queue.DLQPending], DeadLettered: st.ByState[queue.DeadLettered], Kept: st.Kept,
+		PayloadBytes: st.PayloadBytes, MaxBytes: st.MaxBytes, OldestUnfinishedAt: api.NewTime(st.OldestUnfinished),
+	}
+}
+
 // apiOp is the wire form of op.
 func apiOp(op queue.Op) api.Op {
 	hist := make([]api.OpEvent, len(op.History))
@@ -148,7 +169,7 @@ func apiOp(op queue.Op) api.Op {
 	return api.Op{
 		ID: op.ID, Object: op.Object, State: string(op.State), Attempts: op.Attempts, LastError: op.LastError,
 		NextAttemptAt: api.NewTime(op.NextAttemptAt), AcceptedAt: api.NewTime(op.AcceptedAt), Seq: int64(op.Seq),
-		LetterNote: op.LetterNote, ErrorClass: op.ErrorClass, Replays: op.Replays, History: hist,
+		LetterNote: op.LetterNote, Kept: op.Kept, ErrorClass: op.ErrorClass, Replays: op.Replays, History: hist,
 		HistoryDropped: op.HistoryDropped,
 	}
 }
@@ -213,6 +234,44 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request, id string) erro
 	return nil
 }
 
+// discard deletes a dead_lettered op and its payload for good (POST
+// /v1/ops/{id}/discard), the way out for an op kept because its dead letter
+// lacks the payload. It is an operator's action: audit-logged at WARN with
+// the caller.
+func (h *handler) discard(w http.ResponseWriter, r *http.Request, id string) error {
+	var none struct{}
+	if err := decodeBody(w, r, &none); err != nil {
+		return err
+	}
+	if !queue.ValidID(id) {
+		return newError(api.NotFound, "no op %q: op ids are 1-128 characters of A-Z a-z 0-9 . _ : -", id)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), submitTimeout)
+	defer cancel()
+	op, err := h.d.store.Discard(ctx, id)
+	if err != nil {
+		if se, ok := errors.AsType[*queue.StateError](err); ok {
+			return newError(api.Conflict, "op %q is %s: only a dead_lettered op can be discarded (an accepted op still to be delivered is never dropped)", se.ID, se.State)
+		}
+		return err
+	}
+	sum := sha256.Sum256(op.Payload)
+	out := api.OpDiscarded{
+		ID: op.ID, Object: op.Object, Discarded: true, PayloadBytes: len(op.Payload),
+		PayloadSHA256: hex.EncodeToString(sum[:]),
+	}
+	out.Message = fmt.Sprintf("op %s (object %q, %d failed attempts) and its %d-byte payload are deleted for good; it cannot be replayed by id any more",
+		op.ID, op.Object, op.Attempts, out.PayloadBytes)
+	if op.Kept {
+		out.Message += "; its dead letter on the topic has no payload, so no copy of the payload is left"
+	}
+	h.d.log.Warn("audit: dead-lettered op discarded", "op_id", op.ID, "object", op.Object, "kept", op.Kept,
+		"payload_bytes", out.PayloadBytes, "payload_sha256", out.PayloadSHA256, "attempts", op.Attempts,
+		"caller", httpapi.Caller(r.Context()))
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
 // toHTTPError maps the queue's errors to answers (api/openapi.json).
 func (h *handler) toHTTPError(err error) *httpError {
 	if he, ok := errors.AsType[*httpError](err); ok {
@@ -230,7 +289,14 @@ func (h *handler) toHTTPError(err error) *httpError {
 	case errors.Is(err, queue.ErrNotFound):
 		return newError(api.NotFound, "no such op (finished ops are kept for queue.retention)")
 	case errors.Is(err, queue.ErrQueueFull):
-		return newError(api.QueueFull, "%v; retry later", err)
+		if fe, ok := errors.AsType[*queue.FullError](err); ok && fe.Key == "queue.max.bytes" {
+			e := newError(api.QueueFull, "the queue keeps %d payload bytes; this op's %d would pass queue.max.bytes (%d): "+
+				"retry once ops complete, or raise queue.max.bytes (dead-lettered ops keep their payload for queue.retention: "+
+				"replay or discard them)", fe.Used, fe.Adding, fe.Limit)
+			e.Status = http.StatusInsufficientStorage
+			return e
+		}
+		return newError(api.QueueFull, "%v; retry later, or raise queue.max.ops", err)
 	case errors.Is(err, queue.ErrClosed):
 		return newError(api.QueueUnavailable, "the queue is closed (shutting down); retry against the restarted sidecar")
 	}

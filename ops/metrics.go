@@ -25,6 +25,8 @@ type metrics struct {
 	dlqPending   *prometheus.Desc
 	oldest       *prometheus.Desc
 	fileBytes    *prometheus.Desc
+	payloadBytes *prometheus.Desc
+	kept         *prometheus.Desc
 }
 
 func newMetrics() *metrics {
@@ -67,6 +69,10 @@ func newMetrics() *metrics {
 			"Age of the oldest unfinished op (including dlq_pending); 0 when there is none.", nil, nil),
 		fileBytes: prometheus.NewDesc("baton_queue_file_bytes",
 			"Size of the queue's bbolt file (queue.dir/queue.db) in bytes.", nil, nil),
+		payloadBytes: prometheus.NewDesc("baton_queue_payload_bytes",
+			"Payload bytes the queue keeps (unfinished and dead_lettered ops), the figure queue.max.bytes bounds.", nil, nil),
+		kept: prometheus.NewDesc("baton_ops_kept",
+			"Dead-lettered ops whose letter went out without the payload, kept until replayed or discarded (baton ops discard).", nil, nil),
 	}
 	for _, s := range queue.States {
 		m.ops.WithLabelValues(string(s))
@@ -98,10 +104,12 @@ func (g gauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- g.m.fileBytes
 	ch <- g.m.byState
 	ch <- g.m.dlqAge
+	ch <- g.m.payloadBytes
+	ch <- g.m.kept
 }
 
 func (g gauges) Collect(ch chan<- prometheus.Metric) {
-	var queued, pending, age, size, dlqAge float64
+	var queued, pending, age, size, dlqAge, payload, kept float64
 	byState := map[queue.State]int{}
 	if d := g.m.d; d != nil && d.store != nil {
 		st := d.store.Stats()
@@ -112,6 +120,7 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 		queued = float64(st.ByState[queue.Queued] + st.ByState[queue.Running] + st.ByState[queue.Retrying])
 		pending = float64(st.ByState[queue.DLQPending])
 		size = float64(st.FileBytes)
+		payload, kept = float64(st.PayloadBytes), float64(st.Kept)
 		if !st.OldestUnfinished.IsZero() {
 			age = max(time.Since(st.OldestUnfinished).Seconds(), 0)
 		}
@@ -124,6 +133,8 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(g.m.byState, prometheus.GaugeValue, float64(byState[s]), string(s))
 	}
 	ch <- prometheus.MustNewConstMetric(g.m.dlqAge, prometheus.GaugeValue, dlqAge)
+	ch <- prometheus.MustNewConstMetric(g.m.payloadBytes, prometheus.GaugeValue, payload)
+	ch <- prometheus.MustNewConstMetric(g.m.kept, prometheus.GaugeValue, kept)
 }
 
 // deliveryResult labels one attempt for baton_op_delivery_seconds.

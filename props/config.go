@@ -63,6 +63,7 @@ type Config struct {
 	QueueDir       string        // queue.dir
 	QueueWorkers   int           // queue.workers
 	QueueMaxOps    int           // queue.max.ops
+	QueueMaxBytes  int64         // queue.max.bytes
 	QueueRetention time.Duration // queue.retention
 
 	RetryInitial       time.Duration // retry.initial.interval; ≤ RetryMax

@@ -43,6 +43,7 @@
 // 1000..600000, zookeeper.connection.delay 1..600000, task timeouts
 // 0..86400000 (0 = try once), leases, app timeout and retry intervals
 // 1..86400000, sidecar.shutdown.grace 0..3600000, queue.retention 0..one year.
+// queue.max.bytes is whole bytes, 1048576 (1 MiB) to 1099511627776 (1 TiB).
 // Lock prefixes are [A-Za-z0-9]+, differ, and foreground+"-" sorts before
 // background+"-" byte-wise, as node names do. zookeeper.servers and
 // kafka.brokers are host:port lists (port 1..65535); zookeeper.servers may end

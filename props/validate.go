@@ -59,6 +59,20 @@ func setInt(field func(*Config) *int, lo, hi int) func(*Config, string) error {
 	}
 }
 
+func setInt64(field func(*Config) *int64, lo, hi int64) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		if !digits(v) {
+			return expected("a whole number from %d to %d", lo, hi)
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < lo || n > hi {
+			return expected("a whole number from %d to %d", lo, hi)
+		}
+		*field(c) = n
+		return nil
+	}
+}
+
 func setFloat(field func(*Config) *float64, lo, hi float64) func(*Config, string) error {
 	return func(c *Config, v string) error {
 		f, err := strconv.ParseFloat(v, 64)

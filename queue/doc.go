@@ -26,6 +26,15 @@
 //     the retention, then [Store.Purge] deletes them. A done op's payload
 //     is deleted at once (its body hash stays); a dead_lettered op keeps it
 //     for replay.
+//   - An op whose dead letter went out without its payload (too large for
+//     the topic: [Store.DeadLetteredKept]) is the only whole copy left, so
+//     it is kept (Op.Kept) past the retention until [Store.Replay] or
+//     [Store.Discard]; nothing accepted disappears without someone asking.
+//   - Bounds: Options.MaxOps unfinished ops and Options.MaxBytes stored
+//     payload bytes (unfinished and dead_lettered ops); a submit past either
+//     is a [*FullError] naming the property. The byte count is persisted in
+//     the same transaction as the payloads it counts (recomputed once at
+//     open for a store that lacks it).
 //   - Disk: bbolt reuses freed pages but never shrinks its file; [Open]
 //     and [Store.Compact] rewrite a file of 4 MiB or more that is at least
 //     half free into a new one (bbolt's Compact, then rename). [Stats]

@@ -68,6 +68,10 @@ type Op struct {
 	// LetterNote, set on a dead_lettered op, says how its dead letter
 	// differs from the op (e.g. the payload was elided to fit the topic).
 	LetterNote string `json:"letter_note,omitempty"`
+	// Kept, on a dead_lettered op, says its dead letter went out without
+	// the payload: the store holds the only whole copy, so the op is never
+	// purged; Replay or Discard ends it.
+	Kept bool `json:"kept,omitempty"`
 	// BodyHash is the hex SHA-256 of the canonical (id, object, info,
 	// payload): equal hashes mean the same submission.
 	BodyHash string `json:"body_hash"`

@@ -41,7 +41,9 @@ func (e *StateError) Unwrap() []error {
 // true. A known id with the same body (id, object, info and payload; the
 // payload compared as canonical JSON) returns the existing op, in whatever
 // state, with created = false; a different body is ErrConflict. Invalid
-// fields are a *FieldError; MaxOps unfinished ops are ErrQueueFull.
+// fields are a *FieldError; MaxOps unfinished ops, or a payload that would
+// take the stored payload bytes past MaxBytes, is a *FullError (wrapping
+// ErrQueueFull).
 //
 // If ctx ends while the commit is in progress the op may still be accepted;
 // resubmitting the same id is safe.
@@ -70,7 +72,8 @@ func (s *Store) Submit(ctx context.Context, req SubmitRequest) (Op, bool, error)
 		return Op{}, false, err
 	}
 
-	e, q, err := s.reserve(req.ID, req.Object)
+	size := int64(len(req.Payload))
+	e, q, err := s.reserve(req.ID, req.Object, size)
 	if err != nil {
 		return Op{}, false, err
 	}
@@ -89,12 +92,15 @@ func (s *Store) Submit(ctx context.Context, req SubmitRequest) (Op, bool, error)
 		if err := tx.Bucket(bPayloads).Put([]byte(op.ID), req.Payload); err != nil {
 			return err
 		}
+		if err := addPayloadBytes(tx, size); err != nil {
+			return err
+		}
 		if err := writeSeq(tx, op.Object, op.Seq); err != nil {
 			return err
 		}
 		return tx.Bucket(bOpen).Put(objKey(op.Object, op.Seq), []byte(op.ID))
 	})
-	s.settle(e, q, err)
+	s.settle(e, q, err, size)
 	if err != nil {
 		return Op{}, false, fmt.Errorf("queue: submit %q: %w", op.ID, err)
 	}
@@ -102,13 +108,37 @@ func (s *Store) Submit(ctx context.Context, req SubmitRequest) (Op, bool, error)
 	return op, true, nil
 }
 
+// FullError is a submit or replay refused because the queue is full. It
+// wraps ErrQueueFull. Key is the property that bounds it: "queue.max.ops"
+// (Used unfinished ops, Adding 1) or "queue.max.bytes" (Used payload bytes
+// stored, Adding this op's payload bytes).
+type FullError struct {
+	Key    string
+	Used   int64
+	Adding int64
+	Limit  int64
+}
+
+func (e *FullError) Error() string {
+	if e.Key == "queue.max.bytes" {
+		return fmt.Sprintf("queue: full: %d payload bytes stored, this op's %d would pass queue.max.bytes (%d)", e.Used, e.Adding, e.Limit)
+	}
+	return fmt.Sprintf("queue: full: %d unfinished ops, queue.max.ops is %d", e.Used, e.Limit)
+}
+
+func (e *FullError) Unwrap() error { return ErrQueueFull }
+
 // reserve assigns the next seq of object to a pending entry that blocks the
-// object's later ops until settle. It enforces MaxOps.
-func (s *Store) reserve(id, object string) (*entry, *objQueue, error) {
+// object's later ops until settle. It enforces MaxOps, and MaxBytes for
+// size new payload bytes (0 for a replay: its payload is stored already).
+func (s *Store) reserve(id, object string, size int64) (*entry, *objQueue, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if n := len(s.sched.entries) + s.pending; n >= s.maxOps {
-		return nil, nil, fmt.Errorf("queue: %d unfinished ops, queue.max.ops is %d: %w", n, s.maxOps, ErrQueueFull)
+		return nil, nil, &FullError{Key: "queue.max.ops", Used: int64(n), Adding: 1, Limit: int64(s.maxOps)}
+	}
+	if used := s.bytes + s.pendBytes; size > 0 && used+size > s.maxBytes {
+		return nil, nil, &FullError{Key: "queue.max.bytes", Used: used, Adding: size, Limit: s.maxBytes}
 	}
 	q, err := s.sched.queue(object, func() (seq uint64, err error) {
 		err = s.view(func(tx *bolt.Tx) error { seq = readSeq(tx, object); return nil })
@@ -121,20 +151,24 @@ func (s *Store) reserve(id, object string) (*entry, *objQueue, error) {
 	e := &entry{id: id, object: object, seq: q.lastSeq, state: pendingState, acceptedAt: msTime(s.now())}
 	q.fifo = append(q.fifo, e)
 	s.pending++
+	s.pendBytes += size
 	return e, q, nil
 }
 
-// settle ends a reservation: the entry becomes queued if commitErr is nil,
-// else it disappears (its seq stays unused).
-func (s *Store) settle(e *entry, q *objQueue, commitErr error) {
+// settle ends a reservation of size payload bytes: the entry becomes queued
+// (and the bytes stored) if commitErr is nil, else it disappears (its seq
+// stays unused).
+func (s *Store) settle(e *entry, q *objQueue, commitErr error, size int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pending--
+	s.pendBytes -= size
 	if commitErr != nil {
 		s.sched.remove(e)
 		s.notifyLocked()
 		return
 	}
+	s.bytes += size
 	e.state = Queued
 	s.sched.entries[e.id] = e
 	s.sched.reschedule(q)
@@ -348,6 +382,17 @@ func (s *Store) DeadLettered(ctx context.Context, id, note string) error {
 	})
 }
 
+// DeadLetteredKept is DeadLettered for an op whose dead letter went out
+// without its payload: the store then holds the only whole copy of the op,
+// so it is marked Kept and never purged; only Replay or Discard ends it.
+func (s *Store) DeadLetteredKept(ctx context.Context, id, note string) error {
+	return s.transition(ctx, id, DLQPending, DeadLettered, func(op *Op, now time.Time) {
+		op.FinishedAt = now
+		op.LetterNote = truncate(note, MaxErrorBytes)
+		op.Kept = true
+	})
+}
+
 // Requeue gives a running op back without counting an attempt (ZooKeeper
 // unavailable, shutdown): running → queued, runnable at once. Callers that
 // cannot make progress (ZooKeeper down) should pause their workers rather
@@ -357,7 +402,8 @@ func (s *Store) Requeue(ctx context.Context, id string) error {
 }
 
 // transition moves an unfinished op from state from to state to, durably,
-// then updates the scheduler.
+// then updates the scheduler. A done op's payload is deleted; a finished op
+// goes into bFinished (for Purge), or bKept when mutate marked it Kept.
 func (s *Store) transition(ctx context.Context, id string, from, to State, mutate func(op *Op, now time.Time)) error {
 	if err := s.enter(); err != nil {
 		return err
@@ -388,9 +434,13 @@ func (s *Store) transition(ctx context.Context, id string, from, to State, mutat
 	}
 
 	now := msTime(s.now())
-	var op Op
+	var (
+		op    Op
+		freed int64 // payload bytes deleted
+	)
 	err = s.batch(func(tx *bolt.Tx) error {
 		ops := tx.Bucket(bOps)
+		freed = 0
 		var err error
 		op, err = getOp(ops, id)
 		if err != nil {
@@ -408,13 +458,21 @@ func (s *Store) transition(ctx context.Context, id string, from, to State, mutat
 			return err
 		}
 		if to == Done {
-			if err := tx.Bucket(bPayloads).Delete([]byte(id)); err != nil {
+			payloads := tx.Bucket(bPayloads)
+			freed = int64(len(payloads.Get([]byte(id))))
+			if err := payloads.Delete([]byte(id)); err != nil {
+				return err
+			}
+			if err := addPayloadBytes(tx, -freed); err != nil {
 				return err
 			}
 		}
 		if to.Finished() {
 			if err := tx.Bucket(bOpen).Delete(objKey(op.Object, op.Seq)); err != nil {
 				return err
+			}
+			if op.Kept {
+				return tx.Bucket(bKept).Put([]byte(id), nil)
 			}
 			return tx.Bucket(bFinished).Put(finKey(op.FinishedAt, id), []byte(to))
 		}
@@ -426,6 +484,10 @@ func (s *Store) transition(ctx context.Context, id string, from, to State, mutat
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.bytes -= freed
+	if op.Kept && to == DeadLettered {
+		s.kept++
+	}
 	wasBlocking := e.state.blocks()
 	if from == DLQPending {
 		s.sched.removeDLQ(e)
@@ -472,11 +534,14 @@ func (s *Store) Replay(ctx context.Context, id string) (Op, error) {
 	if old.State != DeadLettered {
 		return Op{}, &StateError{ID: id, State: old.State, Want: []State{DeadLettered}}
 	}
-	e, q, err := s.reserve(id, old.Object)
+	e, q, err := s.reserve(id, old.Object, 0)
 	if err != nil {
 		return Op{}, err
 	}
-	var op Op
+	var (
+		op      Op
+		wasKept bool
+	)
 	err = s.batch(func(tx *bolt.Tx) error {
 		ops := tx.Bucket(bOps)
 		var err error
@@ -487,9 +552,14 @@ func (s *Store) Replay(ctx context.Context, id string) (Op, error) {
 		if op.State != DeadLettered {
 			return &StateError{ID: id, State: op.State, Want: []State{DeadLettered}}
 		}
+		wasKept = op.Kept
 		if err := tx.Bucket(bFinished).Delete(finKey(op.FinishedAt, id)); err != nil {
 			return err
 		}
+		if err := tx.Bucket(bKept).Delete([]byte(id)); err != nil {
+			return err
+		}
+		op.Kept = false
 		op.Seq, op.AcceptedAt, op.State, op.Attempts = e.seq, e.acceptedAt, Queued, 0
 		op.LastError, op.ErrorClass, op.LetterNote = "", "", ""
 		op.NextAttemptAt, op.FirstAttemptAt, op.FinishedAt = time.Time{}, time.Time{}, time.Time{}
@@ -510,9 +580,12 @@ func (s *Store) Replay(ctx context.Context, id string) (Op, error) {
 	if err == nil {
 		s.mu.Lock()
 		s.finished[DeadLettered]--
+		if wasKept {
+			s.kept--
+		}
 		s.mu.Unlock()
 	}
-	s.settle(e, q, err)
+	s.settle(e, q, err, 0)
 	if err != nil {
 		if errors.Is(err, ErrState) || errors.Is(err, ErrNotFound) {
 			return Op{}, err
@@ -578,6 +651,12 @@ func (s *Store) ListDLQPending(ctx context.Context, limit int) ([]Op, error) {
 // the retention before now, at most PurgeLimit per call, oldest first, and
 // returns how many it deleted. Call it periodically; a result equal to the
 // limit means more may be due. Per-object seq counters are kept.
+//
+// A dead_lettered op that is Kept (its dead letter went out without the
+// payload) is never deleted: only Replay or Discard ends it. One written by
+// an earlier version, which did not mark it, is recognised by its letter
+// note and moved to the kept ops here (counted against the limit, not in the
+// result).
 func (s *Store) Purge(ctx context.Context, now time.Time) (int, error) {
 	if err := s.enter(); err != nil {
 		return 0, err
@@ -588,10 +667,11 @@ func (s *Store) Purge(ctx context.Context, now time.Time) (int, error) {
 	s.mu.Unlock()
 	cutoff := now.Add(-retention).UnixMilli()
 	purged := map[State]int{}
-	n := 0
+	var n, kept int
+	var freed int64
 	err := s.update(func(tx *bolt.Tx) error {
 		clear(purged)
-		n = 0
+		n, kept, freed = 0, 0, 0
 		var keys [][]byte
 		var states []State
 		c := tx.Bucket(bFinished).Cursor()
@@ -605,19 +685,37 @@ func (s *Store) Purge(ctx context.Context, now time.Time) (int, error) {
 		ops, payloads, fin := tx.Bucket(bOps), tx.Bucket(bPayloads), tx.Bucket(bFinished)
 		for i, k := range keys {
 			id := k[8:]
+			if err := fin.Delete(k); err != nil {
+				return err
+			}
+			if states[i] == DeadLettered {
+				op, err := getOp(ops, string(id))
+				if err != nil && !errors.Is(err, ErrNotFound) {
+					return err
+				}
+				if err == nil && (op.Kept || strings.HasPrefix(op.LetterNote, ElidedNotePrefix)) {
+					op.Kept = true
+					if err := putOp(ops, op); err != nil {
+						return err
+					}
+					if err := tx.Bucket(bKept).Put(id, nil); err != nil {
+						return err
+					}
+					kept++
+					continue
+				}
+			}
+			freed += int64(len(payloads.Get(id)))
 			if err := ops.Delete(id); err != nil {
 				return err
 			}
 			if err := payloads.Delete(id); err != nil {
 				return err
 			}
-			if err := fin.Delete(k); err != nil {
-				return err
-			}
 			purged[states[i]]++
 			n++
 		}
-		return nil
+		return addPayloadBytes(tx, -freed)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("queue: purge: %w", err)
@@ -626,9 +724,72 @@ func (s *Store) Purge(ctx context.Context, now time.Time) (int, error) {
 	for st, c := range purged {
 		s.finished[st] -= c
 	}
+	s.kept += kept
+	s.bytes -= freed
 	s.mu.Unlock()
 	if n > 0 {
 		s.log.Debug("purged finished ops", "count", n)
 	}
+	if kept > 0 {
+		s.log.Info("dead-lettered ops whose letter lacks the payload are kept until replayed or discarded", "count", kept)
+	}
 	return n, nil
+}
+
+// ElidedNotePrefix starts the letter note of an op whose dead letter went
+// out without its payload (ops' dead-letter loop writes it); Purge uses it
+// to recognise such ops recorded before Op.Kept existed.
+const ElidedNotePrefix = "dead letter published without its payload"
+
+// Discard deletes a dead_lettered op and its payload for good (an
+// operator's decision: a kept op is otherwise never deleted) and returns
+// it as it was, with its payload. Any other state is a *StateError
+// wrapping ErrNotDeadLettered; an unknown id is ErrNotFound. The object's
+// seq counter is kept; the id may be submitted again afterwards.
+func (s *Store) Discard(ctx context.Context, id string) (Op, error) {
+	if err := s.enter(); err != nil {
+		return Op{}, err
+	}
+	defer s.leave()
+	unlock, err := s.lockID(ctx, id)
+	if err != nil {
+		return Op{}, err
+	}
+	defer unlock()
+	var op Op
+	err = s.update(func(tx *bolt.Tx) error {
+		ops, payloads := tx.Bucket(bOps), tx.Bucket(bPayloads)
+		var err error
+		op, err = getOp(ops, id)
+		if err != nil {
+			return err
+		}
+		if op.State != DeadLettered {
+			return &StateError{ID: id, State: op.State, Want: []State{DeadLettered}}
+		}
+		op.Payload = append(json.RawMessage(nil), payloads.Get([]byte(id))...)
+		for _, del := range []struct {
+			b *bolt.Bucket
+			k []byte
+		}{{ops, []byte(id)}, {payloads, []byte(id)}, {tx.Bucket(bFinished), finKey(op.FinishedAt, id)}, {tx.Bucket(bKept), []byte(id)}} {
+			if err := del.b.Delete(del.k); err != nil {
+				return err
+			}
+		}
+		return addPayloadBytes(tx, -int64(len(op.Payload)))
+	})
+	if err != nil {
+		if errors.Is(err, ErrState) || errors.Is(err, ErrNotFound) {
+			return Op{}, err
+		}
+		return Op{}, fmt.Errorf("queue: discard %q: %w", id, err)
+	}
+	s.mu.Lock()
+	s.finished[DeadLettered]--
+	if op.Kept {
+		s.kept--
+	}
+	s.bytes -= int64(len(op.Payload))
+	s.mu.Unlock()
+	return op, nil
 }

@@ -24,7 +24,7 @@ import (
 var (
 	ErrInvalid         = errors.New("queue: invalid op")                        // wrapped by *FieldError
 	ErrConflict        = errors.New("queue: op id known with a different body") // HTTP 409 Conflict
-	ErrQueueFull       = errors.New("queue: queue full")                        // HTTP 503 QueueFull
+	ErrQueueFull       = errors.New("queue: queue full")                        // wrapped by *FullError
 	ErrNotFound        = errors.New("queue: no such op")                        // HTTP 404
 	ErrNotDeadLettered = errors.New("queue: op is not dead-lettered")           // Replay refused: HTTP 409
 	ErrState           = errors.New("queue: op is not in the required state")
@@ -36,6 +36,7 @@ var (
 // Defaults of Options (README, Properties).
 const (
 	DefaultMaxOps     = 100000
+	DefaultMaxBytes   = 256 << 20
 	DefaultRetention  = 7 * 24 * time.Hour
 	DefaultPurgeLimit = 1000
 	DefaultBatchDelay = time.Millisecond
@@ -48,6 +49,12 @@ type Options struct {
 	// MaxOps bounds accepted, unfinished ops (queue.max.ops); beyond it
 	// Submit fails with ErrQueueFull. Default 100000.
 	MaxOps int
+	// MaxBytes bounds the payload bytes the store keeps (queue.max.bytes):
+	// those of unfinished ops and of dead_lettered ones (kept for replay);
+	// a submit that would pass it fails with a *FullError (Key
+	// "queue.max.bytes"). Default DefaultMaxBytes (256 MiB); at least
+	// MaxPayloadBytes.
+	MaxBytes int64
 	// Retention is how long finished ops stay queryable and idempotent
 	// (queue.retention). Default 7 days.
 	Retention time.Duration
@@ -71,7 +78,7 @@ func (o *Options) fill() error {
 		name string
 		neg  bool
 	}{
-		{"MaxOps", o.MaxOps < 0}, {"Retention", o.Retention < 0}, {"PurgeLimit", o.PurgeLimit < 0},
+		{"MaxOps", o.MaxOps < 0}, {"MaxBytes", o.MaxBytes < 0}, {"Retention", o.Retention < 0}, {"PurgeLimit", o.PurgeLimit < 0},
 		{"BatchDelay", o.BatchDelay < 0}, {"BatchSize", o.BatchSize < 0},
 	}
 	for _, c := range checks {
@@ -81,6 +88,12 @@ func (o *Options) fill() error {
 	}
 	if o.MaxOps == 0 {
 		o.MaxOps = DefaultMaxOps
+	}
+	if o.MaxBytes == 0 {
+		o.MaxBytes = DefaultMaxBytes
+	}
+	if o.MaxBytes < MaxPayloadBytes {
+		return fmt.Errorf("queue: Options.MaxBytes %d is below one op's largest payload (%d)", o.MaxBytes, MaxPayloadBytes)
 	}
 	if o.Retention == 0 {
 		o.Retention = DefaultRetention
@@ -105,7 +118,12 @@ func (o *Options) fill() error {
 
 // Bucket names. Keys of bOpen are objKey(object, seq) → id for every op in
 // queued/running/retrying/dlq_pending; keys of bFinished are
-// be64(finished_at ms) + id → state, in finish order for Purge.
+// be64(finished_at ms) + id → state, in finish order for Purge. Keys of
+// bKept are the ids of dead_lettered ops whose dead letter went out
+// without the payload (Op.Kept): the store has the only whole copy, so
+// they are not in bFinished and Purge never deletes them; Replay or Discard
+// ends them. Meta kPayloadBytes is the sum of the values' lengths in
+// bPayloads, kept in the transaction that changes them.
 var (
 	bMeta     = []byte("meta")
 	bOps      = []byte("ops")      // id → Op JSON without payload
@@ -113,8 +131,11 @@ var (
 	bSeqs     = []byte("seqs")     // object → be64 last seq
 	bOpen     = []byte("open")
 	bFinished = []byte("finished")
+	bKept     = []byte("kept")
 	kVersion  = []byte("version")
 	version   = []byte("1")
+
+	kPayloadBytes = []byte("payload_bytes")
 )
 
 // Store is the durable op store. Open one per queue directory.
@@ -134,6 +155,7 @@ type Store struct {
 
 	mu         sync.Mutex
 	maxOps     int
+	maxBytes   int64
 	retention  time.Duration
 	purgeLimit int
 	closed     bool
@@ -144,6 +166,9 @@ type Store struct {
 	sched      scheduler
 	pending    int // submits and replays between seq assignment and commit
 	finished   map[State]int
+	kept       int   // dead_lettered ops kept until replayed or discarded (in finished too)
+	bytes      int64 // payload bytes stored (meta kPayloadBytes)
+	pendBytes  int64 // payload bytes of submits between reserve and settle
 	closeOnce  sync.Once
 	closeErr   error
 }
@@ -174,7 +199,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	db.MaxBatchSize = opts.BatchSize
 	s := &Store{
 		dir: dir, path: db.Path(), db: db, lock: lock, log: opts.Logger.With("component", "queue"), now: opts.Now,
-		maxOps: opts.MaxOps, retention: opts.Retention, purgeLimit: opts.PurgeLimit,
+		maxOps: opts.MaxOps, maxBytes: opts.MaxBytes, retention: opts.Retention, purgeLimit: opts.PurgeLimit,
 		changed: make(chan struct{}), done: make(chan struct{}),
 		busy: map[string]chan struct{}{}, finished: map[State]int{},
 	}
@@ -187,7 +212,8 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	st := s.Stats()
 	s.log.Info("queue opened", "dir", dir, "unfinished", st.Unfinished, "requeued", requeued,
-		"done", st.ByState[Done], "dead_lettered", st.ByState[DeadLettered])
+		"done", st.ByState[Done], "dead_lettered", st.ByState[DeadLettered], "kept", st.Kept,
+		"payload_bytes", st.PayloadBytes)
 	return s, nil
 }
 
@@ -423,7 +449,7 @@ func lockDir(dir string) (*os.File, error) {
 // unfinished ops into the scheduler.
 func (s *Store) recover() (requeued int, err error) {
 	err = s.db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bMeta, bOps, bPayloads, bSeqs, bOpen, bFinished} {
+		for _, b := range [][]byte{bMeta, bOps, bPayloads, bSeqs, bOpen, bFinished, bKept} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -456,10 +482,28 @@ func (s *Store) recover() (requeued int, err error) {
 		if err != nil {
 			return err
 		}
-		return tx.Bucket(bFinished).ForEach(func(k, v []byte) error {
+		err = tx.Bucket(bFinished).ForEach(func(k, v []byte) error {
 			s.finished[State(v)]++
 			return nil
 		})
+		if err != nil {
+			return err
+		}
+		s.kept = tx.Bucket(bKept).Stats().KeyN
+		s.finished[DeadLettered] += s.kept
+		if v := meta.Get(kPayloadBytes); len(v) == 8 {
+			s.bytes = int64(binary.BigEndian.Uint64(v))
+			return nil
+		}
+		// A store written before the count existed: sum it once.
+		err = tx.Bucket(bPayloads).ForEach(func(_, v []byte) error {
+			s.bytes += int64(len(v))
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		return meta.Put(kPayloadBytes, be64(uint64(s.bytes)))
 	})
 	if err != nil {
 		return 0, fmt.Errorf("queue: recover %s: %w", s.dir, err)
@@ -537,6 +581,18 @@ func (s *Store) unlockID(id string, ch chan struct{}) {
 	s.mu.Unlock()
 }
 
+// SetMaxBytes changes queue.max.bytes live; ops already accepted stay. It
+// must be at least MaxPayloadBytes.
+func (s *Store) SetMaxBytes(n int64) error {
+	if n < MaxPayloadBytes {
+		return fmt.Errorf("queue: SetMaxBytes(%d): queue.max.bytes must be at least %d (one op's largest payload)", n, MaxPayloadBytes)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.maxBytes = n
+	return nil
+}
+
 // SetLimits changes queue.max.ops and queue.retention live. Zero keeps the
 // current value.
 func (s *Store) SetLimits(maxOps int, retention time.Duration) error {
@@ -567,6 +623,15 @@ type Stats struct {
 	OldestUnfinished time.Time
 	MaxOps           int
 	Retention        time.Duration
+	// PayloadBytes is the payload bytes the store keeps (unfinished and
+	// dead_lettered ops), the figure MaxBytes bounds (including submits
+	// being committed).
+	PayloadBytes int64
+	MaxBytes     int64
+	// Kept counts the dead_lettered ops kept until replayed or discarded
+	// because their dead letter went out without the payload (also
+	// counted in ByState[DeadLettered]).
+	Kept int
 	// FileBytes is the size of the bbolt file (queue.db); 0 if unknown.
 	FileBytes int64
 	// OldestDLQPending is the AcceptedAt of the oldest op waiting to be
@@ -579,7 +644,8 @@ type Stats struct {
 func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{ByState: map[State]int{}, MaxOps: s.maxOps, Retention: s.retention}
+	st := Stats{ByState: map[State]int{}, MaxOps: s.maxOps, Retention: s.retention,
+		PayloadBytes: s.bytes + s.pendBytes, MaxBytes: s.maxBytes, Kept: s.kept}
 	for _, e := range s.sched.entries {
 		st.ByState[e.state]++
 		if st.OldestUnfinished.IsZero() || e.acceptedAt.Before(st.OldestUnfinished) {
@@ -656,6 +722,24 @@ func finKey(at time.Time, id string) []byte {
 }
 
 func be64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+// addPayloadBytes adds delta to the stored payload-byte count (meta
+// kPayloadBytes) in the transaction that adds or deletes the payloads.
+func addPayloadBytes(tx *bolt.Tx, delta int64) error {
+	if delta == 0 {
+		return nil
+	}
+	meta := tx.Bucket(bMeta)
+	var n int64
+	if v := meta.Get(kPayloadBytes); len(v) == 8 {
+		n = int64(binary.BigEndian.Uint64(v))
+	}
+	n += delta
+	if n < 0 {
+		return fmt.Errorf("queue: payload byte count would be %d: the store is inconsistent", n)
+	}
+	return meta.Put(kPayloadBytes, be64(uint64(n)))
+}
 
 // readSeq returns the last seq handed out for object (0 if none).
 func readSeq(tx *bolt.Tx, object string) uint64 {

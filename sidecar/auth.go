@@ -91,6 +91,7 @@ var (
 	actRevoke     = action{"revoke", true}
 	actDrain      = action{"drain", true}
 	actReplay     = action{"replay ops", true}
+	actDiscard    = action{"discard ops", true}
 	actListOps    = action{"list ops", true}
 	actForceful   = action{"preempt forcefully", true}
 )

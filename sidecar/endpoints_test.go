@@ -209,7 +209,7 @@ func TestEndpoints(t *testing.T) {
 
 	t.Run("ops disabled", func(t *testing.T) {
 		for _, c := range []struct{ method, path string }{
-			{"POST", "/v1/ops"}, {"GET", "/v1/ops/x1"}, {"POST", "/v1/ops/x1/replay"},
+			{"POST", "/v1/ops"}, {"GET", "/v1/ops/x1"}, {"POST", "/v1/ops/x1/replay"}, {"POST", "/v1/ops/x1/discard"},
 		} {
 			if e := decodeError(t, s.mustCall(503, c.method, c.path, `{}`)); e.Kind != api.OpsDisabled {
 				t.Errorf("%s %s = %s, want OpsDisabled", c.method, c.path, e.Kind)

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/internal/httpapi"
 	"github.com/batonhq/baton/lock"
 	"github.com/batonhq/baton/props"
 )
@@ -36,6 +37,7 @@ type router struct {
 	healthz, readyz, metrics, list, inspect, acquire, lease, renew, drain, opsSubmit, opsGet, opsReplay methods
 	revoke                                                                                              methods
 	leases                                                                                              methods // GET /v1/leases (leases.go)
+	opsDiscard                                                                                          methods
 }
 
 func (s *Server) routes() http.Handler {
@@ -56,6 +58,8 @@ func (s *Server) routes() http.Handler {
 		opsGet:    methods{http.MethodGet: s.as(actGetOp, s.serveOps)},
 		opsReplay: methods{http.MethodPost: s.as(actReplay, s.auditReplay)},
 		leases:    methods{http.MethodGet: s.as(actListLeases, s.listLeases)},
+		// An admin action (SPEC §7): deletes a dead-lettered op for good.
+		opsDiscard: methods{http.MethodPost: s.as(actDiscard, s.serveOps)},
 	}
 }
 
@@ -161,6 +165,9 @@ func (rt *router) match(r *http.Request) methods {
 		case n == 4 && segs[3] == "replay":
 			r.SetPathValue("id", segs[2])
 			return rt.opsReplay
+		case n == 4 && segs[3] == "discard":
+			r.SetPathValue("id", segs[2])
+			return rt.opsDiscard
 		}
 	}
 	return nil
@@ -171,7 +178,7 @@ func (s *Server) serveOps(w http.ResponseWriter, r *http.Request) error {
 	if h == nil {
 		return newError(api.OpsDisabled, "background operations are disabled: set sidecar.app.url to enable them")
 	}
-	(*h).ServeHTTP(w, r)
+	(*h).ServeHTTP(w, r.WithContext(httpapi.WithCaller(r.Context(), who(r.Context()))))
 	return nil
 }
 
@@ -726,6 +733,9 @@ func (s *Server) health() (h api.Health, kind string) {
 		}
 	}
 	h.Ready = kind == ""
+	if s.opts.OpsQueue != nil {
+		h.Queue = s.opts.OpsQueue()
+	}
 	return h, kind
 }
 

@@ -45,6 +45,9 @@ type Options struct {
 	// s); net/http lifts the deadline once the body is read, so waits and
 	// long-polls last as long as they ask. Default 30s.
 	ReadTimeout time.Duration
+	// OpsQueue, if set, summarises the op queue for /healthz (nil: ops
+	// disabled).
+	OpsQueue func() *api.QueueInfo
 }
 
 // Server is the sidecar: the HTTP API over the unix socket, the leases, and

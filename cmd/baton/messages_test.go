@@ -252,6 +252,7 @@ func TestMessageMissingArg(t *testing.T) {
 		{[]string{"ops", "get"}, "missing ID: baton ops get ID"},
 		{[]string{"ops", "replay", "a", "b"}, `too many arguments (2; unexpected "b"): baton ops replay ID`},
 		{[]string{"ops", "submit"}, "missing OBJECT: baton ops submit OBJECT [PAYLOAD-JSON]"},
+		{[]string{"ops", "discard"}, "missing ID: baton ops discard ID"},
 	} {
 		code, _, stderr := runBaton(t, tc.args...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "arg(s)") {

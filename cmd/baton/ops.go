@@ -21,13 +21,13 @@ func init() { commands = append(commands, newOpsCmd) }
 func newOpsCmd(g *globals) *cobra.Command {
 	c := groupCommand("ops", "Submit and inspect background operations")
 	c.Long = `ops talks to the sidecar's background-operations API (/v1/ops) over its unix
-socket: submit an op, show its state and history, list ops, or queue a
-dead-lettered op again.
+socket: submit an op, show its state and history, list ops, queue a
+dead-lettered op again, or discard one for good.
 
 Exit status 0; 1 when the sidecar refuses (unknown op, 409 conflict); 64 for
 bad input; 69 when the sidecar cannot be reached or answers 503 (queue full,
-ops disabled, shutting down).`
-	c.AddCommand(newOpsSubmitCmd(g), newOpsGetCmd(g), newOpsLsCmd(g), newOpsReplayCmd(g))
+ops disabled, shutting down) or 507 (queue.max.bytes reached).`
+	c.AddCommand(newOpsSubmitCmd(g), newOpsGetCmd(g), newOpsLsCmd(g), newOpsReplayCmd(g), newOpsDiscardCmd(g))
 	return c
 }
 
@@ -143,6 +143,38 @@ dead-letter topic (e.g. on another node), use 'baton dlq replay'.`,
 	return cmd
 }
 
+func newOpsDiscardCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "discard ID",
+		Short: "Delete a dead-lettered operation and its payload for good",
+		Long: `discard deletes a dead_lettered op and its payload (POST /v1/ops/ID/discard).
+It is the way out for an op the sidecar keeps because its dead letter went
+out without the payload (too large for the topic; 'baton ops get' shows
+"kept"): such an op is never purged, since the sidecar holds the only whole
+copy. After a discard the op cannot be replayed by id; the sidecar logs it
+(audit, WARN). Prints what was deleted. Exit status 1 for an unknown op or
+one that is not dead_lettered (409: an op still to be delivered is never
+dropped).`,
+		Args: argsNamed("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withClient(g, cmd, func(ctx context.Context, c *client.Client) error {
+				d, err := c.Discard(ctx, args[0])
+				if err != nil {
+					return clientExit(c, err)
+				}
+				if asJSON {
+					return writeJSON(g.stdout, d)
+				}
+				_, err = fmt.Fprintf(g.stdout, "%s discarded: %s (payload sha256 %s)\n", d.ID, d.Message, d.PayloadSHA256)
+				return err
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON answer")
+	return cmd
+}
+
 func printOp(w io.Writer, op *api.Op) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "id\t%s\n", printable(op.ID))
@@ -157,6 +189,12 @@ func printOp(w io.Writer, op *api.Op) error {
 	fmt.Fprintf(tw, "accepted_at\t%s\n", since(op.AcceptedAt))
 	fmt.Fprintf(tw, "seq\t%d\n", op.Seq)
 	fmt.Fprintf(tw, "replays\t%d\n", op.Replays)
+	if op.LetterNote != "" {
+		fmt.Fprintf(tw, "letter_note\t%s\n", quoteCut(op.LetterNote))
+	}
+	if op.Kept {
+		fmt.Fprintf(tw, "kept\tyes: the dead letter has no payload; kept until 'baton ops replay %s' or 'baton ops discard %s'\n", op.ID, op.ID)
+	}
 	switch {
 	case op.HistoryDropped > 0:
 		fmt.Fprintf(tw, "history\t(%s not kept)\n", count(op.HistoryDropped, "older entry"))

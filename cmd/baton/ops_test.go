@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -293,5 +294,45 @@ func TestDLQCommands(t *testing.T) {
 	o.waitOp("foreign-1", api.OpDone)
 	if ds := o.app.ByID("foreign-1"); len(ds) != 1 || string(ds[0].Payload) != `{"x":1}` || ds[0].Info != "from elsewhere" {
 		t.Errorf("foreign deliveries = %+v", ds)
+	}
+}
+
+// TestOpsDiscard: baton status shows the queue; baton ops discard deletes
+// a dead-lettered op for good, prints what it deleted, and the sidecar
+// writes an audit line; a done op (or any op not dead_lettered) is
+// refused, exit 1 Conflict.
+func TestOpsDiscard(t *testing.T) {
+	o := startOpsServe(t)
+	o.app.SetRespond(func(_ context.Context, d opstest.Delivery) int {
+		if d.Object == "refused" {
+			return http.StatusBadRequest
+		}
+		return http.StatusOK
+	})
+	o.mustBaton(0, "", "ops", "submit", "--id", "dc-dead", "refused", `{"n":1}`)
+	o.mustBaton(0, "", "ops", "submit", "--id", "dc-done", "fine", `{"n":2}`)
+	o.waitOp("dc-dead", api.OpDeadLettered)
+	o.waitOp("dc-done", api.OpDone)
+
+	// baton status shows the queue (issue 20 item 8).
+	st := o.mustBaton(0, "", "status")
+	for _, want := range []string{`queue\s+0 queued, 0 dead-letter pending, 1 dead-lettered \(0 kept`, `queue payload\s+7 of 268435456 bytes \(queue.max.bytes\)`, `queue oldest\s+none\n`} {
+		if !regexp.MustCompile(want).MatchString(st) {
+			t.Errorf("status printed:\n%s\nwant %q in it", st, want)
+		}
+	}
+	code, _, stderr := o.baton("", "ops", "discard", "dc-done")
+	if code != exitFailure || !strings.Contains(stderr, "Conflict") || !strings.Contains(stderr, "only a dead_lettered op can be discarded") {
+		t.Errorf("discard of a done op = exit %d, stderr %q; want 1 and Conflict", code, stderr)
+	}
+	out := o.mustBaton(0, "", "ops", "discard", "dc-dead")
+	if !strings.HasPrefix(out, "dc-dead discarded: ") || !strings.Contains(out, "7-byte payload are deleted for good") {
+		t.Errorf("discard printed %q", out)
+	}
+	if code, _, stderr := o.baton("", "ops", "get", "dc-dead"); code != exitFailure || !strings.Contains(stderr, "NotFound") {
+		t.Errorf("get after discard = exit %d, stderr %q; want 1 NotFound", code, stderr)
+	}
+	if !strings.Contains(o.logs.String(), `msg="audit: dead-lettered op discarded"`) {
+		t.Errorf("no audit line for the discard in the sidecar log")
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/client"
 	"github.com/batonhq/baton/ops"
 	"github.com/batonhq/baton/props"
@@ -114,6 +115,7 @@ func serveLoaded(ctx context.Context, g *globals, loaded *props.Loaded, opts pro
 		LogLevel: logs.level,
 		OpsReady: func() error { return d.Ready() },
 		OpsDrain: func(ctx context.Context) { d.Drain(ctx) },
+		OpsQueue: func() *api.QueueInfo { return d.QueueInfo() },
 	})
 	if err != nil {
 		return exitWith(exitFailure, fmt.Errorf("cannot start the sidecar: %w", err))

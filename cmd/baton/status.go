@@ -31,9 +31,11 @@ func newStatusCmd(g *globals) *cobra.Command {
 the ZooKeeper servers and session (connected or for how long not, id,
 negotiated timeout, the last connection error while connecting fails), the
 locks held, the waiting acquires, the node deletions pending after a
-disconnection, the leases held through it, and the last configuration
+disconnection, the leases held through it, the last configuration
 reload (keys applied, restart keys kept until a restart, or why it was
-rejected).
+rejected), and with background ops enabled the queue: ops queued, waiting
+for the dead-letter topic and dead-lettered (kept ones among them), the
+payload bytes against queue.max.bytes, the oldest unfinished op.
 
 Exit status 0 when the sidecar is ready, 69 when it is not ready or cannot
 be reached.`,
@@ -178,6 +180,16 @@ func printHealth(w io.Writer, socket string, h *api.Health) error {
 	fmt.Fprintf(tw, "cleanup pending\t%d\n", zk.CleanupPending)
 	fmt.Fprintf(tw, "leases\t%d\n", h.Leases)
 	fmt.Fprintf(tw, "last reload\t%s\n", reloadText(h.Reload))
+	if q := h.Queue; q != nil {
+		oldest := "none"
+		if !q.OldestUnfinishedAt.IsZero() {
+			oldest = "accepted " + since(q.OldestUnfinishedAt) + " (the oldest unfinished op)"
+		}
+		fmt.Fprintf(tw, "queue\t%d queued, %d dead-letter pending, %d dead-lettered (%d kept until replayed or discarded)\n",
+			q.Queued, q.DLQPending, q.DeadLettered, q.Kept)
+		fmt.Fprintf(tw, "queue payload\t%d of %d bytes (queue.max.bytes)\n", q.PayloadBytes, q.MaxBytes)
+		fmt.Fprintf(tw, "queue oldest\t%s\n", oldest)
+	}
 	return tw.Flush()
 }
 

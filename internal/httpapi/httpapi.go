@@ -5,6 +5,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -131,4 +132,23 @@ func jsonKind(goType string) string {
 		return "a string"
 	}
 	return goType
+}
+
+// callerKey carries a description of a request's caller (uid and pid, from
+// SO_PEERCRED) for audit lines written outside the sidecar package.
+type callerKey struct{}
+
+// WithCaller returns ctx carrying who, a description of the caller for
+// audit lines (e.g. "uid=1000 pid=42").
+func WithCaller(ctx context.Context, who string) context.Context {
+	return context.WithValue(ctx, callerKey{}, who)
+}
+
+// Caller returns the caller description WithCaller put in ctx, or
+// "unknown" when there is none.
+func Caller(ctx context.Context) string {
+	if who, ok := ctx.Value(callerKey{}).(string); ok && who != "" {
+		return who
+	}
+	return "unknown"
 }

@@ -240,7 +240,7 @@ public final class BatonClient implements AutoCloseable {
             return new LockLostException(r.status(), msg, Json.str(m, "reason"), null);
         }
         if (kind.equals("NoNode")) return new NoSuchLeaseException(msg);
-        if (r.status() == 503) return new UnavailableException(503, kind, msg, null);
+        if (r.status() == 503 || kind.equals("QueueFull")) return new UnavailableException(r.status(), kind, msg, null); // 507: queue.max.bytes
         return new BatonException(r.status(), kind, msg, Json.str(m, "reason"), Json.str(m, "field"), null);
     }
 
