@@ -70,3 +70,67 @@ func TestReview18AskKeepsRevoke(t *testing.T) {
 		t.Errorf("signals delivered to the holder: %v; the revocation written before ask %s was erased by it (privateLock's Signal overwritten)", got, ask.ID)
 	}
 }
+
+// TestReview18ReleaseUnderAskChurn (review of issue 18 §3): Ask and
+// Withdraw write privateLock (each a new data version) whenever a
+// requester preempts or gives up, i.e. at times a remote requester
+// chooses. The holder's Release deletes privateLock at the version it last
+// saw, reads again once on a conflict, then deleteOwnPL reads again and
+// treats a second conflict (ErrBadVersion) as "gone": Release reports
+// success while privateLock — ephemeral, owned by the holder's live
+// session — stays, and the object is blocked for every later acquirer
+// until that session ends. Here a second engine asks and withdraws in a
+// loop (what preempting requests that give up do) while the holder
+// releases; each round checks that, once Release returns nil, the next
+// acquirer gets the lock.
+func TestReview18ReleaseUnderAskChurn(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e1 := newEngine(t, zkServer.Servers(), root)
+	e2 := newEngine(t, zkServer.Servers(), root)
+	e3 := newEngine(t, zkServer.Servers(), root)
+	conn := rawConn(t, zkServer.Servers())
+	name, _ := lock.EscapeObject("CH")
+	for round := 0; round < 40; round++ {
+		g := acquire(t, e1, "CH", lock.Foreground, lock.AcquireOptions{Preemptible: true, Cleanup: time.Second})
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for w := 0; w < 3; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					_, a, err := e2.Ask(context.Background(), "CH", lock.Signal{Kind: "preempt"}, nil)
+					if err != nil {
+						return // the holder is gone
+					}
+					_ = e2.Withdraw(context.Background(), "CH", g.Token(), a.ID)
+				}
+			}()
+		}
+		time.Sleep(20 * time.Millisecond)
+		err := g.Release(context.Background())
+		close(stop)
+		wg.Wait()
+		if err != nil {
+			t.Logf("round %d: Release = %v", round, err)
+			continue
+		}
+		data, st, gerr := conn.Get(root + "/" + name + "/privateLock")
+		if gerr == nil && st.Czxid == g.Token() {
+			t.Errorf("round %d: Release returned nil but privateLock of token %d is still there (owner session %x, data %s)",
+				round, g.Token(), st.EphemeralOwner, data)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		g3, err := e3.Acquire(ctx, "CH", lock.Foreground, lock.AcquireOptions{Wait: 3 * time.Second})
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: the next acquirer, 3 s after a successful release: %v", round, err)
+		}
+		release(t, g3)
+	}
+}
