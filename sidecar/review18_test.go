@@ -2,6 +2,11 @@ package sidecar_test
 
 import (
 	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,4 +55,164 @@ func TestReview18DeadRequesterTakes(t *testing.T) {
 		return
 	}
 	a.release(h.LeaseID)
+}
+
+// TestReview18OverlapWithdrawChurn (review of issue 18 §3): the
+// overlap/fencing checker of TestYieldUnderLoad with preempting requesters
+// that give up: on two sidecars, preemptible holders (some stuck: they
+// ignore being preempted and keep renewing, some re-enter) and preempting
+// requesters — forceful or not — whose client goes away after a random
+// time, so that withdrawals race the forceful take at the end of the
+// holder's cleanup window, other requesters' asks, renewals and releases.
+// Per object, in token order, no grant's window (acquired_at to the
+// earliest of its release and the latest valid_until told) may begin before
+// the previous one ended.
+func TestReview18OverlapWithdrawChurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load test")
+	}
+	root := testRoot(t)
+	conn := rawConn(t)
+	a := start(t, testConfig(t, root, "sc-a"))
+	b := start(t, testConfig(t, root, "sc-b"))
+	t.Cleanup(func() { assertNoLeftovers(t, conn, root) })
+	objs := []string{"o1", "o2"}
+
+	type window struct {
+		obj        string
+		token      int64
+		start, end time.Time
+		how        string
+	}
+	var (
+		mu      sync.Mutex
+		windows []window
+		counts  = map[string]int{}
+	)
+	note := func(w window) {
+		mu.Lock()
+		windows = append(windows, w)
+		counts[w.how]++
+		mu.Unlock()
+	}
+	stop := make(chan struct{})
+	var gaveUp atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 10 {
+		s := []*sc{a, b}[i%2]
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(i), 18))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				obj := objs[r.IntN(len(objs))]
+				preempter := i%3 == 0
+				stuck := !preempter && r.IntN(3) == 0
+				body := `{"type":"foreground","preemptible":true,"cleanup_ms":400,"wait_ms":3000,"lease_ms":60000}`
+				if preempter {
+					body = `{"preempt":true,"wait_ms":3000,"lease_ms":60000}`
+					if r.IntN(2) == 0 {
+						body = `{"preempt":true,"forceful":true,"wait_ms":3000,"lease_ms":60000}`
+					}
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				if preempter && r.IntN(2) == 0 { // gives up around the end of a cleanup window
+					time.AfterFunc(time.Duration(300+r.IntN(300))*time.Millisecond, cancel)
+				}
+				st, raw := callCtx(ctx, s.hc, "POST", "/v1/locks/"+obj+"/acquire", body)
+				cancel()
+				if st == 0 {
+					gaveUp.Add(1)
+					continue
+				}
+				if st == 423 {
+					continue
+				}
+				if st != 200 {
+					t.Errorf("acquire: %d %s", st, raw)
+					return
+				}
+				var l api.Lease
+				_ = json.Unmarshal(raw, &l)
+				told := l.ValidUntil.Time
+				w := window{obj: obj, token: l.Token, start: l.AcquiredAt.Time}
+				if r.IntN(3) == 0 { // re-enter and leave once
+					st, raw := s.call("POST", "/v1/locks/"+obj+"/acquire", `{"lease_id":"`+l.LeaseID+`"}`)
+					if st == 200 {
+						var l2 api.Lease
+						_ = json.Unmarshal(raw, &l2)
+						if l2.ValidUntil.After(told) {
+							told = l2.ValidUntil.Time
+						}
+						s.call("DELETE", "/v1/leases/"+l.LeaseID, "")
+					}
+				}
+				work := time.Duration(50+r.IntN(300)) * time.Millisecond
+				if stuck {
+					work = 1200 * time.Millisecond
+				}
+				deadline := time.Now().Add(work)
+				lost := false
+				for time.Now().Before(deadline) {
+					time.Sleep(40 * time.Millisecond)
+					st, raw := s.call("POST", "/v1/leases/"+l.LeaseID+"/renew", "")
+					if st != 200 {
+						lost = true
+						break
+					}
+					var v api.Lease
+					_ = json.Unmarshal(raw, &v)
+					if v.ValidUntil.After(told) {
+						told = v.ValidUntil.Time
+					}
+					if v.State == api.StatePreempted && !stuck {
+						break
+					}
+				}
+				if lost {
+					w.end, w.how = told, "lost"
+				} else {
+					w.end, w.how = time.Now(), "released"
+					if told.Before(w.end) {
+						w.end = told
+					}
+					if st, _ := s.call("DELETE", "/v1/leases/"+l.LeaseID, ""); st != 200 {
+						w.how = "lost at release"
+					}
+				}
+				note(w)
+			}
+		})
+	}
+	time.Sleep(12 * time.Second)
+	close(stop)
+	wg.Wait()
+
+	overlaps := 0
+	for _, obj := range objs {
+		var ws []window
+		for _, w := range windows {
+			if w.obj == obj {
+				ws = append(ws, w)
+			}
+		}
+		slices.SortFunc(ws, func(x, y window) int { return int(x.token - y.token) })
+		for k := 1; k < len(ws); k++ {
+			if ws[k].start.Before(ws[k-1].end.Add(-time.Millisecond)) {
+				overlaps++
+				t.Errorf("%s: grant %d began %v before grant %d's window ended (%s)", obj, ws[k].token,
+					ws[k-1].end.Sub(ws[k].start), ws[k-1].token, ws[k-1].how)
+			}
+			if ws[k].token == ws[k-1].token {
+				t.Errorf("%s: token %d granted twice", obj, ws[k].token)
+			}
+		}
+	}
+	t.Logf("%d grants (%v), %d requesters gave up, %d overlaps", len(windows), counts, gaveUp.Load(), overlaps)
+	if counts["lost"] == 0 || gaveUp.Load() == 0 {
+		t.Errorf("the load did not exercise takes and withdrawals: %v, %d gave up", counts, gaveUp.Load())
+	}
 }
