@@ -102,25 +102,36 @@ func releaseOps(objPath, node string, objVersion, plv int32) []any {
 // deleteOwnPL deletes privateLock if a read shows it is the one created
 // with token, in a multi that checks the object node still has the version
 // our grant set.
+//
+// A signal, ask or withdrawal written between the read and the delete
+// (ErrBadVersion while privateLock still reads as ours) is read again, a
+// few times: each is a write any requester may make at any moment, and
+// giving up would leave privateLock — ephemeral, of our live session —
+// blocking the object until the session ends.
 func (s *session) deleteOwnPL(objPath string, objVersion int32, token int64) error {
-	_, st, err := s.conn.Get(objPath + "/" + privateLock)
-	if gone(err) {
-		return nil
-	}
-	if err != nil {
+	for try := 0; ; try++ {
+		_, st, err := s.conn.Get(objPath + "/" + privateLock)
+		if gone(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if st.Czxid != token || st.EphemeralOwner != s.sessionID() {
+			return nil // not ours
+		}
+		_, err = s.conn.Multi(
+			&zk.CheckVersionRequest{Path: objPath, Version: objVersion},
+			&zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: st.Version},
+		)
+		if errors.Is(err, zk.ErrBadVersion) && try < 10 {
+			continue
+		}
+		if gone(err) {
+			return nil
+		}
 		return err
 	}
-	if st.Czxid != token || st.EphemeralOwner != s.sessionID() {
-		return nil // not ours
-	}
-	_, err = s.conn.Multi(
-		&zk.CheckVersionRequest{Path: objPath, Version: objVersion},
-		&zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: st.Version},
-	)
-	if gone(err) {
-		return nil
-	}
-	return err
 }
 
 // giveBackPL deletes the privateLock this request created a moment ago (its
