@@ -167,7 +167,6 @@ func (d *Dispatcher) deliver(op queue.Op, g *lock.Grant, set *settings, preempt 
 	tctx, tcancel := context.WithTimeout(ctx, set.appTimeout)
 	defer tcancel()
 	watched := make(chan struct{})
-	preemptCh := preempt
 	go func() {
 		defer close(watched)
 		var cut <-chan time.Time // the preemption's cleanup running out
@@ -179,26 +178,29 @@ func (d *Dispatcher) deliver(op queue.Op, g *lock.Grant, set *settings, preempt 
 				return
 			case <-tctx.Done():
 				return
-			case sig = <-preempt:
-				preempt = nil
-				// The grant's cleanup window, never shortened by the
-				// requester's preempt_wait_ms; a revocation cuts at once.
-				wait := set.cleanup
-				if sig.Kind == signalRevoke {
-					wait = 0
+			case s := <-preempt:
+				if s.Kind == signalRevoke { // cuts at once, during a preemption's window too
+					cancel(&preemptedError{s})
+					return
 				}
-				t := time.NewTimer(wait)
+				if cut != nil {
+					continue // a window runs: its end checks every ask still standing
+				}
+				// The grant's cleanup window, never shortened by the
+				// requester's preempt_wait_ms.
+				sig = s
+				t := time.NewTimer(set.cleanup)
 				defer t.Stop()
 				cut = t.C
 			case <-cut:
-				if sig.Kind == signalRevoke || sig.ID == "" || preemptStands(g) {
+				if sig.ID == "" || preemptStands(g) {
 					cancel(&preemptedError{sig})
 					return
 				}
 				// Every preemption was withdrawn (its requester gave
 				// up): the delivery goes on; a later one starts anew.
 				d.log.Info("preemption withdrawn before the delivery's cleanup ended: the delivery goes on", "op_id", op.ID, "object", op.Object, "token", g.Token())
-				cut, preempt = nil, preemptCh
+				cut = nil
 			}
 		}
 	}()
