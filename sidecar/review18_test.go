@@ -216,3 +216,83 @@ func TestReview18OverlapWithdrawChurn(t *testing.T) {
 		t.Errorf("the load did not exercise takes and withdrawals: %v, %d gave up", counts, gaveUp.Load())
 	}
 }
+
+// TestReview18TwoForcefulOneGivesUp (review of issue 18 §3): two forceful
+// requesters on two other sidecars; the stuck holder re-enters during its
+// cleanup window (asking a long lease) and keeps renewing; the first
+// requester's client goes away. The second's ask must survive that
+// withdrawal: the holder is taken when its window ends, and the second
+// requester's grant begins no earlier than every valid_until ever told to
+// the holder (re-entry included).
+func TestReview18TwoForcefulOneGivesUp(t *testing.T) {
+	root := testRoot(t)
+	conn := rawConn(t)
+	a := start(t, testConfig(t, root, "sc-a"))
+	b := start(t, testConfig(t, root, "sc-b"))
+	c := start(t, testConfig(t, root, "sc-c"))
+	t.Cleanup(func() { assertNoLeftovers(t, conn, root) })
+
+	h := a.acquire("two", `{"preemptible":true,"cleanup_ms":2000,"lease_ms":60000}`)
+	told := h.ValidUntil.Time
+	time.Sleep(100 * time.Millisecond)
+	p := pollLease(t, a, h.LeaseID, 20000)
+	type answer struct {
+		st  int
+		raw []byte
+	}
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	defer cancel1()
+	first := make(chan answer, 1)
+	go func() {
+		st, raw := callCtx(ctx1, b.hc, "POST", "/v1/locks/two/acquire", `{"preempt":true,"forceful":true,"wait_ms":20000,"info":"gives up"}`)
+		first <- answer{st, raw}
+	}()
+	if l := <-p; l.State != api.StatePreempted {
+		t.Fatalf("holder: %+v, want preempted", l)
+	}
+	second := make(chan answer, 1)
+	go func() {
+		st, raw := c.call("POST", "/v1/locks/two/acquire", `{"preempt":true,"forceful":true,"wait_ms":20000,"lease_ms":60000,"info":"stays"}`)
+		second <- answer{st, raw}
+	}()
+	waitFor(t, 10*time.Second, "the second ask written", func() bool {
+		data, _, err := conn.Get(root + "/two/privateLock")
+		var d struct {
+			Asks []struct{ Reason string } `json:"asks"`
+		}
+		return err == nil && json.Unmarshal(data, &d) == nil && len(d.Asks) == 2
+	})
+	// The holder re-enters asking a long lease: never told past its window.
+	if st, raw := a.call("POST", "/v1/locks/two/acquire", `{"lease_id":"`+h.LeaseID+`","lease_ms":60000}`); st == 200 {
+		if v := decodeLease(t, raw); v.ValidUntil.After(told) {
+			told = v.ValidUntil.Time
+		}
+	}
+	cancel1()
+	<-first
+	var got answer
+	for done := false; !done; {
+		select {
+		case got = <-second:
+			done = true
+		case <-time.After(50 * time.Millisecond):
+			st, raw := a.call("POST", "/v1/leases/"+h.LeaseID+"/renew", "")
+			if st == 200 {
+				if v := decodeLease(t, raw); v.ValidUntil.After(told) {
+					told = v.ValidUntil.Time
+				}
+			}
+		}
+	}
+	if got.st != 200 {
+		t.Fatalf("the requester that stayed: %d %s, want the lock (its ask survived the other's withdrawal)", got.st, got.raw)
+	}
+	l2 := decodeLease(t, got.raw)
+	if l2.AcquiredAt.Before(told.Add(-time.Millisecond)) {
+		t.Errorf("the second requester's grant began %v before the holder's last valid_until told", told.Sub(l2.AcquiredAt.Time))
+	}
+	if st, raw := a.call("POST", "/v1/leases/"+h.LeaseID+"/renew", ""); st != 410 {
+		t.Errorf("the taken holder's renewal: %d %s, want 410", st, raw)
+	}
+	c.release(l2.LeaseID)
+}
