@@ -296,3 +296,47 @@ func TestReview18TwoForcefulOneGivesUp(t *testing.T) {
 	}
 	c.release(l2.LeaseID)
 }
+
+// TestReview18RequesterSidecarStops (review of issue 18 §3): the sidecar of
+// a waiting forceful requester is stopped (SIGTERM: a drain). Its waiting
+// acquire gives up, and its ask must be withdrawn before the engine
+// closes: the holder is held again and not taken when its window ends.
+func TestReview18RequesterSidecarStops(t *testing.T) {
+	root := testRoot(t)
+	conn := rawConn(t)
+	a := start(t, testConfig(t, root, "sc-a"))
+	cfgB := testConfig(t, root, "sc-b")
+	cfgB.ShutdownGrace = time.Second
+	b := start(t, cfgB)
+	t.Cleanup(func() { assertNoLeftovers(t, conn, root) })
+
+	h := a.acquire("stop", `{"preemptible":true,"cleanup_ms":3000,"lease_ms":60000}`)
+	time.Sleep(100 * time.Millisecond)
+	p := pollLease(t, a, h.LeaseID, 20000)
+	got := make(chan int, 1)
+	go func() {
+		st, _ := b.call("POST", "/v1/locks/stop/acquire", `{"preempt":true,"forceful":true,"wait_ms":20000,"info":"its sidecar stops"}`)
+		got <- st
+	}()
+	if l := <-p; l.State != api.StatePreempted {
+		t.Fatalf("holder: %+v, want preempted", l)
+	}
+	b.stop()
+	t.Logf("requester answered %d", <-got)
+	data, _, err := conn.Get(root + "/stop/privateLock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Asks []struct{ Reason string } `json:"asks"`
+	}
+	_ = json.Unmarshal(data, &d)
+	if len(d.Asks) != 0 {
+		t.Errorf("asks left in privateLock after the requester's sidecar stopped: %+v", d.Asks)
+	}
+	if l := <-pollLease(t, a, h.LeaseID, 5000); l.State != api.StateHeld {
+		t.Errorf("holder after its window, its requester's sidecar stopped: %+v, want held", l)
+		return
+	}
+	a.release(h.LeaseID)
+}
