@@ -113,9 +113,11 @@ func TestReview18OverlapWithdrawChurn(t *testing.T) {
 				stuck := !preempter && r.IntN(3) == 0
 				body := `{"type":"foreground","preemptible":true,"cleanup_ms":400,"wait_ms":3000,"lease_ms":60000}`
 				if preempter {
-					body = `{"preempt":true,"wait_ms":3000,"lease_ms":60000}`
+					// lease_ms 2000: a grant whose client went away just as it
+					// was answered is held by nobody until its lease ends
+					body = `{"preempt":true,"wait_ms":3000,"lease_ms":2000}`
 					if r.IntN(2) == 0 {
-						body = `{"preempt":true,"forceful":true,"wait_ms":3000,"lease_ms":60000}`
+						body = `{"preempt":true,"forceful":true,"wait_ms":3000,"lease_ms":2000}`
 					}
 				}
 				ctx, cancel := context.WithCancel(context.Background())
@@ -190,6 +192,7 @@ func TestReview18OverlapWithdrawChurn(t *testing.T) {
 	time.Sleep(12 * time.Second)
 	close(stop)
 	wg.Wait()
+	time.Sleep(2500 * time.Millisecond) // past the lease of a grant nobody got the answer of
 
 	overlaps := 0
 	for _, obj := range objs {
