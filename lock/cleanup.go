@@ -101,10 +101,16 @@ func releaseOps(objPath, node string, objVersion, plv int32) []any {
 
 // deleteOwnPL deletes privateLock if a read shows it is the one created
 // with token, in a multi that checks the object node still has the version
-// our grant set. A version mismatch on privateLock alone (a signal written
-// between the read and the delete) reads again: it is not "gone".
+// our grant set.
+//
+// A signal, ask or withdrawal written between the read and the delete
+// (ErrBadVersion while privateLock still reads as ours) is read again, up to
+// 10 times: each is a write any requester may make at any moment, and giving
+// up silently would leave privateLock — ephemeral, of our live session —
+// blocking the object until the session ends (issue 23); past that it is an
+// error, and the caller keeps the cleanup queued.
 func (s *session) deleteOwnPL(objPath string, objVersion int32, token int64) error {
-	for range 5 {
+	for range 10 {
 		_, st, err := s.conn.Get(objPath + "/" + privateLock)
 		if gone(err) {
 			return nil

@@ -265,8 +265,10 @@ func (g *Grant) watch() {
 	}
 }
 
-// noteData records privateLock's version and delivers a new signal, and a
-// KindWithdrawn signal for each standing ask seen before that is gone.
+// noteData records privateLock's version and delivers a new signal, each
+// new standing ask that is not that signal (Ask leaves a revocation in
+// Signal), and a KindWithdrawn signal for each standing ask seen before
+// that is gone.
 func (g *Grant) noteData(data []byte, version int32) {
 	var d nodeData
 	_ = json.Unmarshal(data, &d)
@@ -277,7 +279,12 @@ func (g *Grant) noteData(data []byte, version int32) {
 		sig := *d.Signal
 		g.signal, fresh = &sig, &sig
 	}
-	var gone []Signal
+	var gone, added []Signal
+	for _, a := range d.Asks { // an ask not in Signal: written over a revocation, or coalesced
+		if !hasAsk(g.asks, a.ID) && (fresh == nil || fresh.ID != a.ID) && (g.signal == nil || g.signal.ID != a.ID) {
+			added = append(added, a)
+		}
+	}
 	for _, a := range g.asks {
 		if !hasAsk(d.Asks, a.ID) {
 			gone = append(gone, Signal{Kind: KindWithdrawn, ID: a.ID, From: a.From, Who: a.Who, Reason: a.Reason})
@@ -286,13 +293,19 @@ func (g *Grant) noteData(data []byte, version int32) {
 	g.asks = d.Asks
 	held := g.state == Held
 	g.mu.Unlock()
-	if !held || g.onSignal == nil && fresh == nil {
+	if !held || g.onSignal == nil && fresh == nil && len(added) == 0 {
 		return
 	}
 	if fresh != nil {
 		g.e.log.Info("signal for a held lock", "object", g.object, "token", g.token, "kind", fresh.Kind, "from", fresh.From, "reason", fresh.Reason)
 		if g.onSignal != nil {
 			g.onSignal(*fresh)
+		}
+	}
+	for _, a := range added {
+		g.e.log.Info("signal for a held lock", "object", g.object, "token", g.token, "kind", a.Kind, "from", a.From, "reason", a.Reason)
+		if g.onSignal != nil {
+			g.onSignal(a)
 		}
 	}
 	for _, w := range gone {

@@ -81,7 +81,12 @@ func (e *Engine) Ask(ctx context.Context, object string, sig Signal, check func(
 		if len(asks) >= maxAsks {
 			return false, ErrTooManyAsks
 		}
-		d.Asks, d.Signal = append(asks, sig), &sig
+		d.Asks = append(asks, sig)
+		// A signal that is not an ask (a revocation) stays: its holder
+		// may not have read it yet, and finds this ask among the Asks.
+		if d.Signal == nil || d.Signal.ID != "" {
+			d.Signal = &sig
+		}
 		return true, nil
 	})
 	return n, sig, err

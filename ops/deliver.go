@@ -179,12 +179,12 @@ func (d *Dispatcher) deliver(op queue.Op, g *lock.Grant, set *settings, preempt 
 			case <-tctx.Done():
 				return
 			case s := <-preempt:
-				if s.Kind == signalRevoke { // an operator's revocation cuts at once
+				if s.Kind == signalRevoke { // cuts at once, during a preemption's window too
 					cancel(&preemptedError{s})
 					return
 				}
 				if cut != nil {
-					continue // a window runs already: it checks every standing ask
+					continue // a window runs: its end checks every ask still standing
 				}
 				// The grant's cleanup window, never shortened by the
 				// requester's preempt_wait_ms.

@@ -128,9 +128,19 @@ func (d *Dispatcher) attempt(log *slog.Logger, op queue.Op) {
 				"reason", sig.Reason, "caller", sig.Who, "requested_through", sig.From)
 		}
 		if strings.HasPrefix(sig.Kind, signalPreempt) || sig.Kind == signalRevoke {
-			select {
-			case preempt <- sig:
-			default:
+			for {
+				select {
+				case preempt <- sig:
+					return
+				default:
+				}
+				if sig.Kind != signalRevoke {
+					return // one pending is enough: deliver checks the standing asks
+				}
+				select { // a revocation is never dropped: it replaces a pending preemption
+				case <-preempt:
+				default:
+				}
 			}
 		}
 	}}
