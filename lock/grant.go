@@ -445,3 +445,55 @@ func (g *Grant) Release(ctx context.Context) error {
 	g.mu.Unlock()
 	return fmt.Errorf("lock: release %q: %w", g.object, err)
 }
+
+// LiveAsks returns the standing asks (Asks) whose requester still waits for
+// the object: its session (Signal.Session) has a node under the object. An
+// ask whose requester died without withdrawing it — its sidecar killed, its
+// session lost — has none once that session ended, and is left out, so
+// that nobody takes a holder for a requester that is gone. Asks without a
+// session (an earlier Baton's), and all of them when the object cannot be
+// read or has more than 1,000 children, count as live: the conservative
+// answer is the one before this check.
+func (g *Grant) LiveAsks(ctx context.Context) []Signal {
+	asks := g.Asks()
+	need := false
+	for _, a := range asks {
+		need = need || a.Session != 0
+	}
+	if !need {
+		return asks
+	}
+	kids, err := zcall(ctx, func() ([]string, error) {
+		c, _, err := g.s.conn.Children(g.objPath)
+		return c, err
+	}, nil)
+	if err != nil || len(kids) > 1000 {
+		return asks
+	}
+	queued := map[int64]bool{}
+	for _, k := range kids {
+		if k == privateLock {
+			continue
+		}
+		st, err := zcall(ctx, func() (*zk.Stat, error) {
+			ok, st, err := g.s.conn.Exists(g.objPath + "/" + k)
+			if err == nil && !ok {
+				st = nil
+			}
+			return st, err
+		}, nil)
+		if err != nil {
+			return asks
+		}
+		if st != nil {
+			queued[st.EphemeralOwner] = true
+		}
+	}
+	live := asks[:0:0]
+	for _, a := range asks {
+		if a.Session == 0 || queued[a.Session] {
+			live = append(live, a)
+		}
+	}
+	return live
+}

@@ -22,6 +22,11 @@ type Signal struct {
 	At     time.Time `json:"at"`               // sender's clock, informative
 	WaitMS int64     `json:"wait_ms,omitempty"`
 	ID     string    `json:"id,omitempty"` // a standing ask's (Engine.Ask), for Engine.Withdraw
+	// Session is the ZooKeeper session of the engine that wrote an ask
+	// (Engine.Ask): its requester waits in line with a node of that
+	// session, so Grant.LiveAsks can tell a requester that died without
+	// withdrawing (review of issue 18).
+	Session int64 `json:"session,omitempty"`
 }
 
 // ErrNotSignallable is returned by Signal when the holder is not a Baton
@@ -65,6 +70,9 @@ func (e *Engine) Ask(ctx context.Context, object string, sig Signal, check func(
 	e.stamp(&sig)
 	if sig.ID == "" {
 		sig.ID = newRequestID()
+	}
+	if s, err := e.current(); err == nil && sig.Session == 0 {
+		sig.Session = s.sessionID()
 	}
 	n, err := e.update(ctx, object, 0, func(d *nodeData, holder *Node) (bool, error) {
 		if check != nil {

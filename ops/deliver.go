@@ -136,9 +136,13 @@ func (e *preemptedError) Error() string {
 }
 
 // preemptStands reports whether a preemption ask (lock.Engine.Ask) still
-// stands on g.
+// stands on g and its requester still waits for the object
+// (lock.Grant.LiveAsks: a requester that died without withdrawing does not
+// cut the delivery).
 func preemptStands(g *lock.Grant) bool {
-	for _, a := range g.Asks() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, a := range g.LiveAsks(ctx) {
 		if strings.HasPrefix(a.Kind, signalPreempt) {
 			return true
 		}

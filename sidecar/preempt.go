@@ -103,10 +103,15 @@ func (l *lease) changedCh() <-chan struct{} {
 // whether a forceful one does. A preemption signal without an id (from an
 // earlier Baton) stands until the grant ends.
 func preemptStanding(g *lock.Grant, sig lock.Signal) (any, forceful bool) {
+	return preemptStandingIn(g.Asks(), sig)
+}
+
+// preemptStandingIn is preemptStanding over the asks given.
+func preemptStandingIn(asks []lock.Signal, sig lock.Signal) (any, forceful bool) {
 	if sig.ID == "" && (sig.Kind == SignalPreempt || sig.Kind == SignalPreemptForceful) {
 		any, forceful = true, sig.Kind == SignalPreemptForceful
 	}
-	for _, a := range g.Asks() {
+	for _, a := range asks {
 		switch a.Kind {
 		case SignalPreemptForceful:
 			return true, true
@@ -164,7 +169,7 @@ func (s *Server) preempt(l *lease, sig lock.Signal) {
 		if !current {
 			return // withdrawn meanwhile (and perhaps preempted again: that one has its own timer)
 		}
-		if _, forceful := preemptStanding(l.g, sig); forceful {
+		if _, forceful := preemptStanding(l.g, sig); forceful && s.forcefulRequesterWaits(l, sig) {
 			if told, ok := s.takeLease(l, api.ReasonPreempted, msg+" (forceful: not released within its cleanup)"); ok {
 				s.log.Warn("preempted lease taken: not released in time; the lock is freed after the validity told to it",
 					"lease", logID(l.id), "object", l.g.Object(), "token", l.g.Token(), "freed_in", max(0, time.Until(told)).Round(time.Millisecond))
@@ -273,4 +278,45 @@ func (s *Server) withdraw(ctx context.Context, a *preemptAsk, why string) {
 
 func preemptReason(wait time.Duration) string {
 	return fmt.Sprintf("preemption: the holder did not yield within preempt_wait_ms (%v)", wait)
+}
+
+// forcefulRequesterWaits reports whether a forceful ask on l still has its
+// requester waiting in line for the object (lock.Grant.LiveAsks): one that
+// died without withdrawing its ask (its sidecar killed, its session lost)
+// must not get the holder taken for nobody. A requester writes its ask just
+// before it queues, so a first answer of "gone" is checked again a second
+// later; the asks of requesters still gone then are withdrawn here, and the
+// holder goes on (its preemption lifted by the caller).
+func (s *Server) forcefulRequesterWaits(l *lease, sig lock.Signal) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for try := 0; ; try++ {
+		if _, forceful := preemptStandingIn(l.g.LiveAsks(ctx), sig); forceful {
+			return true
+		}
+		if try == 1 {
+			break
+		}
+		select {
+		case <-time.After(time.Second):
+		case <-l.done:
+			return false
+		case <-s.closing:
+			return false
+		}
+	}
+	live := map[string]bool{}
+	for _, a := range l.g.LiveAsks(ctx) {
+		live[a.ID] = true
+	}
+	for _, a := range l.g.Asks() {
+		if a.Kind == SignalPreemptForceful && !live[a.ID] {
+			s.log.Warn("forceful preemption dropped: its requester no longer waits (its sidecar or session is gone)",
+				"object", l.g.Object(), "token", l.g.Token(), "from", a.From, "by", a.Reason)
+			if err := s.eng.Withdraw(ctx, l.g.Object(), l.g.Token(), a.ID); err != nil {
+				s.log.Warn("withdrawing a dead requester's ask failed", "object", l.g.Object(), "error", err)
+			}
+		}
+	}
+	return false
 }
