@@ -97,25 +97,13 @@ func (e *Engine) FreeOrphan(ctx context.Context, object string, token int64) (*N
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		_, ost, err := s.conn.Get(objPath)
-		if errors.Is(err, zk.ErrNoNode) {
+		ost, _, pst, holder, err := readHolder(s, objPath, token)
+		if errors.Is(err, ErrNoNode) {
 			return nil, ErrNoNode
 		}
 		if err != nil {
 			return nil, fmt.Errorf("lock: free orphan of %q: %w", object, err)
 		}
-		data, pst, err := s.conn.Get(objPath + "/" + privateLock)
-		if errors.Is(err, zk.ErrNoNode) {
-			return nil, ErrNoNode
-		}
-		if err != nil {
-			return nil, fmt.Errorf("lock: free orphan of %q: %w", object, err)
-		}
-		if token != 0 && pst.Czxid != token {
-			return nil, ErrNoNode
-		}
-		holder := toNode("", data, pst)
-		holder.Token = pst.Czxid
 		if !holder.Known || pst.Version < plVersion {
 			return &holder, ErrNotOrphan
 		}

@@ -157,25 +157,13 @@ func (e *Engine) update(ctx context.Context, object string, token int64, change 
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		_, ost, err := s.conn.Get(objPath)
-		if errors.Is(err, zk.ErrNoNode) {
+		ost, data, pst, holder, err := readHolder(s, objPath, token)
+		if errors.Is(err, ErrNoNode) {
 			return nil, ErrNoNode
 		}
 		if err != nil {
 			return nil, fmt.Errorf("lock: signal %q: %w", object, err)
 		}
-		data, pst, err := s.conn.Get(objPath + "/" + privateLock)
-		if errors.Is(err, zk.ErrNoNode) {
-			return nil, ErrNoNode
-		}
-		if err != nil {
-			return nil, fmt.Errorf("lock: signal %q: %w", object, err)
-		}
-		if token != 0 && pst.Czxid != token {
-			return nil, ErrNoNode
-		}
-		holder := toNode("", data, pst)
-		holder.Token = pst.Czxid
 		var d nodeData
 		if !holder.Known || json.Unmarshal(data, &d) != nil || pst.Version < plVersion {
 			return &holder, ErrNotSignallable
@@ -224,4 +212,32 @@ func holderChild(s *session, objPath, req string) string {
 		}
 	}
 	return ""
+}
+
+// readHolder reads the object node, then its privateLock, and returns the
+// object node's stat (read first: a write guarded by its version lands on
+// this holder or not at all), privateLock's data and stat, and the holder it
+// describes. ErrNoNode: no object, no holder, or (token not 0) not the grant
+// with that token.
+func readHolder(s *session, objPath string, token int64) (obj *zk.Stat, data []byte, pl *zk.Stat, holder Node, err error) {
+	_, obj, err = s.conn.Get(objPath)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil, nil, Node{}, ErrNoNode
+	}
+	if err != nil {
+		return nil, nil, nil, Node{}, err
+	}
+	data, pl, err = s.conn.Get(objPath + "/" + privateLock)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil, nil, Node{}, ErrNoNode
+	}
+	if err != nil {
+		return nil, nil, nil, Node{}, err
+	}
+	if token != 0 && pl.Czxid != token {
+		return nil, nil, nil, Node{}, ErrNoNode
+	}
+	holder = toNode("", data, pl)
+	holder.Token = pl.Czxid
+	return obj, data, pl, holder, nil
 }
