@@ -1,0 +1,479 @@
+package lock_test
+
+// Review of issue 23 (recovery, audit, orphan privateLocks): attacks on
+// the audit, FreeOrphan and the recovery paths, against a real ZooKeeper.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"net"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/batonhq/baton/lock"
+	"github.com/batonhq/baton/testenv"
+)
+
+// gateDialer connects straight to the server until closed: then it drops
+// every connection it made and refuses new ones until opened again, so the
+// engine is disconnected (same session) for as long as the test wants.
+type gateDialer struct {
+	mu     sync.Mutex
+	closed bool
+	conns  []net.Conn
+}
+
+func (d *gateDialer) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		time.Sleep(20 * time.Millisecond)
+		return nil, errors.New("gateDialer: closed")
+	}
+	c, err := net.DialTimeout(network, addr, timeout)
+	if err == nil {
+		d.conns = append(d.conns, c)
+	}
+	return c, err
+}
+
+func (d *gateDialer) close() {
+	d.mu.Lock()
+	d.closed = true
+	cs := d.conns
+	d.conns = nil
+	d.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+func (d *gateDialer) open() {
+	d.mu.Lock()
+	d.closed = false
+	d.mu.Unlock()
+}
+
+// The audit must count and WARN only nodes that nothing owns. A grant
+// released while disconnected leaves its release to the session's cleaner
+// (Release returns nil: "the deletion completes after the reconnect"): its
+// nodes are owned by a queued cleanup, not orphans. After the reconnect the
+// cleaner and the audit wake together; the audit must not report those
+// nodes as orphans (baton_orphans_deleted_total and the WARN are the
+// operator's signal that a bug left a node behind; counting every ordinary
+// release-while-disconnected makes it fire on routine reconnects).
+func TestReview23QueuedCleanupsAreNotOrphans(t *testing.T) {
+	root := testRoot(t, zkServer)
+	obs := &orphanObserver{}
+	d := &gateDialer{}
+	e := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) {
+		o.Dialer = d.dial
+		o.Observer = obs
+		o.AuditInterval = time.Hour // only the audit after the reconnect
+		o.HolderWatchDelay = time.Hour
+		o.SessionTimeout = 10 * time.Second
+	})
+	conn := rawConn(t, zkServer.Servers())
+	const n = 48
+	grants := make([]*lock.Grant, n)
+	for i := range grants {
+		grants[i] = acquire(t, e, fmt.Sprintf("QC-%d", i), lock.Foreground, lock.AcquireOptions{})
+	}
+	sess := e.Health().SessionID
+	d.close()
+	waitFor(t, 10*time.Second, "engine disconnected", func() bool { return !e.Health().Connected })
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, g := range grants {
+		if err := g.Release(done); err != nil { // completes after the reconnect
+			t.Fatalf("Release while disconnected: %v", err)
+		}
+	}
+	if p := e.Health().CleanupPending; p != n {
+		t.Fatalf("cleanups pending %d, want %d", p, n)
+	}
+	d.open()
+	waitFor(t, 20*time.Second, "reconnected, cleanups done", func() bool {
+		h := e.Health()
+		return h.Connected && h.CleanupPending == 0
+	})
+	if got := e.Health().SessionID; got != sess {
+		t.Fatalf("session changed (0x%x → 0x%x): the scenario needs it resumed", sess, got)
+	}
+	waitFor(t, 10*time.Second, "no node left", func() bool {
+		for i := range n {
+			if len(children(t, conn, root, fmt.Sprintf("QC-%d", i))) > 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if del := obs.list(); len(del) > 0 {
+		t.Errorf("the audit reported %d nodes of released grants, whose deletion was queued, as orphans (counted, WARNed): %v", len(del), del)
+	}
+}
+
+// randCutter cuts the connection right after a request about the object
+// (its path, or a multi's first path, under prefix) with probability p: the
+// server applies the request and its reply is lost. Reconnects are at once.
+// It cuts the audit's requests, the holder watch's and the cleaner's too.
+type randCutter struct {
+	mu     sync.Mutex
+	rng    *rand.Rand
+	prefix string
+	p      float64
+	cuts   int
+}
+
+func (c *randCutter) set(prefix string, p float64) {
+	c.mu.Lock()
+	c.prefix, c.p = prefix, p
+	c.mu.Unlock()
+}
+
+func (c *randCutter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cuts
+}
+
+func (c *randCutter) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	nc, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &randConn{Conn: nc, c: c}, nil
+}
+
+type randConn struct {
+	net.Conn
+	c      *randCutter
+	frames int
+	dead   atomic.Bool
+}
+
+func (s *randConn) Read(p []byte) (int, error) {
+	n, err := s.Conn.Read(p)
+	if s.dead.Load() {
+		return 0, errors.New("randConn: connection cut")
+	}
+	return n, err
+}
+
+func (s *randConn) Write(p []byte) (int, error) {
+	s.frames++
+	if s.frames == 1 || s.dead.Load() {
+		return s.Conn.Write(p)
+	}
+	c := s.c
+	c.mu.Lock()
+	_, pth, ok := requestPath(p)
+	cut := ok && c.prefix != "" && (pth == c.prefix || strings.HasPrefix(pth, c.prefix+"/")) && c.rng.Float64() < c.p
+	if cut {
+		c.cuts++
+		s.dead.Store(true)
+	}
+	c.mu.Unlock()
+	if !cut {
+		return s.Conn.Write(p)
+	}
+	wn, err := s.Conn.Write(p)
+	time.Sleep(20 * time.Millisecond)
+	s.Conn.Close()
+	return wn, err
+}
+
+// A mixed fleet under random cuts with every second line on: two engines
+// behind random cutters (every request about the object, the audit's,
+// the holder watch's and the cleaner's included, may lose its reply) audit
+// every 5 ms; a plugin client (the original Java lock's algorithm)
+// contends; an operator's engine calls Inspect and FreeOrphan on the object
+// back to back. No two grants may overlap, tokens increase, no grant may be
+// lost while its session lives (a lost grant here means someone deleted a
+// live privateLock: the audit, FreeOrphan or a sweep), FreeOrphan must never
+// free a live grant's privateLock, and once everything has ended no node is
+// left and the object is free.
+func TestReview23FuzzCutsAuditFreeOrphan(t *testing.T) {
+	if testing.Short() {
+		t.Skip("random cuts")
+	}
+	root := testRoot(t, zkServer)
+	const obj = "FZ"
+	objPath := path.Join(root, obj)
+	persistent := func(o *lock.Options) { o.ObjectNode = lock.Persistent }
+	obs := &orphanObserver{}
+	cutters := []*randCutter{{rng: rand.New(rand.NewSource(1))}, {rng: rand.New(rand.NewSource(2))}}
+	var engines []*lock.Engine
+	for _, c := range cutters {
+		engines = append(engines, newEngine(t, zkServer.Servers(), root, persistent, func(o *lock.Options) {
+			o.Dialer = c.dial
+			o.AuditInterval = 5 * time.Millisecond
+			o.Observer = obs
+			o.SessionTimeout = 6 * time.Second
+		}))
+	}
+	op := newEngine(t, zkServer.Servers(), root, persistent, noAudit)
+	conn := rawConn(t, zkServer.Servers())
+	for _, p := range []string{"/t", root} {
+		if _, err := conn.Create(p, nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil && err != zk.ErrNodeExists {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = conn.Delete(objPath, -1) })
+	sessions := []int64{engines[0].Health().SessionID, engines[1].Health().SessionID}
+
+	var chk overlapChecker
+	var mu sync.Mutex
+	live := map[int64]string{} // token → holder, while held
+	var violations []string
+	violate := func(f string, a ...any) {
+		mu.Lock()
+		violations = append(violations, fmt.Sprintf(f, a...))
+		mu.Unlock()
+	}
+	hold := func(tok int64, who string, d time.Duration) {
+		chk.enter(tok)
+		mu.Lock()
+		live[tok] = who
+		mu.Unlock()
+		time.Sleep(d)
+		mu.Lock()
+		delete(live, tok)
+		mu.Unlock()
+		chk.leave()
+	}
+	for _, c := range cutters {
+		c.set(objPath, 0.06)
+	}
+	var acqFail, granted atomic.Int64
+	var wg sync.WaitGroup
+	for i, e := range engines {
+		for w := range 2 {
+			wg.Go(func() {
+				for c := range 20 {
+					typ := lock.Type((w + c) % 2)
+					g, err := e.Acquire(context.Background(), obj, typ, lock.AcquireOptions{Wait: 30 * time.Second})
+					if err != nil {
+						acqFail.Add(1)
+						t.Logf("engine %d: acquire: %v", i, err)
+						continue
+					}
+					granted.Add(1)
+					hold(g.Token(), fmt.Sprintf("engine %d token %d", i, g.Token()), time.Duration(1+c%3)*time.Millisecond)
+					if err := g.Err(); err != nil {
+						violate("engine %d: grant %d lost while held: %v", i, g.Token(), err)
+					}
+					if err := g.Release(context.Background()); err != nil {
+						violate("engine %d: release of %d: %v", i, g.Token(), err)
+					}
+				}
+			})
+		}
+	}
+	stop := make(chan struct{})
+	var pwg sync.WaitGroup
+	pwg.Go(func() { // the plugin client
+		pl := &pluginLock{conn: rawConn(t, zkServer.Servers()), objPath: objPath}
+		for c := 0; ; c++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			tok, err := pl.lock(ctx, []string{"A", "B"}[c%2])
+			cancel()
+			if err != nil {
+				t.Errorf("plugin lock: %v", err)
+				return
+			}
+			hold(tok, fmt.Sprintf("plugin token %d", tok), 2*time.Millisecond)
+			if err := pl.unlock(); err != nil {
+				t.Errorf("plugin unlock: %v", err)
+				return
+			}
+		}
+	})
+	var freed, marked atomic.Int64
+	pwg.Go(func() { // the operator
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if st, err := op.Inspect(ctx, obj); err == nil && st.Holder != nil && st.Holder.Orphan {
+				marked.Add(1)
+				mu.Lock()
+				who, ok := live[st.Holder.Token]
+				mu.Unlock()
+				if ok {
+					violate("Inspect marked a live grant's privateLock an orphan: %s", who)
+				}
+			}
+			n, err := op.FreeOrphan(ctx, obj, 0)
+			cancel()
+			if err == nil {
+				freed.Add(1)
+				mu.Lock()
+				who, ok := live[n.Token]
+				mu.Unlock()
+				t.Logf("FreeOrphan freed token %d (session 0x%x, request %s)", n.Token, n.Session, n.RequestID)
+				if ok {
+					violate("FreeOrphan freed a live grant's privateLock: %s", who)
+				}
+			}
+		}
+	})
+	wg.Wait()
+	close(stop)
+	pwg.Wait()
+	for _, c := range cutters {
+		c.set("", 0)
+	}
+	for i, e := range engines {
+		waitFor(t, 20*time.Second, "reconnected, cleanups done", func() bool {
+			h := e.Health()
+			return h.Connected && h.CleanupPending == 0
+		})
+		if got := e.Health().SessionID; got != sessions[i] {
+			t.Logf("engine %d: session changed (0x%x → 0x%x)", i, sessions[i], got)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(children(t, conn, root, obj)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if left := children(t, conn, root, obj); len(left) > 0 {
+		t.Errorf("nodes left after every request ended: %v", left)
+	} else if h, err := op.Acquire(context.Background(), obj, lock.Background, lock.AcquireOptions{TryOnce: true}); err != nil {
+		t.Errorf("object not free after every request ended: %v", err)
+	} else {
+		release(t, h)
+	}
+	t.Logf("cuts %d+%d, engine grants %d, failed acquires %d, plugin+engine grants %d; audit deletions %d; Inspect orphan marks %d; FreeOrphan frees %d",
+		cutters[0].count(), cutters[1].count(), granted.Load(), acqFail.Load(), chk.grants, len(obs.list()), marked.Load(), freed.Load())
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("overlaps %d, non-increasing tokens %d", chk.overlaps, chk.badToken)
+	}
+	for _, v := range violations {
+		t.Error(v)
+	}
+}
+
+// Session expiry in the middle of recovery: the grant multi is applied and
+// its reply lost; before the recovery can run, the engine is cut off until
+// the server has expired the session. The acquire must end (no grant), the
+// engine must open a new session, and nothing of the old one may block the
+// object.
+func TestReview23SessionExpiresDuringRecovery(t *testing.T) {
+	root := testRoot(t, zkServer)
+	p := testenv.ProxyT(t, zkServer.Addr(1))
+	cutter := &stepCutter{}
+	e := newEngine(t, []string{p.Addr()}, root, func(o *lock.Options) {
+		o.Dialer = cutter.dial
+		o.SessionTimeout = 4 * time.Second
+	})
+	other := newEngine(t, zkServer.Servers(), root)
+	conn := rawConn(t, zkServer.Servers())
+	const obj = "SX"
+	release(t, acquire(t, other, obj, lock.Foreground, lock.AcquireOptions{})) // object exists, no prediction
+	sess := e.Health().SessionID
+	cutter.arm(path.Join(root, obj), []int{1}, func(int) { p.BlackHole() })
+	healed := make(chan struct{})
+	go func() {
+		defer close(healed)
+		// the server expires the session after its timeout (4 s) plus a tick
+		time.Sleep(7 * time.Second)
+		p.Heal()
+		p.ResetConnections()
+	}()
+	g, err := e.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
+	cutter.disarm()
+	<-healed
+	t.Logf("acquire: granted %v, err %v", g != nil, err)
+	if g != nil {
+		if e.Health().SessionID == sess {
+			t.Fatalf("granted in the old session although it was cut off past its timeout")
+		}
+		release(t, g)
+	}
+	waitFor(t, 20*time.Second, "a new session", func() bool {
+		h := e.Health()
+		return h.Connected && h.SessionID != sess
+	})
+	waitFor(t, 10*time.Second, "no node left", func() bool { return len(children(t, conn, root, obj)) == 0 })
+	h, err := other.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{TryOnce: true})
+	if err != nil {
+		t.Fatalf("the object is not free: %v", err)
+	}
+	release(t, h)
+	g2, err := e.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("the engine cannot acquire in its new session: %v", err)
+	}
+	release(t, g2)
+}
+
+// The original plugin's privateLock (no data) and a Baton holder whose
+// children are named with other prefixes are never orphans, whatever their
+// children look like while they are re-read.
+func TestReview23FreeOrphanRefusesLiveHolders(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	op := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.ObjectNode = lock.Persistent })
+	odd := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) {
+		o.ObjectNode = lock.Persistent
+		o.ForegroundPrefix, o.BackgroundPrefix = "F", "G"
+	})
+	for _, p := range []string{"/t", root} {
+		if _, err := conn.Create(p, nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil && err != zk.ErrNodeExists {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	// the plugin holds; its child is deleted under it (as an operator could)
+	objPath := path.Join(root, "PF")
+	t.Cleanup(func() { _ = conn.Delete(objPath, -1) })
+	pl := &pluginLock{conn: rawConn(t, zkServer.Servers()), objPath: objPath}
+	if _, err := pl.lock(ctx, "A"); err != nil {
+		t.Fatal(err)
+	}
+	for _, deleted := range []bool{false, true} {
+		if deleted {
+			if err := conn.Delete(objPath+"/"+pl.node, -1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st, err := op.Inspect(ctx, "PF")
+		if err != nil || st.Holder == nil || st.Holder.Orphan {
+			t.Errorf("Inspect of the plugin's holder (child deleted %v) = %+v, %v; want held, not an orphan", deleted, st, err)
+		}
+		if _, err := op.FreeOrphan(ctx, "PF", 0); !errors.Is(err, lock.ErrNotOrphan) {
+			t.Errorf("FreeOrphan of the plugin's holder (child deleted %v) = %v, want ErrNotOrphan", deleted, err)
+		}
+	}
+	if err := conn.Delete(objPath+"/privateLock", -1); err != nil {
+		t.Fatal(err)
+	}
+	// a Baton holder with other prefixes
+	g := acquire(t, odd, "PO", lock.Foreground, lock.AcquireOptions{})
+	t.Cleanup(func() { _ = conn.Delete(path.Join(root, "PO"), -1) })
+	st, err := op.Inspect(ctx, "PO")
+	if err != nil || st.Holder == nil || st.Holder.Orphan || st.Holder.Name != g.Node() {
+		t.Errorf("Inspect of a holder with prefix F = %+v, %v", st, err)
+	}
+	if _, err := op.FreeOrphan(ctx, "PO", 0); !errors.Is(err, lock.ErrNotOrphan) {
+		t.Errorf("FreeOrphan of a holder with prefix F = %v, want ErrNotOrphan", err)
+	}
+	release(t, g)
+}
