@@ -477,3 +477,51 @@ func TestReview23FreeOrphanRefusesLiveHolders(t *testing.T) {
 	}
 	release(t, g)
 }
+
+// The audit's own requests cut: the connection is cut right after each
+// request the audit sends about an object with a planted orphan
+// privateLock in turn (the listing, the object read, privateLock's read,
+// the delete multi: applied, reply lost). The audit after the reconnect
+// must finish the job, the object must be free, and the orphan must be
+// counted once (baton_orphans_deleted_total) however the cut fell.
+func TestReview23AuditCut(t *testing.T) {
+	for k := 1; k <= 4; k++ {
+		t.Run(fmt.Sprintf("cut after request %d", k), func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			p := testenv.ProxyT(t, zkServer.Addr(1))
+			cutter := &stepCutter{}
+			obs := &orphanObserver{}
+			e := newEngine(t, []string{p.Addr()}, root, func(o *lock.Options) {
+				o.Dialer = cutter.dial
+				o.Observer = obs
+				o.AuditInterval = time.Hour // only after reconnects
+			})
+			other := newEngine(t, zkServer.Servers(), root)
+			conn := rawConn(t, zkServer.Servers())
+			const obj = "AC"
+			if _, err := lock.PlantOrphan(context.Background(), e, obj, false); err != nil {
+				t.Fatal(err)
+			}
+			sess := e.Health().SessionID
+			cutter.arm(path.Join(root, obj), []int{k}, nil)
+			p.ResetConnections() // reconnect: the audit runs
+			waitFor(t, 20*time.Second, "the orphan deleted", func() bool { return len(children(t, conn, root, obj)) == 0 })
+			cuts, ops := cutter.result()
+			cutter.disarm()
+			if cuts != 1 {
+				t.Fatalf("%d cuts, want 1 (requests: %s)", cuts, ops)
+			}
+			if got := e.Health().SessionID; got != sess {
+				t.Fatalf("session changed: the orphan went with it")
+			}
+			h, err := other.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{TryOnce: true})
+			if err != nil {
+				t.Fatalf("object not free: %v", err)
+			}
+			release(t, h)
+			if got := obs.list(); len(got) != 1 {
+				t.Errorf("orphan deletions counted %v, want exactly one (requests: %s)", got, ops)
+			}
+		})
+	}
+}
