@@ -131,6 +131,7 @@ type randCutter struct {
 	prefix string
 	p      float64
 	cuts   int
+	early  map[string]int // requests written before a connection's setWatches (see frameRecorder)
 }
 
 func (c *randCutter) set(prefix string, p float64) {
@@ -155,9 +156,11 @@ func (c *randCutter) dial(network, addr string, timeout time.Duration) (net.Conn
 
 type randConn struct {
 	net.Conn
-	c      *randCutter
-	frames int
-	dead   atomic.Bool
+	c       *randCutter
+	frames  int
+	dead    atomic.Bool
+	settled bool
+	before  []string
 }
 
 func (s *randConn) Read(p []byte) (int, error) {
@@ -175,7 +178,22 @@ func (s *randConn) Write(p []byte) (int, error) {
 	}
 	c := s.c
 	c.mu.Lock()
-	_, pth, ok := requestPath(p)
+	op, pth, ok := requestPath(p)
+	if !s.settled && len(p) >= 12 {
+		switch op = int32(uint32(p[8])<<24 | uint32(p[9])<<16 | uint32(p[10])<<8 | uint32(p[11])); op {
+		case 101, 105:
+			s.settled = true
+			if c.early == nil {
+				c.early = map[string]int{}
+			}
+			for _, b := range s.before {
+				c.early[b]++
+			}
+		case 11, 100:
+		default:
+			s.before = append(s.before, fmt.Sprintf("%s:%s", opNames[op], path.Base(pth)))
+		}
+	}
 	cut := ok && c.prefix != "" && (pth == c.prefix || strings.HasPrefix(pth, c.prefix+"/")) && c.rng.Float64() < c.p
 	if cut {
 		c.cuts++
@@ -288,8 +306,11 @@ func TestReview23FuzzCutsAuditFreeOrphan(t *testing.T) {
 				return
 			default:
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			tok, err := pl.lock(ctx, []string{"A", "B"}[c%2])
+			// foreground only: a background plugin request may wait behind
+			// every foreground engine request (by design); a foreground one
+			// waits only for those ahead of it
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			tok, err := pl.lock(ctx, "A")
 			cancel()
 			if err != nil {
 				t.Errorf("plugin lock: %v", err)
@@ -360,6 +381,7 @@ func TestReview23FuzzCutsAuditFreeOrphan(t *testing.T) {
 	} else {
 		release(t, h)
 	}
+	t.Logf("requests written before setWatches: %v, %v", cutters[0].early, cutters[1].early)
 	t.Logf("cuts %d+%d, engine grants %d, failed acquires %d, plugin+engine grants %d; audit deletions %d; Inspect orphan marks %d; FreeOrphan frees %d",
 		cutters[0].count(), cutters[1].count(), granted.Load(), acqFail.Load(), chk.grants, len(obs.list()), marked.Load(), freed.Load())
 	if chk.overlaps != 0 || chk.badToken != 0 {
@@ -523,5 +545,117 @@ func TestReview23AuditCut(t *testing.T) {
 				t.Errorf("orphan deletions counted %v, want exactly one (requests: %s)", got, ops)
 			}
 		})
+	}
+}
+
+// frameRecorder notes, on every connection that writes a setWatches
+// request, the requests written before it (after the connect request).
+// go-zookeeper v1.0.4 builds setWatches reading lastZxid unguarded while
+// its receive loop writes it (upstream go-zookeeper/zk#35): the engine
+// keeps its requests until setWatches is written (session.settle), and a
+// request written earlier makes `go test -race` fail at random.
+type frameRecorder struct {
+	mu    sync.Mutex
+	early map[string]int // "op:path" written before setWatches
+	conns int            // connections that wrote setWatches
+}
+
+func (r *frameRecorder) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &recConn{Conn: c, r: r}, nil
+}
+
+type recConn struct {
+	net.Conn
+	r       *frameRecorder
+	frames  int
+	settled bool
+	before  []string
+}
+
+func (c *recConn) Write(p []byte) (int, error) {
+	c.frames++
+	if c.frames > 1 && !c.settled && len(p) >= 12 {
+		op := int32(uint32(p[8])<<24 | uint32(p[9])<<16 | uint32(p[10])<<8 | uint32(p[11]))
+		switch op {
+		case 101, 105: // setWatches
+			c.settled = true
+			c.r.mu.Lock()
+			c.r.conns++
+			for _, b := range c.before {
+				c.r.early[b]++
+			}
+			c.r.mu.Unlock()
+		case 11, 100: // ping, auth
+		default:
+			_, pth, _ := requestPath(p)
+			name := opNames[op]
+			if name == "" {
+				name = fmt.Sprint(op)
+			}
+			c.before = append(c.before, name+":"+path.Base(pth))
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// The audit's workers must wait, like every request, until the connection
+// is settled: a cut in the middle of an audit (here a reset every 50 ms
+// while the audit runs back to back over objects with several children)
+// must not leave requests of the audit (exists on a child: only the audit
+// sends it) to be written before the reconnect's setWatches.
+func TestReview23AuditWaitsForSettledConnection(t *testing.T) {
+	root := testRoot(t, zkServer)
+	p := testenv.ProxyT(t, zkServer.Addr(1))
+	rec := &frameRecorder{early: map[string]int{}}
+	e := newEngine(t, []string{p.Addr()}, root, func(o *lock.Options) {
+		o.Dialer = rec.dial
+		o.AuditInterval = time.Millisecond
+		o.HolderWatchDelay = time.Millisecond // a watch: setWatches on every reconnect
+	})
+	other := newEngine(t, zkServer.Servers(), root)
+	conn := rawConn(t, zkServer.Servers())
+	var grants []*lock.Grant
+	var wg sync.WaitGroup
+	for i := range 8 {
+		obj := fmt.Sprintf("AW-%d", i)
+		grants = append(grants, acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{}))
+		for range 3 {
+			wg.Go(func() {
+				g, err := other.Acquire(context.Background(), obj, lock.Background, lock.AcquireOptions{Wait: time.Minute})
+				if err == nil {
+					_ = g.Release(context.Background())
+				}
+			})
+		}
+		waitFor(t, 10*time.Second, "waiters queued", func() bool { return len(children(t, conn, root, obj)) == 5 })
+	}
+	sess := e.Health().SessionID
+	for range 20 {
+		p.ResetConnections()
+		waitFor(t, 10*time.Second, "reconnected", func() bool { return e.Health().Connected })
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, g := range grants {
+		_ = g.Release(context.Background())
+	}
+	wg.Wait()
+	if got := e.Health().SessionID; got != sess {
+		t.Logf("session changed (0x%x → 0x%x)", sess, got)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	t.Logf("%d connections wrote setWatches; requests written before it: %v", rec.conns, rec.early)
+	n := 0
+	for k, v := range rec.early {
+		if strings.HasPrefix(k, "exists:") {
+			n += v
+		}
+	}
+	if n > 0 {
+		t.Errorf("the audit wrote %d requests (exists) before the connection's setWatches", n)
 	}
 }
