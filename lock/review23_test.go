@@ -659,3 +659,111 @@ func TestReview23AuditWaitsForSettledConnection(t *testing.T) {
 		t.Errorf("the audit wrote %d requests (exists) before the connection's setWatches", n)
 	}
 }
+
+// Two operators free one planted orphan at once while engines (foreground
+// and background) and a plugin client are queued behind it and keep
+// cycling: exactly one FreeOrphan succeeds, on the orphan's token; no
+// later FreeOrphan may free a live holder's privateLock (a plugin's grant
+// does not bump the object node's version: only privateLock's version
+// guards it), and no two grants overlap.
+func TestReview23FreeOrphanRace(t *testing.T) {
+	root := testRoot(t, zkServer)
+	persistent := func(o *lock.Options) { o.ObjectNode = lock.Persistent }
+	e := newEngine(t, zkServer.Servers(), root, persistent, noAudit)
+	other := newEngine(t, zkServer.Servers(), root, persistent)
+	ops := []*lock.Engine{newEngine(t, zkServer.Servers(), root, persistent), newEngine(t, zkServer.Servers(), root, persistent)}
+	conn := rawConn(t, zkServer.Servers())
+	const obj = "FR"
+	objPath := path.Join(root, obj)
+	t.Cleanup(func() { _ = conn.Delete(objPath, -1) })
+	ctx := context.Background()
+	if _, err := lock.PlantOrphan(ctx, e, obj, false); err != nil {
+		t.Fatal(err)
+	}
+	st, err := ops[0].Inspect(ctx, obj)
+	if err != nil || st.Holder == nil || !st.Holder.Orphan {
+		t.Fatalf("Inspect of the planted orphan = %+v, %v", st, err)
+	}
+	planted := st.Holder.Token
+
+	var chk overlapChecker
+	var mu sync.Mutex
+	live := map[int64]string{}
+	hold := func(tok int64, who string) {
+		chk.enter(tok)
+		mu.Lock()
+		live[tok] = who
+		mu.Unlock()
+		time.Sleep(2 * time.Millisecond)
+		mu.Lock()
+		delete(live, tok)
+		mu.Unlock()
+		chk.leave()
+	}
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Go(func() {
+			for c := range 15 {
+				g, err := other.Acquire(ctx, obj, lock.Type(w), lock.AcquireOptions{Wait: time.Minute})
+				if err != nil {
+					t.Errorf("engine: %v", err)
+					return
+				}
+				hold(g.Token(), fmt.Sprintf("engine worker %d cycle %d", w, c))
+				if err := g.Release(ctx); err != nil {
+					t.Errorf("engine release: %v (freed under its holder?)", err)
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		pl := &pluginLock{conn: rawConn(t, zkServer.Servers()), objPath: objPath}
+		for c := range 15 {
+			lctx, cancel := context.WithTimeout(ctx, time.Minute)
+			tok, err := pl.lock(lctx, "A")
+			cancel()
+			if err != nil {
+				t.Errorf("plugin: %v", err)
+				return
+			}
+			hold(tok, fmt.Sprintf("plugin cycle %d", c))
+			if err := pl.unlock(); err != nil {
+				t.Errorf("plugin unlock: %v (freed under its holder?)", err)
+				return
+			}
+		}
+	})
+	waitFor(t, 10*time.Second, "waiters queued behind the orphan", func() bool { return len(children(t, conn, root, obj)) == 4 })
+	stop := make(chan struct{})
+	var freed []int64
+	var owg sync.WaitGroup
+	for _, op := range ops {
+		owg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				n, err := op.FreeOrphan(ctx, obj, 0)
+				if err == nil {
+					mu.Lock()
+					freed = append(freed, n.Token)
+					if who, ok := live[n.Token]; ok {
+						t.Errorf("FreeOrphan freed a live holder's privateLock: %s", who)
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	owg.Wait()
+	if len(freed) != 1 || freed[0] != planted {
+		t.Errorf("FreeOrphan freed tokens %v, want only the planted orphan's %d", freed, planted)
+	}
+	if chk.overlaps != 0 || chk.badToken != 0 || chk.grants != 45 {
+		t.Errorf("grants %d, overlaps %d, non-increasing tokens %d", chk.grants, chk.overlaps, chk.badToken)
+	}
+}
