@@ -767,3 +767,66 @@ func TestReview23FreeOrphanRace(t *testing.T) {
 		t.Errorf("grants %d, overlaps %d, non-increasing tokens %d", chk.grants, chk.overlaps, chk.badToken)
 	}
 }
+
+// countDialer counts the requests an engine writes (pings and the connect
+// request aside).
+type countDialer struct{ n atomic.Int64 }
+
+func (d *countDialer) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &countConn{Conn: c, d: d}, nil
+}
+
+type countConn struct {
+	net.Conn
+	d      *countDialer
+	frames int
+}
+
+func (c *countConn) Write(p []byte) (int, error) {
+	c.frames++
+	if c.frames > 1 && len(p) >= 12 {
+		if op := int32(uint32(p[8])<<24 | uint32(p[9])<<16 | uint32(p[10])<<8 | uint32(p[11])); op != 11 {
+			c.d.n.Add(1)
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// Every `baton revoke` now starts with FreeOrphan, and FreeOrphan of a live
+// grant reads the object's children one by one (in ZooKeeper's unsorted
+// order) until it meets the holder's: a revoke of an object with a long
+// queue costs a read per waiter, sequentially, inside the sidecar's 5 s
+// inspect budget (an orphan, which has no child, costs a read of every
+// child). It should cost a bounded number of requests.
+func TestReview23FreeOrphanCostOnLongQueue(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root)
+	other := newEngine(t, zkServer.Servers(), root)
+	cd := &countDialer{}
+	op := newEngine(t, zkServer.Servers(), root, noAudit, func(o *lock.Options) { o.Dialer = cd.dial })
+	conn := rawConn(t, zkServer.Servers())
+	const obj, waiters = "FC", 100
+	g := acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range waiters {
+		wg.Go(func() { _, _ = other.Acquire(ctx, obj, lock.Background, lock.AcquireOptions{Wait: time.Minute}) })
+	}
+	waitFor(t, 30*time.Second, "waiters queued", func() bool { return len(children(t, conn, root, obj)) == waiters+2 })
+	before := cd.n.Load()
+	if _, err := op.FreeOrphan(context.Background(), obj, 0); !errors.Is(err, lock.ErrNotOrphan) {
+		t.Fatalf("FreeOrphan of a live grant = %v, want ErrNotOrphan", err)
+	}
+	sent := cd.n.Load() - before
+	cancel()
+	wg.Wait()
+	release(t, g)
+	t.Logf("FreeOrphan of a live grant with %d waiters sent %d requests", waiters, sent)
+	if sent > 8 {
+		t.Errorf("FreeOrphan of a live grant with %d waiters sent %d requests, want a bounded number", waiters, sent)
+	}
+}
