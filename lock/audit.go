@@ -246,6 +246,21 @@ func (s *session) auditObject(objPath string, sid int64) (found bool, err error)
 	return found, nil
 }
 
+// cleanupQueued reports whether a cleanup about objPath is queued: the
+// nodes it deletes are not orphans (a grant released or an acquire given up
+// while disconnected leaves them to the cleaner). The audit leaves the
+// object to the cleaner; if the cleaner gives up, a later audit looks again.
+func (s *session) cleanupQueued(objPath string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.cleanups {
+		if c.objPath == objPath {
+			return true
+		}
+	}
+	return false
+}
+
 // reqOf returns the request id in a node's data ("" if none).
 func reqOf(data []byte) string {
 	var d nodeData
@@ -266,8 +281,8 @@ func (s *session) auditChild(objPath, k string, sid int64) error {
 		return err
 	}
 	req := reqOf(data)
-	if st.EphemeralOwner != sid || !s.own.reserve(req) {
-		return nil // owned by a request in progress or a grant
+	if st.EphemeralOwner != sid || s.cleanupQueued(objPath) || !s.own.reserve(req) {
+		return nil // owned by a request in progress, a grant or a queued cleanup
 	}
 	err = s.conn.Delete(p, st.Version)
 	s.own.unreserve(req)
@@ -309,7 +324,7 @@ func (s *session) auditPL(objPath string, sid int64) (mine bool, err error) {
 		return true, nil
 	}
 	req := reqOf(data)
-	if !s.own.reserve(req) {
+	if s.cleanupQueued(objPath) || !s.own.reserve(req) {
 		return true, nil
 	}
 	_, err = s.conn.Multi(

@@ -41,10 +41,11 @@ func (e *Engine) orphanCheck(ctx context.Context, s *session, objPath string, ho
 	if err != nil {
 		return orphanUnsure, nil, err
 	}
-	for _, k := range kids {
-		if k == privateLock {
-			continue
-		}
+	// In the plugin's order: the holder was first when granted, and only
+	// foreground children created since can sort ahead of it, so a live
+	// holder's child is met at once (the order does not change the verdict).
+	queue, _ := sortedQueue(kids)
+	for _, k := range queue {
 		r, err := zcall(ctx, func() (nodeRead, error) {
 			d, st, err := s.conn.Get(objPath + "/" + k)
 			return nodeRead{d, st, err}, err

@@ -465,6 +465,12 @@ func (s *session) cleaner() {
 			return
 		case <-s.cleanWake:
 		}
+		// Like every request, wait until the connection is settled
+		// (see handshake): the cleaner is woken at the reconnect, before
+		// go-zookeeper has written its setWatches.
+		if err := s.waitConnected(s.e.ctx); err != nil {
+			return // the session is lost or the engine closing
+		}
 		for {
 			s.mu.Lock()
 			if len(s.cleanups) == 0 || s.lostErr != nil {
