@@ -181,6 +181,7 @@ func (s *session) audit() {
 		return
 	}
 	sid := s.sessionID()
+	s.settleDeletes(sid)
 	objs := s.own.snapshot()
 	var stop atomic.Bool
 	sem := make(chan struct{}, auditWorkers)
@@ -290,6 +291,7 @@ func (s *session) auditChild(objPath, k string, sid int64) error {
 		return nil
 	}
 	if err != nil {
+		s.deleteInDoubt(err, sid, objPath, k, req, st.Czxid, 0)
 		return err
 	}
 	s.orphanDeleted(objPath, k, req, 0)
@@ -336,10 +338,64 @@ func (s *session) auditPL(objPath string, sid int64) (mine bool, err error) {
 		return true, nil // changed meanwhile: the next audit looks again
 	}
 	if err != nil {
+		s.deleteInDoubt(err, sid, objPath, privateLock, req, pst.Czxid, pst.Czxid)
 		return true, err
 	}
 	s.orphanDeleted(objPath, privateLock, req, pst.Czxid)
 	return true, nil
+}
+
+// doubtfulDelete is an audit delete whose reply was lost with the
+// connection: it may have been applied.
+type doubtfulDelete struct {
+	sid                int64
+	objPath, node, req string
+	czxid, token       int64
+}
+
+// deleteInDoubt remembers a delete that was sent but whose answer was lost,
+// so that the next audit counts it if it was applied (review of issue 23:
+// such an orphan was gone and never counted nor named).
+func (s *session) deleteInDoubt(err error, sid int64, objPath, node, req string, czxid, token int64) {
+	if !isConnErr(err) {
+		return
+	}
+	s.doubtMu.Lock()
+	defer s.doubtMu.Unlock()
+	if len(s.doubts) < 1024 {
+		s.doubts = append(s.doubts, doubtfulDelete{sid, objPath, node, req, czxid, token})
+	}
+}
+
+// settleDeletes, at the start of an audit of session sid, counts the
+// doubtful deletes of that session that were applied: the node is gone, or
+// a node of that name was created again since (another creation zxid).
+// One still there is left to this audit. A node freed meanwhile by an
+// operator (FreeOrphan) would be counted here too: both are deletions of
+// an orphan of this session.
+func (s *session) settleDeletes(sid int64) {
+	s.doubtMu.Lock()
+	ds := s.doubts
+	s.doubts = nil
+	s.doubtMu.Unlock()
+	var keep []doubtfulDelete
+	for _, d := range ds {
+		if d.sid != sid {
+			continue // that session ended: its nodes went with it
+		}
+		ok, st, err := s.conn.Exists(d.objPath + "/" + d.node)
+		switch {
+		case err != nil:
+			keep = append(keep, d) // the next audit tries again
+		case !ok || st.Czxid != d.czxid:
+			s.orphanDeleted(d.objPath, d.node, d.req, d.token)
+		}
+	}
+	if len(keep) > 0 {
+		s.doubtMu.Lock()
+		s.doubts = append(s.doubts, keep...)
+		s.doubtMu.Unlock()
+	}
 }
 
 func (s *session) orphanDeleted(objPath, node, req string, token int64) {

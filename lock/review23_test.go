@@ -376,10 +376,26 @@ func TestReview23FuzzCutsAuditFreeOrphan(t *testing.T) {
 	}
 	if left := children(t, conn, root, obj); len(left) > 0 {
 		t.Errorf("nodes left after every request ended: %v", left)
-	} else if h, err := op.Acquire(context.Background(), obj, lock.Background, lock.AcquireOptions{TryOnce: true}); err != nil {
-		t.Errorf("object not free after every request ended: %v", err)
 	} else {
-		release(t, h)
+		// Free: a try-once acquire is granted. A machine stall longer than
+		// the session's margin can make one grant unusable ("granted with
+		// no validity left", the safe answer); that is retried, a refusal
+		// (held by someone) is not.
+		var err error
+		for range 3 {
+			var h *lock.Grant
+			if h, err = op.Acquire(context.Background(), obj, lock.Background, lock.AcquireOptions{TryOnce: true}); err == nil {
+				release(t, h)
+				break
+			}
+			if errors.Is(err, lock.ErrNotFirst) {
+				break
+			}
+			t.Logf("final acquire: %v (retried)", err)
+		}
+		if err != nil {
+			t.Errorf("object not free after every request ended: %v", err)
+		}
 	}
 	t.Logf("requests written before setWatches: %v, %v", cutters[0].early, cutters[1].early)
 	t.Logf("cuts %d+%d, engine grants %d, failed acquires %d, plugin+engine grants %d; audit deletions %d; Inspect orphan marks %d; FreeOrphan frees %d",
@@ -541,6 +557,9 @@ func TestReview23AuditCut(t *testing.T) {
 				t.Fatalf("object not free: %v", err)
 			}
 			release(t, h)
+			// A delete applied with its reply lost is counted by the audit
+			// after the reconnect (settleDeletes): wait for it.
+			testenv.WaitFor(t, 20*time.Second, "the deletion counted", func() bool { return len(obs.list()) > 0 })
 			if got := obs.list(); len(got) != 1 {
 				t.Errorf("orphan deletions counted %v, want exactly one (requests: %s)", got, ops)
 			}

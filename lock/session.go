@@ -49,6 +49,9 @@ type session struct {
 	pending   atomic.Int64  // cleanups not yet done (metric)
 	own       *owners       // request ids owning nodes, objects touched: for the audit
 	auditWake chan struct{} // a reconnect: audit now
+
+	doubtMu sync.Mutex
+	doubts  []doubtfulDelete // audit deletes whose reply was lost (audit.go)
 }
 
 // touch is one acknowledged request: the server it went to had touched the
