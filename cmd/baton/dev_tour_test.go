@@ -155,6 +155,31 @@ func TestDevTour(t *testing.T) {
 		t.Logf("README block %d:\n%s\n%s", i+1, b, got)
 	}
 
+	// The README's metrics table and /metrics agree (issue 20: the README
+	// said metrics were "not yet there" that /metrics had). After the tour
+	// and the README's blocks every family has been touched.
+	scrape, err := shell(exports, `curl -s --unix-socket "$BATON_SIDECAR_SOCKET_PATH" http://baton/metrics`)
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	served := map[string]bool{}
+	for line := range strings.Lines(scrape) {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == "#" && f[1] == "TYPE" && strings.HasPrefix(f[2], "baton_") {
+			served[f[2]] = true
+		}
+	}
+	documented := readmeMetrics(t, "../../README.md")
+	for name := range documented {
+		if !served[name] {
+			t.Errorf("README's Metrics table names %s; /metrics of baton dev has no such family", name)
+		}
+	}
+	for name := range served {
+		if !documented[name] {
+			t.Errorf("/metrics serves %s; the README's Metrics table does not name it", name)
+		}
+	}
+
 	// Ctrl-C stops everything, exit status 0.
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -225,4 +250,34 @@ func bash(exports []string, dir, block string) (string, error) {
 	c.Dir = dir
 	b, err := c.CombinedOutput()
 	return string(b), err
+}
+
+// readmeMetrics returns the metric names in the first column of the README's
+// Metrics table.
+func readmeMetrics(t *testing.T, path string) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "\n## Metrics\n")
+	if !ok {
+		t.Fatal("README has no Metrics section")
+	}
+	sec, _, _ = strings.Cut(sec, "\n## ")
+	names := map[string]bool{}
+	name := regexp.MustCompile("`(baton_[a-z_]+)`")
+	for line := range strings.Lines(sec) {
+		if !strings.HasPrefix(line, "| `baton_") {
+			continue
+		}
+		first, _, _ := strings.Cut(line[1:], "|")
+		for _, m := range name.FindAllStringSubmatch(first, -1) {
+			names[m[1]] = true
+		}
+	}
+	if len(names) < 20 {
+		t.Fatalf("found %d metrics in the README's Metrics table", len(names))
+	}
+	return names
 }
