@@ -73,7 +73,7 @@ func TestElidedLetterOpNotPurged(t *testing.T) {
 	if !strings.Contains(d.Message, "deleted for good") || !strings.Contains(d.Message, "no copy of the payload is left") {
 		t.Errorf("discard message = %q, want it to say the op and its only payload copy are gone", d.Message)
 	}
-	audit := regexp.MustCompile(`level=WARN msg="audit: dead-lettered op discarded" .*op_id=big-1 object=a-big kept=true payload_bytes=200010 .*caller="uid=\d+ pid=\d+"`)
+	audit := regexp.MustCompile(`level=WARN msg="audit: dead-lettered op discarded" .*op_id=big-1 object=a-big kept=true payload_bytes=200010 .*caller="uid=\d+ gid=\d+ pid=\d+"`)
 	if !audit.MatchString(logs.String()) {
 		t.Errorf("no audit line for the discard naming the op and the caller's uid and pid in:\n%s", logs.String())
 	}
