@@ -3,11 +3,15 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/batonhq/baton/lock"
+	"github.com/batonhq/baton/testenv"
 )
 
 // TestCheck: Engine.Check through a second engine (another session) says
@@ -85,4 +89,61 @@ func TestCheck(t *testing.T) {
 	if _, _, err := b.Check(cctx, obj, 1); !errors.Is(err, context.Canceled) && !errors.Is(err, lock.ErrUnavailable) {
 		t.Errorf("Check with a cancelled context: %v", err)
 	}
+}
+
+// TestCheckLaggingFollower: an engine connected to a follower cut off from
+// its peers (which still answers reads, for syncLimit x tickTime, from the
+// state it had at the cut) never answers current for a token made stale by
+// a grant the ensemble committed after the cut: Check's sync goes through
+// the leader, so it answers after catching up or not at all (an error).
+// A read through that follower without a sync does see the stale
+// privateLock: shown in the test, so the fault is real.
+func TestCheckLaggingFollower(t *testing.T) {
+	if testing.Short() {
+		t.Skip("ensemble")
+	}
+	z := testenv.ZooKeeperT(t, testenv.ZKOptions{Nodes: 3, ExtraConfig: []string{"syncLimit=20"}})
+	leader, err := z.Leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	follower := leader%3 + 1
+	root := testRoot(t, z)
+	a := newEngine(t, []string{z.Addr(leader)}, root)
+	b := newEngine(t, []string{z.Addr(follower)}, root)
+	stale := rawConn(t, []string{z.Addr(follower)})
+	const obj = "lag/1"
+	name, _ := lock.EscapeObject(obj)
+	pl := root + "/" + name + "/privateLock"
+	ctx := context.Background()
+
+	g1 := acquire(t, a, obj, lock.Foreground, lock.AcquireOptions{})
+	if cur, _, err := b.Check(ctx, obj, g1.Token()); err != nil || !cur {
+		t.Fatalf("before the cut: Check through the follower = %v, %v; want current", cur, err)
+	}
+	cut := newIptablesCut(t)
+	q, el := z.PeerPorts(follower)
+	fPort, _ := strconv.Atoi(z.Addr(follower)[strings.LastIndex(z.Addr(follower), ":")+1:])
+	links := peerPorts(t, z.PID(follower), fPort)
+	if len(links) == 0 {
+		t.Fatal("found no peer links of the follower")
+	}
+	for _, p := range append([]int{q, el}, links...) {
+		cut.dropPort(p)
+	}
+	release(t, g1)
+	g2 := acquire(t, a, obj, lock.Foreground, lock.AcquireOptions{})
+	defer release(t, g2)
+
+	// The follower lags: a plain read through it still shows g1.
+	if ok, st, err := stale.Exists(pl); err != nil || !ok || st.Czxid != g1.Token() {
+		t.Fatalf("read through the cut follower without a sync: exists %v, czxid %v, err %v; want g1's %d (the follower does not lag: the test shows nothing)", ok, st, err, g1.Token())
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	cur, holder, err := b.Check(cctx, obj, g1.Token())
+	if cur {
+		t.Fatalf("Check of g1's token %d through the lagging follower after g2 (%d) was granted: current (holder %d)", g1.Token(), g2.Token(), holder)
+	}
+	t.Logf("Check through the lagging follower: current %v holder %d err %v", cur, holder, err)
 }
