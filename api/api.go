@@ -298,6 +298,18 @@ type LockStatus struct {
 	Waiters []Waiter `json:"waiters"`
 }
 
+// CheckResult is the answer of GET /v1/locks/{object}/check?token=N
+// (Chubby's CheckSequencer), from any sidecar. Current is true only if N is
+// the object's grant right now, read through ZooKeeper after a sync. Token is
+// the current grant's fencing token (0, absent on the wire, when the object
+// is free). ValidForMS is the time left of the validity the holder was told;
+// only the holder's own sidecar knows it, so any other sidecar omits it.
+type CheckResult struct {
+	Current    bool   `json:"current"`
+	Token      int64  `json:"token,string,omitempty"`
+	ValidForMS *int64 `json:"valid_for_ms,omitempty"`
+}
+
 // LockSummary is one object of [LockList].
 type LockSummary struct {
 	Object  string  `json:"object"`

@@ -138,6 +138,7 @@ func TestOpenAPIMatchesWireTypes(t *testing.T) {
 		"LockList": api.LockList{}, "Health": api.Health{}, "ReloadInfo": api.ReloadInfo{}, "ZKInfo": api.ZKInfo{},
 		"OpRequest": api.OpRequest{}, "OpAck": api.OpAck{}, "Op": api.Op{}, "DeadLetter": dlq.Letter{},
 		"Delivery": api.Delivery{}, "OpDiscarded": api.OpDiscarded{}, "QueueInfo": api.QueueInfo{},
+		"CheckResult": api.CheckResult{},
 	} {
 		var fields []string
 		rt := reflect.TypeOf(v)
@@ -591,6 +592,10 @@ func TestOpenAPIAnswers(t *testing.T) {
 	call("POST", "/v1/locks/doc-1/acquire", `{"wait_ms":50,"bind":"process"}`, 423, true)
 	call("GET", "/v1/locks/doc-1", "", 200, true)
 	call("GET", "/v1/locks/free-object", "", 200, true)
+	call("GET", "/v1/locks/doc-1/check?token="+strconv.FormatInt(l.Token, 10), "", 200, true)
+	call("GET", "/v1/locks/free-object/check?token=1", "", 200, true)
+	call("GET", "/v1/locks/doc-1/check", "", 400, false)
+	call("GET", "/v1/locks/doc-1/check?token=-3", "", 400, false)
 	call("GET", "/v1/locks", "", 200, true)
 	call("GET", "/v1/locks?prefix=doc&limit=10", "", 200, true)
 	call("POST", "/v1/leases/"+l.LeaseID+"/renew", `{"lease_ms":30000}`, 200, true)

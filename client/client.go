@@ -409,6 +409,39 @@ func (c *Client) Inspect(ctx context.Context, object string) (*api.LockStatus, e
 	return &v, nil
 }
 
+// Check asks whether token is the object's current grant (GET
+// /v1/locks/{object}/check, Chubby's CheckSequencer), through any sidecar:
+// Current is true only if ZooKeeper, read after a sync, holds the grant
+// with that fencing token right now. ValidForMS is set only by the holder's
+// own sidecar. A token that is not positive is a 400 *APIError naming
+// "token".
+func (c *Client) Check(ctx context.Context, object string, token int64) (api.CheckResult, error) {
+	var v api.CheckResult
+	p := "/v1/locks/" + url.PathEscape(object) + "/check?token=" + strconv.FormatInt(token, 10)
+	if _, err := c.send(ctx, http.MethodGet, p, nil, &v); err != nil {
+		return api.CheckResult{}, err
+	}
+	return v, nil
+}
+
+// RequireCurrent is the check storage code calls before a write on behalf
+// of the holder of token: nil if token is the object's current grant, a
+// *StaleTokenError (errors.Is ErrStaleToken) if it is not, any other error
+// if the sidecar could not tell (refuse the write then too). The grant can
+// still end between the check and the write; a storage that compares the
+// token itself in the write (a fence column, a conditional update) closes
+// that gap.
+func (c *Client) RequireCurrent(ctx context.Context, object string, token int64) error {
+	v, err := c.Check(ctx, object, token)
+	if err != nil {
+		return err
+	}
+	if !v.Current {
+		return &StaleTokenError{Object: object, Token: token, Current: v.Token}
+	}
+	return nil
+}
+
 // ListOptions select objects for List.
 type ListOptions struct {
 	Prefix string // object names starting with it

@@ -24,6 +24,9 @@ var (
 	// shutting down, too many waiters, queue unavailable or full, ops
 	// disabled) or 507 QueueFull (queue.max.bytes reached).
 	ErrUnavailable = errors.New("client: sidecar or zookeeper unavailable")
+	// ErrStaleToken: a fencing token is not the object's current grant
+	// (RequireCurrent; see *StaleTokenError).
+	ErrStaleToken = errors.New("client: stale fencing token")
 )
 
 // UnreachableError is a request that got no answer: nothing listens on the
@@ -156,3 +159,20 @@ func decodeError(status int, body []byte) error {
 	}
 	return &APIError{Status: status, Kind: b.Kind, Message: b.Message, Reason: b.Reason, Field: b.Field, Action: b.Action, Key: b.Key}
 }
+
+// StaleTokenError is RequireCurrent's answer for a token that is not the
+// object's current grant. errors.Is matches ErrStaleToken.
+type StaleTokenError struct {
+	Object  string
+	Token   int64 // the token checked
+	Current int64 // the current grant's token, 0 when the object is free
+}
+
+func (e *StaleTokenError) Error() string {
+	if e.Current == 0 {
+		return fmt.Sprintf("client: fencing token %d of %q is stale: the object is free", e.Token, e.Object)
+	}
+	return fmt.Sprintf("client: fencing token %d of %q is stale: the current grant is token %d", e.Token, e.Object, e.Current)
+}
+
+func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }

@@ -85,6 +85,7 @@ var (
 	actRenew      = action{"renew", false}
 	actRelease    = action{"release", false}
 	actInspect    = action{"inspect", false}
+	actCheck      = action{"check", false}
 	actListLeases = action{"list leases", false}
 	actSubmit     = action{"submit ops", false}
 	actGetOp      = action{"get ops", false}

@@ -265,6 +265,12 @@ func TestAuthAllowLists(t *testing.T) {
 	}
 	st, body := uid(1005).call(t, sock, "POST", "/v1/locks/y/acquire", `{}`)
 	wantRefused(t, "acquire as unlisted uid 1005", st, body, 403, api.Forbidden, "sidecar.auth.client.uids")
+	// The fencing check is a client action.
+	if st, body := uid(1002).call(t, sock, "GET", "/v1/locks/x/check?token=1", ""); st != 200 {
+		t.Errorf("check as listed client 1002: %d %s", st, body)
+	}
+	st, body = uid(1005).call(t, sock, "GET", "/v1/locks/x/check?token=1", "")
+	wantRefused(t, "check as unlisted uid 1005", st, body, 403, api.Forbidden, "sidecar.auth.client.uids")
 	if st, body := (caller{uid: 1003, gid: 2000}).call(t, sock, "GET", "/v1/locks/x", ""); st != 200 {
 		t.Errorf("inspect as admin (gid 2000): %d %s", st, body)
 	}

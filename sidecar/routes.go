@@ -38,6 +38,7 @@ type router struct {
 	revoke                                                                                              methods
 	leases                                                                                              methods // GET /v1/leases (leases.go)
 	opsDiscard                                                                                          methods
+	check                                                                                               methods // GET /v1/locks/{object}/check (check.go)
 }
 
 func (s *Server) routes() http.Handler {
@@ -60,6 +61,7 @@ func (s *Server) routes() http.Handler {
 		leases:    methods{http.MethodGet: s.as(actListLeases, s.listLeases)},
 		// An admin action (SPEC §7): deletes a dead-lettered op for good.
 		opsDiscard: methods{http.MethodPost: s.as(actDiscard, s.serveOps)},
+		check:      methods{http.MethodGet: s.as(actCheck, s.check)},
 	}
 }
 
@@ -143,6 +145,9 @@ func (rt *router) match(r *http.Request) methods {
 		case n == 4 && segs[3] == "revoke":
 			r.SetPathValue("object", segs[2])
 			return rt.revoke
+		case n == 4 && segs[3] == "check":
+			r.SetPathValue("object", segs[2])
+			return rt.check
 		}
 	case "leases":
 		switch {
