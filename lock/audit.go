@@ -225,6 +225,9 @@ func (s *session) auditObject(objPath string, sid int64) (found bool, err error)
 			hasPL = true
 			continue
 		}
+		if !s.connected() { // cut mid-audit: stop, the reconnect audits again
+			return found, zk.ErrConnectionClosed
+		}
 		ok, st, err := s.conn.Exists(objPath + "/" + k)
 		if err != nil {
 			return found, err
@@ -382,6 +385,10 @@ func (s *session) settleDeletes(sid int64) {
 	for _, d := range ds {
 		if d.sid != sid {
 			continue // that session ended: its nodes went with it
+		}
+		if !s.connected() {
+			keep = append(keep, d)
+			continue
 		}
 		ok, st, err := s.conn.Exists(d.objPath + "/" + d.node)
 		switch {
