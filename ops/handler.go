@@ -213,15 +213,25 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (h *handler) replay(w http.ResponseWriter, r *http.Request, id string) error {
+// opAction begins an action on one op (replay, discard): an empty body, a
+// well-formed id, and a context that outlives the caller's connection.
+func opAction(w http.ResponseWriter, r *http.Request, id string) (context.Context, context.CancelFunc, error) {
 	var none struct{}
 	if err := decodeBody(w, r, &none); err != nil {
-		return err
+		return nil, nil, err
 	}
 	if !queue.ValidID(id) {
-		return newError(api.NotFound, "no op %q: op ids are 1-128 characters of A-Z a-z 0-9 . _ : -", id)
+		return nil, nil, newError(api.NotFound, "no op %q: op ids are 1-128 characters of A-Z a-z 0-9 . _ : -", id)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), submitTimeout)
+	return ctx, cancel, nil
+}
+
+func (h *handler) replay(w http.ResponseWriter, r *http.Request, id string) error {
+	ctx, cancel, err := opAction(w, r, id)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 	op, err := h.d.store.Replay(ctx, id)
 	if err != nil {
@@ -239,14 +249,10 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request, id string) erro
 // lacks the payload. It is an operator's action: audit-logged at WARN with
 // the caller.
 func (h *handler) discard(w http.ResponseWriter, r *http.Request, id string) error {
-	var none struct{}
-	if err := decodeBody(w, r, &none); err != nil {
+	ctx, cancel, err := opAction(w, r, id)
+	if err != nil {
 		return err
 	}
-	if !queue.ValidID(id) {
-		return newError(api.NotFound, "no op %q: op ids are 1-128 characters of A-Z a-z 0-9 . _ : -", id)
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), submitTimeout)
 	defer cancel()
 	op, err := h.d.store.Discard(ctx, id)
 	if err != nil {

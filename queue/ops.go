@@ -405,15 +405,11 @@ func (s *Store) Requeue(ctx context.Context, id string) error {
 // then updates the scheduler. A done op's payload is deleted; a finished op
 // goes into bFinished (for Purge), or bKept when mutate marked it Kept.
 func (s *Store) transition(ctx context.Context, id string, from, to State, mutate func(op *Op, now time.Time)) error {
-	if err := s.enter(); err != nil {
-		return err
-	}
-	defer s.leave()
-	unlock, err := s.lockID(ctx, id)
+	done, err := s.enterID(ctx, id)
 	if err != nil {
 		return err
 	}
-	defer unlock()
+	defer done()
 
 	s.mu.Lock()
 	e := s.sched.entries[id]
@@ -518,15 +514,11 @@ func (s *Store) transition(ctx context.Context, id string, from, to State, mutat
 // wrapping ErrNotDeadLettered; an unknown id is ErrNotFound. Replay counts
 // against MaxOps (ErrQueueFull).
 func (s *Store) Replay(ctx context.Context, id string) (Op, error) {
-	if err := s.enter(); err != nil {
-		return Op{}, err
-	}
-	defer s.leave()
-	unlock, err := s.lockID(ctx, id)
+	done, err := s.enterID(ctx, id)
 	if err != nil {
 		return Op{}, err
 	}
-	defer unlock()
+	defer done()
 	old, err := s.Get(id)
 	if err != nil {
 		return Op{}, err
@@ -747,15 +739,11 @@ const ElidedNotePrefix = "dead letter published without its payload"
 // wrapping ErrNotDeadLettered; an unknown id is ErrNotFound. The object's
 // seq counter is kept; the id may be submitted again afterwards.
 func (s *Store) Discard(ctx context.Context, id string) (Op, error) {
-	if err := s.enter(); err != nil {
-		return Op{}, err
-	}
-	defer s.leave()
-	unlock, err := s.lockID(ctx, id)
+	done, err := s.enterID(ctx, id)
 	if err != nil {
 		return Op{}, err
 	}
-	defer unlock()
+	defer done()
 	var op Op
 	err = s.update(func(tx *bolt.Tx) error {
 		ops, payloads := tx.Bucket(bOps), tx.Bucket(bPayloads)

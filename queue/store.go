@@ -552,6 +552,20 @@ func (s *Store) notifyLocked() {
 
 // lockID waits until no other call works on id, then marks it busy. The
 // returned func releases it.
+// enterID enters the store (enter) and takes op id's lock (lockID): the
+// start of every change to one op. done releases both.
+func (s *Store) enterID(ctx context.Context, id string) (done func(), err error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	unlock, err := s.lockID(ctx, id)
+	if err != nil {
+		s.leave()
+		return nil, err
+	}
+	return func() { unlock(); s.leave() }, nil
+}
+
 func (s *Store) lockID(ctx context.Context, id string) (func(), error) {
 	for {
 		s.mu.Lock()
