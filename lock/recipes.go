@@ -1,0 +1,263 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Recipes built on Acquire: every grant they return is an ordinary Grant of
+// one object (validity, fencing token, holder watch, recovery), so they add
+// no new way for two holders to overlap.
+
+// MaxObjectsPerAcquire bounds AcquireAll's set.
+const MaxObjectsPerAcquire = 64
+
+// MaxPermits bounds a semaphore's permits.
+const MaxPermits = 256
+
+// SemaphorePrefix starts the object names a semaphore's gate and permits use
+// under the lock root ("<prefix><name>/gate", "<prefix><name>/permit-<i>").
+const SemaphorePrefix = ".semaphore/"
+
+// CanonicalObjects validates a set of object names and returns it in the
+// order every engine acquires it: by escaped node name. A name given twice
+// is an error naming it.
+func CanonicalObjects(objects []string) ([]string, error) {
+	if len(objects) == 0 {
+		return nil, fmt.Errorf("%w: the set of objects is empty", ErrInvalidObject)
+	}
+	if len(objects) > MaxObjectsPerAcquire {
+		return nil, fmt.Errorf("%w: %d objects, at most %d", ErrInvalidObject, len(objects), MaxObjectsPerAcquire)
+	}
+	type named struct{ obj, node string }
+	set := make([]named, 0, len(objects))
+	seen := make(map[string]bool, len(objects))
+	for _, o := range objects {
+		n, err := EscapeObject(o)
+		if err != nil {
+			return nil, fmt.Errorf("object %q: %w", o, err)
+		}
+		if seen[n] {
+			return nil, fmt.Errorf("%w: %q is given twice", ErrInvalidObject, o)
+		}
+		seen[n] = true
+		set = append(set, named{o, n})
+	}
+	sort.Slice(set, func(i, j int) bool { return set[i].node < set[j].node })
+	out := make([]string, len(set))
+	for i, s := range set {
+		out[i] = s.obj
+	}
+	return out, nil
+}
+
+// waitFor returns the wait o asks for, or the type's default.
+func (e *Engine) waitFor(typ Type, o AcquireOptions) time.Duration {
+	switch {
+	case o.Wait > 0:
+		return o.Wait
+	case typ == Background:
+		return e.opts.BackgroundWait
+	}
+	return e.opts.ForegroundWait
+}
+
+// step returns o for one acquire of a recipe: the wait left before deadline
+// and a request id derived from o's (suffix), so that each node of the set
+// carries its own id.
+func step(o AcquireOptions, deadline time.Time, suffix string) AcquireOptions {
+	o.Wait = max(time.Until(deadline), time.Nanosecond)
+	if o.RequestID != "" {
+		o.RequestID += "." + suffix
+	}
+	return o
+}
+
+// giveBack releases grants a recipe took but will not report. A release that
+// cannot be sent now is completed by the session (Release's contract).
+func giveBack(ctx context.Context, grants ...*Grant) {
+	for _, g := range grants {
+		if g != nil {
+			_ = g.Release(context.WithoutCancel(ctx))
+		}
+	}
+}
+
+// AcquireAll acquires every object of the set, all or nothing, within one
+// wait (o.Wait or the type's default) counted from the call. Objects are
+// taken one by one in CanonicalObjects order, so two requests for
+// overlapping sets never wait for each other in a cycle; a request that
+// runs out of time (or fails) gives back what it took and returns that
+// error: an *InstanceLockError names the object it was waiting for. The
+// grants come back in canonical order; each is an ordinary grant with its
+// own token, and the caller must treat the loss of any as the loss of the
+// set.
+func (e *Engine) AcquireAll(ctx context.Context, objects []string, typ Type, o AcquireOptions) ([]*Grant, error) {
+	order, err := CanonicalObjects(objects)
+	if err != nil {
+		return nil, err
+	}
+	if o.Wait < 0 {
+		return nil, fmt.Errorf("lock: wait %v is negative", o.Wait)
+	}
+	deadline := time.Now().Add(e.waitFor(typ, o))
+	grants := make([]*Grant, 0, len(order))
+	for i, obj := range order {
+		g, err := e.Acquire(ctx, obj, typ, step(o, deadline, strconv.Itoa(i)))
+		if err != nil {
+			giveBack(ctx, grants...)
+			return nil, err
+		}
+		grants = append(grants, g)
+	}
+	return grants, nil
+}
+
+// SemaphoreObjects returns the object names of a semaphore's gate and of its
+// first permits permits.
+func SemaphoreObjects(name string, permits int) (gate string, slots []string, err error) {
+	if name == "" || strings.ContainsRune(name, '/') {
+		return "", nil, fmt.Errorf("%w: semaphore name %q must be non-empty and without '/'", ErrInvalidObject, name)
+	}
+	if permits < 1 || permits > MaxPermits {
+		return "", nil, fmt.Errorf("lock: permits %d is not between 1 and %d", permits, MaxPermits)
+	}
+	base := SemaphorePrefix + name + "/"
+	gate = base + "gate"
+	for i := range permits {
+		slots = append(slots, base+"permit-"+strconv.Itoa(i))
+	}
+	if err := ValidateObject(slots[len(slots)-1]); err != nil {
+		return "", nil, fmt.Errorf("semaphore %q: %w", name, err)
+	}
+	return gate, slots, nil
+}
+
+// PermitIndex returns i for the object of a semaphore's permit i, and
+// whether obj is one.
+func PermitIndex(obj string) (int, bool) {
+	if !strings.HasPrefix(obj, SemaphorePrefix) {
+		return 0, false
+	}
+	i := strings.LastIndex(obj, "/permit-")
+	if i < 0 {
+		return 0, false
+	}
+	n, err := strconv.Atoi(obj[i+len("/permit-"):])
+	return n, err == nil && n >= 0
+}
+
+// AcquirePermit takes one of a counting semaphore's permits: at most permits
+// holders at once among requests that agree on permits (a request asking
+// for fewer uses only the lower permits). Permit i is an ordinary lock
+// object (SemaphoreObjects), so the returned grant is the grant of that
+// object: its token fences writes made under that permit, and a lost
+// holder's permit comes back only when its privateLock is gone, after the
+// validity its holder was told. Requests queue on the semaphore's gate, a
+// lock like any other, so foreground requests go before background ones and
+// only the gate's holder waits on the permits: it takes a permit it saw
+// free, or else waits on all of them at once and keeps the first granted.
+// The wait (o.Wait or the type's default) covers both; a request that runs
+// out of time returns an *InstanceLockError naming the semaphore and leaves
+// no node behind.
+func (e *Engine) AcquirePermit(ctx context.Context, name string, permits int, typ Type, o AcquireOptions) (*Grant, error) {
+	gateObj, slots, err := SemaphoreObjects(name, permits)
+	if err != nil {
+		return nil, err
+	}
+	if o.Wait < 0 {
+		return nil, fmt.Errorf("lock: wait %v is negative", o.Wait)
+	}
+	start := time.Now()
+	deadline := start.Add(e.waitFor(typ, o))
+	named := func(err error) error {
+		var ile *InstanceLockError
+		if errors.As(err, &ile) {
+			c := *ile
+			c.Object, c.Waited = SemaphorePrefix+name, time.Since(start)
+			return &c
+		}
+		return err
+	}
+	gate, err := e.Acquire(ctx, gateObj, typ, step(o, deadline, "gate"))
+	if err != nil {
+		return nil, named(err)
+	}
+	defer giveBack(ctx, gate)
+	if i := e.freePermit(ctx, slots); i >= 0 {
+		to := step(o, deadline, strconv.Itoa(i))
+		to.TryOnce = true
+		if g, err := e.Acquire(ctx, slots[i], typ, to); err == nil {
+			return g, nil
+		}
+	}
+	g, err := e.firstPermit(ctx, slots, typ, o, deadline)
+	return g, named(err)
+}
+
+// freePermit returns a permit with neither holder nor waiters, or -1.
+func (e *Engine) freePermit(ctx context.Context, slots []string) int {
+	free := make([]bool, len(slots))
+	var wg sync.WaitGroup
+	for i, obj := range slots {
+		wg.Go(func() {
+			st, err := e.Inspect(ctx, obj)
+			free[i] = err == nil && st.Holder == nil && len(st.Waiters) == 0
+		})
+	}
+	wg.Wait()
+	for i, f := range free {
+		if f {
+			return i
+		}
+	}
+	return -1
+}
+
+// firstPermit waits on every permit at once and keeps the first granted;
+// the others' waits are cancelled and any grant that raced the cancel is
+// given back.
+func (e *Engine) firstPermit(ctx context.Context, slots []string, typ Type, o AcquireOptions, deadline time.Time) (*Grant, error) {
+	wctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	type result struct {
+		g   *Grant
+		err error
+	}
+	results := make(chan result, len(slots))
+	for i, obj := range slots {
+		go func() {
+			g, err := e.Acquire(wctx, obj, typ, step(o, deadline, strconv.Itoa(i)))
+			results <- result{g, err}
+		}()
+	}
+	var won *Grant
+	var firstErr error
+	for range slots {
+		r := <-results
+		switch {
+		case r.err == nil && won == nil:
+			won = r.g
+			cancel()
+		case r.err == nil:
+			giveBack(ctx, r.g)
+		case firstErr == nil || isInstanceLock(firstErr) && !isInstanceLock(r.err):
+			firstErr = r.err // prefer a cause that is not the cancelled waits'
+		}
+	}
+	if won != nil {
+		return won, nil
+	}
+	return nil, firstErr
+}
+
+func isInstanceLock(err error) bool {
+	var ile *InstanceLockError
+	return errors.As(err, &ile)
+}
