@@ -12,3 +12,13 @@ func SetSeqLimits(drain, refuse int64) func() {
 // sent (shared listings count once): the request a herd or a listing per
 // handoff would multiply, counted whatever the machine's speed.
 func (e *Engine) Listings() int64 { return e.lists.Load() }
+
+// KeeperQuiet reports how many keeper intervals the current session skipped
+// because its own leader-path writes had kept the validity base moving.
+func (e *Engine) KeeperQuiet() int64 {
+	s, err := e.current()
+	if err != nil {
+		return 0
+	}
+	return s.quiet.Load()
+}

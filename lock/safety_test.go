@@ -515,6 +515,33 @@ func TestKeeperSyncsOnlyWhileBusy(t *testing.T) {
 	release(t, g)
 }
 
+// Issue 21 §4: while the session's own acquires and releases reach the
+// leader at least once per keeper interval, the keeper sends no sync (it
+// skips intervals instead), and a grant held meanwhile still sees its
+// validity move: the writes' acknowledgements move the base.
+func TestKeeperQuietWhileWritesFlow(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root)
+	g := acquire(t, e, "KQ-hold", lock.Foreground, lock.AcquireOptions{})
+	defer release(t, g)
+	valid0, syncs0, quiet0 := g.ValidUntil(), e.Health().Syncs, e.KeeperQuiet()
+	cycles := 0
+	for start := time.Now(); time.Since(start) < 2*time.Second; cycles++ {
+		release(t, acquire(t, e, "KQ-cycle", lock.Foreground, lock.AcquireOptions{}))
+	}
+	syncs, quiet := e.Health().Syncs-syncs0, e.KeeperQuiet()-quiet0
+	t.Logf("%d acquire/release cycles in 2s: %d syncs, %d quiet intervals", cycles, syncs, quiet)
+	if quiet == 0 {
+		t.Errorf("the keeper never stayed quiet during %d write cycles (%d syncs)", cycles, syncs)
+	}
+	if syncs > quiet {
+		t.Errorf("%d syncs but only %d quiet intervals during %d write cycles: the keeper kept syncing", syncs, quiet, cycles)
+	}
+	if moved := g.ValidUntil().Sub(valid0); moved < time.Second {
+		t.Errorf("validity moved %v in 2s of writes, want ≥ 1s: writes did not move the base", moved)
+	}
+}
+
 // Issue 10, create-then-verify: a request that creates privateLock without a
 // prediction is granted only if no child sorts ahead of its own when it
 // lists. Here a foreground node (a plugin client's, waiting, not yet holding)

@@ -31,6 +31,10 @@ type session struct {
 	// leaderAcked for how it moves.
 	base    time.Time
 	touches []touch // acknowledged requests of any kind, oldest first, for leaderAcked
+	// leaderSent is the send time of the newest acknowledged leader-path
+	// request (a write or a sync): the keeper stays quiet while these come
+	// at least once per keepInterval.
+	leaderSent time.Time
 	state   zk.State
 	// settled: go-zookeeper is done re-registering watches after the last
 	// handshake (see settle); requests wait for it.
@@ -44,6 +48,7 @@ type session struct {
 	grants    map[*Grant]struct{} // held grants, ended when the session is lost
 	waiters   int                 // slow-path acquires in progress
 	syncs     atomic.Int64        // keeper syncs sent (cost metric)
+	quiet     atomic.Int64        // keeper intervals skipped: leader-path writes kept the base moving
 	lost      chan struct{}       // closed when the session is declared lost
 	closeOnce sync.Once
 	pending   atomic.Int64  // cleanups not yet done (metric)
@@ -237,6 +242,9 @@ func (s *session) acked(sent, at time.Time, leader bool) {
 			s.touches = append(s.touches[:0], s.touches[len(s.touches)-1024:]...)
 		}
 		return
+	}
+	if sent.After(s.leaderSent) {
+		s.leaderSent = sent
 	}
 	cut := sent.Add(-s.e.opts.TickTime)
 	k := -1
@@ -519,7 +527,9 @@ func (s *session) keepInterval(timeout time.Duration) time.Duration {
 // keeper sends a sync (answered through the leader) every keepInterval while
 // this session has grants or waiting acquires, so that their validity keeps
 // moving; pings, which a follower answers alone, no longer move it. An idle
-// session costs nothing.
+// session costs nothing, and a busy one whose own writes (acquires,
+// releases) reach the leader at least once per interval sends no sync: each
+// acknowledged write moves the base exactly as a sync sent then would.
 func (s *session) keeper() {
 	for {
 		s.mu.Lock()
@@ -527,14 +537,22 @@ func (s *session) keeper() {
 		busy := len(s.grants) > 0 || s.waiters > 0
 		ch := s.changed
 		wait := s.keepInterval(s.timeout)
+		quiet := wait - time.Since(s.leaderSent)
 		s.mu.Unlock()
-		if ok && busy {
+		switch {
+		case ok && busy && quiet > 0:
+			// The session's own writes went through the leader within the
+			// interval: their acknowledgements move the base as a sync
+			// would. Look again an interval after the newest one.
+			wait, ch = quiet, nil
+			s.quiet.Add(1)
+		case ok && busy:
 			if _, err := s.conn.Sync("/"); errors.Is(err, zk.ErrClosing) {
 				return
 			}
 			s.syncs.Add(1)
 			ch = nil // sleep the interval, not until the next change
-		} else {
+		default:
 			wait = time.Minute // idle: woken by the next change
 		}
 		t := time.NewTimer(wait)
