@@ -35,7 +35,7 @@ type session struct {
 	// request (a write or a sync): the keeper stays quiet while these come
 	// at least once per keepInterval.
 	leaderSent time.Time
-	state   zk.State
+	state      zk.State
 	// settled: go-zookeeper is done re-registering watches after the last
 	// handshake (see settle); requests wait for it.
 	settled   bool
