@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -376,26 +375,20 @@ func acquireExit(err error, f lockFlags) error {
 // to the flags of `baton lock` that set them.
 var lockFlagOf = map[string]string{"lease_ms": "--lease", "wait_ms": "--wait", "type": "--type", "info": "--info"}
 
-// rangeRE finds the range in the sidecar's "… out of range: want 1 to
-// 60000 milliseconds".
-var rangeRE = regexp.MustCompile(`want (\d+) to (\d+) milliseconds`)
-
-// flagProblem says what the sidecar found wrong with a flag's value.
+// flagProblem says what the sidecar found wrong with a flag's value: for
+// a millisecond field out of range, the bounds its answer gives.
 func flagProblem(ae *client.APIError, f lockFlags) string {
-	m := rangeRE.FindStringSubmatch(ae.Message)
-	if m == nil {
+	if ae.MinMS == nil || ae.MaxMS == nil {
 		return "rejected by the sidecar: " + ae.Message
 	}
-	lo, _ := strconv.ParseInt(m[1], 10, 64)
-	hi, _ := strconv.ParseInt(m[2], 10, 64)
-	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+	lo, hi := time.Duration(*ae.MinMS)*time.Millisecond, time.Duration(*ae.MaxMS)*time.Millisecond
 	switch ae.Field {
 	case "lease_ms":
-		return fmt.Sprintf("%v is not between %v and %v (the sidecar's sidecar.lease.max)", f.lease, ms(lo), ms(hi))
+		return fmt.Sprintf("%v is not between %v and %v (the sidecar's sidecar.lease.max)", f.lease, lo, hi)
 	case "wait_ms":
-		return fmt.Sprintf("%v is not between %v and %v", f.wait, ms(lo), ms(hi))
+		return fmt.Sprintf("%v is not between %v and %v", f.wait, lo, hi)
 	}
-	return fmt.Sprintf("not between %v and %v", ms(lo), ms(hi))
+	return fmt.Sprintf("not between %v and %v", lo, hi)
 }
 
 // sigNum returns a signal's number (0 if it is not a syscall.Signal).
