@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,5 +100,73 @@ func TestLockStopsAGraceBeforeValidityEnds(t *testing.T) {
 	}
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Lock = %v, want fn's context.Canceled", err)
+	}
+}
+
+// TestLockStopsAGraceBeforeDrainEnds: the sidecar drains (shuts down) under
+// a Lock: the lock stays valid until the end of its shutdown grace, and
+// Lock cancels fn's context a grace before that end, while the lock is
+// valid — not at the end, when the sidecar tells it lost. The old Lock
+// cancelled fn only then (cause ErrLockLost, reason shutdown).
+func TestLockStopsAGraceBeforeDrainEnds(t *testing.T) {
+	cfg := props.Defaults()
+	cfg.ZKServers, cfg.LockRoot, cfg.NodeID = zkServers, lockRoot+"-drainstop", "sc-drainstop"
+	cfg.SocketPath = filepath.Join(t.TempDir(), "d.sock")
+	cfg.ZKSessionTimeout = sessionTimeout
+	cfg.ShutdownGrace = 6 * time.Second
+	srv, err := sidecar.New(cfg, sidecar.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(context.Background()) }()
+	defer func() {
+		_ = srv.Close()
+		<-done
+	}()
+	c := client.New(cfg.SocketPath)
+	defer c.Close()
+	testenv.WaitFor(t, 30*time.Second, "sidecar ready", func() bool { return c.Ready(context.Background()) == nil })
+	const grace = 2 * time.Second
+	var left time.Duration
+	var state string
+	var cause error
+	// A short lease: renewals every 200 ms. A long-poll that reaches the
+	// sidecar after the drain began waits for the next change, so the
+	// drain may be seen at the next renewal instead (at most 200 ms late).
+	err = c.Lock(context.Background(), "drain-stop", func(ctx context.Context) error {
+		l := client.LeaseFrom(ctx)
+		srv.Drain()
+		<-ctx.Done()
+		if du := l.DrainUntil(); !du.IsZero() && l.Err() == nil {
+			left = time.Until(du)
+		}
+		state, cause = l.State(), context.Cause(ctx)
+		return ctx.Err()
+	}, client.WithStopGrace(grace), client.WithLease(600*time.Millisecond))
+	t.Logf("fn's ctx cancelled with %v left of the drain (grace %v), state %s, cause: %v; Lock = %v",
+		left.Round(time.Millisecond), grace, state, cause, err)
+	if left <= 0 || state != api.StateDraining {
+		t.Errorf("fn's ctx cancelled with %v of the drain left, state %s; want a grace (%v) before its end, while draining", left, state, grace)
+	}
+	if !errors.Is(cause, client.ErrValidityEnding) || errors.Is(cause, client.ErrLockLost) {
+		t.Errorf("cause = %v, want ErrValidityEnding (not a loss)", cause)
+	}
+	if !errors.Is(err, context.Canceled) || errors.Is(err, client.ErrLockLost) {
+		t.Errorf("Lock = %v, want fn's context.Canceled and no loss", err)
+	}
+}
+
+// TestLockNegativeStopGrace: a negative grace is refused before anything
+// is acquired, naming the option.
+func TestLockNegativeStopGrace(t *testing.T) {
+	c := newClient(t)
+	ran := false
+	err := c.Lock(context.Background(), "neg-grace", func(context.Context) error { ran = true; return nil }, client.WithStopGrace(-time.Second))
+	if err == nil || ran || !strings.Contains(err.Error(), "WithStopGrace") {
+		t.Errorf("Lock with WithStopGrace(-1s) = %v (fn ran: %v), want an error naming WithStopGrace", err, ran)
+	}
+	if st, err := c.Inspect(context.Background(), "neg-grace"); err != nil || st.Holder != nil {
+		t.Errorf("after the refusal: holder %+v, %v; want none", st, err)
 	}
 }
