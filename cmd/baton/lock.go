@@ -547,7 +547,8 @@ func (h *holder) follow(ev client.StopEvent) {
 	case client.StopCalledOff:
 		switch {
 		case ev.Cause == client.CausePreempted:
-			fmt.Fprintf(h.g.stderr, "baton: lock %q: the preemption was withdrawn (its requester gave up): the lock is held again; SIGKILL to the command called off (it got SIGTERM; a command that trapped it may go on)\n", h.obj)
+			fmt.Fprintf(h.g.stderr, "baton: lock %q: the preemption was withdrawn (its requester gave up): the lock is held again; "+
+				"SIGKILL to the command called off (it got SIGTERM; a command that trapped it may go on)\n", h.obj)
 		case ev.Stopped:
 			fmt.Fprintf(h.g.stderr, "baton: lock %q is held again (%s no more)\n", h.obj, ev.Cause)
 			fmt.Fprintf(h.g.stderr, "baton: SIGKILL to the command called off: the lock is held\n")
