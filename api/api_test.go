@@ -80,6 +80,30 @@ func TestErrorJSON(t *testing.T) {
 	}
 }
 
+// TestErrorBoundsJSON: the bounds of a millisecond field out of range
+// travel as min_ms and max_ms (0 is a bound, written), are left out when
+// not set, and read back as they were written.
+func TestErrorBoundsJSON(t *testing.T) {
+	lo, hi := int64(0), int64(600000)
+	in := api.Error{Kind: api.BadRequest, Message: "wait_ms: out of range", Field: "wait_ms", MinMS: &lo, MaxMS: &hi}
+	b, err := json.Marshal(in)
+	want := `{"error":"BadRequest","message":"wait_ms: out of range","field":"wait_ms","min_ms":0,"max_ms":600000}`
+	if err != nil || string(b) != want {
+		t.Fatalf("Marshal = %s, %v; want %s", b, err, want)
+	}
+	var back api.Error
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.MinMS == nil || back.MaxMS == nil || *back.MinMS != lo || *back.MaxMS != hi || back.Field != "wait_ms" {
+		t.Errorf("round trip: %+v (min %v, max %v)", back, back.MinMS, back.MaxMS)
+	}
+	b, _ = json.Marshal(api.Error{Kind: api.BadRequest, Message: "m", Field: "type"})
+	if strings.Contains(string(b), "_ms") {
+		t.Errorf("bounds written when not set: %s", b)
+	}
+}
+
 func TestStatus(t *testing.T) {
 	for kind, want := range map[string]int{
 		api.BadRequest: 400, api.NoNode: 404, api.NotFound: 404, api.MethodNotAllowed: 405, api.Conflict: 409,

@@ -71,6 +71,8 @@ type Error struct {
 	Position *int    `json:"position,omitempty"`
 	Action   string  `json:"action,omitempty"` // 403: what was refused
 	Key      string  `json:"key,omitempty"`    // 403: the property that allows it; 429: the one that raises the cap
+	MinMS    *int64  `json:"min_ms,omitempty"` // 400 of a millisecond field out of range: the least value accepted
+	MaxMS    *int64  `json:"max_ms,omitempty"` // 400 of a millisecond field out of range: the greatest value accepted
 }
 
 // MarshalJSON writes holder as null in a 423 rather than leaving it out.

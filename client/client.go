@@ -154,6 +154,20 @@ type acquireOptions struct {
 	preempt     bool
 	preemptWait time.Duration
 	forceful    bool
+
+	stopGrace    time.Duration // Lock only
+	stopGraceSet bool
+}
+
+// WithStopGrace sets the grace of Lock's stop-by signal (Lease.StopBy):
+// when the lock's validity is no longer extended (ZooKeeper unreachable,
+// the sidecar draining or unreachable), fn's context is cancelled this long
+// before the validity ends, so that fn can finish or roll back a write in
+// flight while the lock is still valid. 0 cancels it at the end of the
+// validity; default DefaultStopGrace (5 s, as `baton lock --kill-grace`).
+// Acquire ignores it.
+func WithStopGrace(d time.Duration) Option {
+	return func(o *acquireOptions) { o.stopGrace, o.stopGraceSet = d, true }
 }
 
 // WithPreemptible lets a foreground request with WithPreempt ask this lock
@@ -305,38 +319,54 @@ func LeaseFrom(ctx context.Context) *Lease {
 	return l
 }
 
-// Lock acquires object, runs fn with a context that is cancelled (cause:
-// the loss, wrapping ErrLockLost) if the lock is lost and that carries the
-// lease (LeaseFrom), and releases the lock when fn returns. It returns fn's error, joined with an error
+// Lock acquires object, runs fn with a context that carries the lease
+// (LeaseFrom), and releases the lock when fn returns. fn's context is
+// cancelled by the lease's stop-by signal (Lease.StopBy, with the grace of
+// WithStopGrace, default DefaultStopGrace): a grace before the lock's
+// validity ends when it is no longer extended — ZooKeeper unreachable,
+// the sidecar draining or not answering (cause wrapping
+// ErrValidityEnding) — and at once when the lock is preempted (ErrPreempted)
+// or lost (the loss, wrapping ErrLockLost), or its lease released by
+// someone else (ErrNoNode). Once cancelled it stays cancelled, also if the
+// lease is held again. Lock returns fn's error, joined with an error
 // wrapping ErrLockLost if the lock was lost while fn ran, or the release's
-// error.
+// error. A negative grace is an error (nothing is acquired).
 func (c *Client) Lock(ctx context.Context, object string, fn func(ctx context.Context) error, opts ...Option) error {
+	var o acquireOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	grace := DefaultStopGrace
+	if o.stopGraceSet {
+		grace = o.stopGrace
+	}
+	if grace < 0 {
+		return fmt.Errorf("client: WithStopGrace: %v is negative; give 0 or more (the time fn has to finish before the lock's validity ends)", grace)
+	}
 	l, err := c.Acquire(ctx, object, opts...)
 	if err != nil {
 		return err
 	}
+	stop := l.StopBy(grace)
 	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, l))
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
-			ch := l.Changed()
-			if l.State() == api.StatePreempted {
-				cancel(fmt.Errorf("%w (%s); finish by %v", ErrPreempted, l.Last().Reason, time.Until(l.ValidUntil()).Round(time.Millisecond)))
-				return
-			}
 			select {
-			case <-l.Lost():
-				cancel(l.Err())
-				return
+			case ev := <-stop.Events():
+				if ev.Kind == StopNow || ev.Kind == StopReleased {
+					cancel(ev.Err)
+					return
+				}
 			case <-fctx.Done():
 				return
-			case <-ch:
 			}
 		}
 	})
 	ferr := fn(fctx)
 	cancel(nil)
 	wg.Wait()
+	stop.Close()
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer rcancel()
 	rerr := l.Release(rctx)

@@ -264,6 +264,8 @@ func TestErrors(t *testing.T) {
 	_, err = c.Acquire(ctx, "x", client.WithWait(time.Hour))
 	if !errors.As(err, &ae) || ae.Field != "wait_ms" {
 		t.Errorf("wait of an hour: %v", err)
+	} else if ae.MinMS == nil || ae.MaxMS == nil || *ae.MinMS != 0 || *ae.MaxMS != api.MaxWaitMS {
+		t.Errorf("wait of an hour: bounds %v to %v, want 0 to %d ms", ae.MinMS, ae.MaxMS, api.MaxWaitMS)
 	}
 	_, err = c.Submit(ctx, api.OpRequest{Object: "x"})
 	if !errors.Is(err, client.ErrUnavailable) || !errors.As(err, &ae) || ae.Kind != api.OpsDisabled {

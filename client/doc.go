@@ -4,10 +4,21 @@
 //	c := client.New("/run/baton/baton.sock")
 //	defer c.Close()
 //	err := c.Lock(ctx, "article-42", func(ctx context.Context) error {
-//		// ctx is cancelled if the lock is lost; pass c's lease token to the
-//		// storage as the fencing token.
+//		// ctx is cancelled if the lock is lost, and a grace before its
+//		// validity ends if that is no longer extended; pass the lease's
+//		// token (LeaseFrom(ctx).Token()) to the storage as the fencing token.
 //		return write(ctx)
 //	}, client.WithWait(5*time.Second))
+//
+// Stop by: a holder must stop before the lock's validity ends, not at the
+// instant it ends, to leave a write in flight the time to finish while the
+// lock is still valid. [Lease.StopBy] is that signal, with a grace: while
+// the validity is no longer extended (ZooKeeper unreachable, the sidecar
+// draining or not answering) it says stop a grace before the validity ends;
+// on a loss, a revocation or a preemption it says stop at once. [Client.Lock]
+// cancels its fn's context on it ([WithStopGrace], default
+// [DefaultStopGrace]); `baton lock` sends SIGTERM on it, and SIGKILL by its
+// deadline.
 //
 // Acquire returns a [Lease] that renews itself in the background (at a third
 // of the lease, and often enough to keep [Lease.ValidFor] fresh) and

@@ -88,6 +88,9 @@ type APIError struct {
 	Field   string // BadRequest: the field at fault
 	Action  string // Forbidden (403): the action refused
 	Key     string // Forbidden: the property that allows it; TooManyRequests (429): the one that raises the cap
+	// BadRequest of a millisecond field (Field) out of range: the least
+	// and greatest values accepted, in ms; nil when the answer gives none.
+	MinMS, MaxMS *int64
 }
 
 func (e *APIError) Error() string {
@@ -157,7 +160,8 @@ func decodeError(status int, body []byte) error {
 		}
 		return e
 	}
-	return &APIError{Status: status, Kind: b.Kind, Message: b.Message, Reason: b.Reason, Field: b.Field, Action: b.Action, Key: b.Key}
+	return &APIError{Status: status, Kind: b.Kind, Message: b.Message, Reason: b.Reason, Field: b.Field, Action: b.Action, Key: b.Key,
+		MinMS: b.MinMS, MaxMS: b.MaxMS}
 }
 
 // StaleTokenError is RequireCurrent's answer for a token that is not the

@@ -10,7 +10,8 @@ import (
 )
 
 // Lock runs a function while holding an object's lock; the function's
-// context ends if the lock is lost.
+// context ends if the lock is lost, and a grace (WithStopGrace) before its
+// validity ends if that is no longer extended (its stop-by signal).
 func ExampleClient_Lock() {
 	c := client.New(socketPath)
 	defer c.Close()
@@ -19,7 +20,7 @@ func ExampleClient_Lock() {
 		token := client.LeaseFrom(ctx).Token()
 		fmt.Println("writing article-42 with a token:", token > 0)
 		return nil
-	}, client.WithWait(5*time.Second), client.WithInfo("example"))
+	}, client.WithWait(5*time.Second), client.WithInfo("example"), client.WithStopGrace(time.Second))
 	fmt.Println("err:", err)
 	// Output:
 	// writing article-42 with a token: true

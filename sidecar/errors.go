@@ -105,7 +105,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 // msParam validates a millisecond count.
 func msParam(field string, v, lo, hi int64) (time.Duration, error) {
 	if v < lo || v > hi {
-		return 0, badRequest(field, "%d is out of range: want %d to %d milliseconds", v, lo, hi)
+		e := badRequest(field, "%d is out of range: want %d to %d milliseconds", v, lo, hi)
+		e.Body.MinMS, e.Body.MaxMS = &lo, &hi
+		return 0, e
 	}
 	return time.Duration(v) * time.Millisecond, nil
 }

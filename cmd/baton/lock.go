@@ -10,11 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -153,7 +151,7 @@ Exit status:
 	fl.DurationVar(&f.wait, "wait", 0, "how long to wait for the lock (0 = try once); default: the type's zookeeper.*.task.timeout")
 	fl.DurationVar(&f.lease, "lease", 0, "lease length, renewed in the background; default: sidecar.lease.default")
 	fl.StringVar(&f.info, "info", "", "`text` recorded in the lock's node, shown by baton locks")
-	fl.DurationVar(&f.killGrace, "kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
+	fl.DurationVar(&f.killGrace, "kill-grace", client.DefaultStopGrace, "time between SIGTERM and SIGKILL when the lock is lost")
 	fl.IntVar(&f.conflictCode, "conflict-exit-code", exitNotTaken, "exit status when the lock is not taken in time")
 	fl.BoolVar(&f.preemptible, "preemptible", false, "let a --preempt request ask CMD to yield: SIGTERM, then --cleanup to exit")
 	fl.DurationVar(&f.cleanup, "cleanup", 0, "with --preemptible: time CMD has to roll back and exit once preempted (default 5s)")
@@ -257,7 +255,7 @@ func runLock(ctx context.Context, g *globals, obj string, argv []string, f lockF
 	if err != nil {
 		return err
 	}
-	h := &holder{g: g, c: c, lease: lease, obj: obj, grace: f.killGrace}
+	h := &holder{g: g, lease: lease, obj: obj, grace: f.killGrace}
 	if !hold {
 		return h.run(ctx, path, argv, sigc)
 	}
@@ -376,26 +374,20 @@ func acquireExit(err error, f lockFlags) error {
 // to the flags of `baton lock` that set them.
 var lockFlagOf = map[string]string{"lease_ms": "--lease", "wait_ms": "--wait", "type": "--type", "info": "--info"}
 
-// rangeRE finds the range in the sidecar's "… out of range: want 1 to
-// 60000 milliseconds".
-var rangeRE = regexp.MustCompile(`want (\d+) to (\d+) milliseconds`)
-
-// flagProblem says what the sidecar found wrong with a flag's value.
+// flagProblem says what the sidecar found wrong with a flag's value: for
+// a millisecond field out of range, the bounds its answer gives.
 func flagProblem(ae *client.APIError, f lockFlags) string {
-	m := rangeRE.FindStringSubmatch(ae.Message)
-	if m == nil {
+	if ae.MinMS == nil || ae.MaxMS == nil {
 		return "rejected by the sidecar: " + ae.Message
 	}
-	lo, _ := strconv.ParseInt(m[1], 10, 64)
-	hi, _ := strconv.ParseInt(m[2], 10, 64)
-	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+	lo, hi := time.Duration(*ae.MinMS)*time.Millisecond, time.Duration(*ae.MaxMS)*time.Millisecond
 	switch ae.Field {
 	case "lease_ms":
-		return fmt.Sprintf("%v is not between %v and %v (the sidecar's sidecar.lease.max)", f.lease, ms(lo), ms(hi))
+		return fmt.Sprintf("%v is not between %v and %v (the sidecar's sidecar.lease.max)", f.lease, lo, hi)
 	case "wait_ms":
-		return fmt.Sprintf("%v is not between %v and %v", f.wait, ms(lo), ms(hi))
+		return fmt.Sprintf("%v is not between %v and %v", f.wait, lo, hi)
 	}
-	return fmt.Sprintf("not between %v and %v", ms(lo), ms(hi))
+	return fmt.Sprintf("not between %v and %v", lo, hi)
 }
 
 // sigNum returns a signal's number (0 if it is not a syscall.Signal).
@@ -420,10 +412,10 @@ func lockEnv(base []string, obj, leaseID string, token int64) []string {
 	return append(out, envObject+"="+obj, envLeaseID+"="+leaseID, envFencingToken+"="+strconv.FormatInt(token, 10))
 }
 
-// holder runs CMD while the lease is held.
+// holder runs CMD while the lease is held: it starts CMD, and follows the
+// lease's stop-by signal (client.StopBy) with SIGTERM and SIGKILL.
 type holder struct {
 	g     *globals
-	c     *client.Client
 	lease *client.Lease
 	obj   string
 	grace time.Duration
@@ -433,16 +425,6 @@ type holder struct {
 	killAt   time.Time // when SIGKILL goes to the group
 	killT    *time.Timer
 	released bool // the lease was released by someone else (CMD itself, with BATON_LEASE_ID)
-
-	// The end window: while the lease is suspect or draining its validity
-	// is not extended past a known instant; CMD gets SIGTERM at that
-	// instant minus the grace and SIGKILL 100ms before it.
-	window    string    // why the window is open ("" = it is not)
-	windowEnd time.Time // the instant
-	termAt    time.Time // when SIGTERM goes to the group (zero: not scheduled)
-	termT     *time.Timer
-	byWindow  bool // doomed by the window, not by a loss: called off if the lease is held again
-	byPreempt bool // doomed by a preemption (byWindow too): its withdrawal calls it off
 }
 
 // exitResult is how CMD ended.
@@ -482,81 +464,21 @@ func (h *holder) run(ctx context.Context, path string, argv []string, sigc <-cha
 	}
 	h.pgid = cmd.Process.Pid
 
-	wctx, stopWatch := context.WithCancel(ctx)
-	unreachable := make(chan time.Time, 1)
-	var wg sync.WaitGroup
-	wg.Go(func() { watchSidecar(wctx, h.c, h.lease, h.grace, unreachable) })
-	defer func() {
-		stopWatch()
-		wg.Wait()
-	}()
-
+	stop := h.lease.StopBy(h.grace)
+	defer stop.Close()
 	h.killT = time.NewTimer(time.Hour)
 	h.killT.Stop()
 	defer h.killT.Stop()
-	h.termT = time.NewTimer(time.Hour)
-	h.termT.Stop()
-	defer h.termT.Stop()
-	lost := h.lease.Lost()
-	changed := h.lease.Changed()
-	h.checkWindow()
-	// lastVU follows the lease's confirmed validity (zero once lost), so a
-	// loss can bound the kill grace by it.
-	lastVU := h.lease.ValidUntil()
-	vuTick := time.NewTicker(100 * time.Millisecond)
-	defer vuTick.Stop()
 	var res exitResult
 wait:
 	for {
 		select {
 		case res = <-exited:
 			break wait
-		case <-vuTick.C:
-			if vu := h.lease.ValidUntil(); vu.After(lastVU) {
-				lastVU = vu
-			}
-			h.checkWindow() // the validity may have moved
-		case <-changed:
-			changed = h.lease.Changed()
-			h.checkWindow()
-		case <-h.termT.C:
-			h.termAt = time.Time{}
-			end := h.windowEnd
-			h.byWindow = h.doomed == nil
-			h.doom(fmt.Errorf("lock %q: %s, and the lock's validity ends in %v", h.obj, h.window,
-				time.Until(end).Round(time.Millisecond)), end.Add(-killMargin))
+		case ev := <-stop.Events():
+			h.follow(ev)
 		case s := <-sigc:
 			h.signal(s.(syscall.Signal))
-		case <-lost:
-			lost = nil
-			h.byWindow = false
-			err := h.lease.Err()
-			if errors.Is(err, client.ErrNoNode) {
-				// Released with the lease id (by CMD, most likely): CMD chose to
-				// go on without the lock; do not stop it.
-				h.released = true
-				fmt.Fprintf(h.g.stderr, "baton: lock %q released by someone else while the command runs; not stopping it\n", h.obj)
-				continue
-			}
-			// SIGKILL after the grace, but not after the last confirmed
-			// validity: past it the lock can be granted elsewhere (e.g. the
-			// sidecar is shutting down and frees it then).
-			killAt := time.Now().Add(h.grace)
-			if _, ok := errors.AsType[*client.APIError](err); !ok {
-				// Not reported by the sidecar: the validity ran out without a
-				// confirmation. The lock may be granted elsewhere now.
-				killAt = time.Now()
-			} else if end := lastVU.Add(-killMargin); end.Before(killAt) {
-				killAt = end
-			}
-			h.doom(fmt.Errorf("lock %q lost: %w", h.obj, err), killAt)
-		case vu := <-unreachable:
-			killAt := vu.Add(-killMargin)
-			if now := time.Now(); killAt.Before(now) {
-				killAt = now
-			}
-			h.doom(fmt.Errorf("lock %q: the sidecar is unreachable and the lock's validity ends in %v", h.obj,
-				time.Until(vu).Round(time.Millisecond)), killAt)
 		case <-h.killT.C:
 			fmt.Fprintf(h.g.stderr, "baton: the command did not exit within the kill grace; sending SIGKILL to process group %d\n", h.pgid)
 			h.signal(syscall.SIGKILL)
@@ -592,73 +514,56 @@ wait:
 	return nil
 }
 
-// checkWindow follows the lease's state: while it is suspect (ZooKeeper
-// unreachable) or draining (the sidecar shuts down) the validity is not
-// extended past a known instant, so CMD is scheduled SIGTERM at that
-// instant minus the kill grace (SIGKILL follows 100ms before the instant,
-// see doom). When the lease is held again first, the schedule is called
-// off — and a SIGKILL pending after a SIGTERM the window sent.
-func (h *holder) checkWindow() {
-	var end time.Time
-	var why string
-	switch h.lease.State() {
-	case api.StateSuspect:
-		end, why = h.lease.ValidUntil(), "ZooKeeper is unreachable (the sidecar reports the lock suspect: its validity is no longer extended)"
-	case api.StateDraining:
-		end, why = h.lease.DrainUntil(), "the sidecar is draining (shutting down): the lock is renewed until the end of its grace, not after"
-	case api.StatePreempted:
-		// A higher-priority request asks us to yield: SIGTERM now (the
-		// command rolls back and exits), SIGKILL 100ms before the validity
-		// told, which renewals no longer extend.
-		if h.doomed == nil {
-			h.byWindow, h.byPreempt = true, true
-			h.doom(fmt.Errorf("lock %q %s; the command has until its validity ends, in %v", h.obj, printable(h.lease.Last().Reason),
-				time.Until(h.lease.ValidUntil()).Round(time.Millisecond)), h.lease.ValidUntil().Add(-killMargin))
-		}
-		return
-	case api.StateHeld:
-		if h.window != "" {
-			fmt.Fprintf(h.g.stderr, "baton: lock %q is held again (%s no more)\n", h.obj, h.window)
-		}
-		h.window, h.windowEnd = "", time.Time{}
-		if !h.termAt.IsZero() {
-			h.termT.Stop()
-			h.termAt = time.Time{}
-		}
-		if h.byWindow && h.doomed != nil {
-			if h.byPreempt {
-				fmt.Fprintf(h.g.stderr, "baton: lock %q: the preemption was withdrawn (its requester gave up): the lock is held again; SIGKILL to the command called off (it got SIGTERM; a command that trapped it may go on)\n", h.obj)
-			} else {
-				fmt.Fprintf(h.g.stderr, "baton: SIGKILL to the command called off: the lock is held\n")
-			}
-			h.killT.Stop()
-			h.doomed, h.byWindow, h.byPreempt, h.killAt = nil, false, false, time.Time{}
-		}
-		return
-	default: // lost or released: the loss path handles it
-		return
-	}
-	if end.IsZero() {
-		return
-	}
-	if h.window != why {
+// follow acts on one event of the lease's stop-by signal: says what it
+// schedules, sends SIGTERM when told to stop (SIGKILL at the event's By,
+// but no later than 100ms before the validity ends), calls a SIGKILL off.
+func (h *holder) follow(ev client.StopEvent) {
+	until := func(t time.Time) time.Duration { return max(0, time.Until(t)).Round(time.Millisecond) }
+	switch ev.Kind {
+	case client.StopScheduled:
 		fmt.Fprintf(h.g.stderr, "baton: lock %q: %s; it ends in %v: the command gets SIGTERM in %v unless it finishes, SIGKILL in %v\n",
-			h.obj, why, time.Until(end).Round(time.Millisecond), max(0, time.Until(end.Add(-h.grace))).Round(time.Millisecond),
-			max(0, time.Until(end.Add(-killMargin))).Round(time.Millisecond))
-	}
-	h.window = why
-	if h.windowEnd.IsZero() || end.Before(h.windowEnd) {
-		h.windowEnd = end
-	}
-	if h.doomed != nil {
-		// SIGTERM already sent: SIGKILL no later than the end.
-		h.doom(h.doomed, h.windowEnd.Add(-killMargin))
-		return
-	}
-	termAt := h.windowEnd.Add(-h.grace)
-	if h.termAt.IsZero() || termAt.Before(h.termAt) {
-		h.termAt = termAt
-		h.termT.Reset(max(0, time.Until(termAt)))
+			h.obj, ev.Cause, time.Until(ev.End).Round(time.Millisecond), until(ev.At), until(ev.End.Add(-killMargin)))
+	case client.StopNow:
+		var why error
+		switch ev.Cause {
+		case client.CauseLost:
+			why = fmt.Errorf("lock %q lost: %w", h.obj, ev.Err)
+		case client.CausePreempted:
+			why = fmt.Errorf("lock %q %s; the command has until its validity ends, in %v", h.obj, printable(h.lease.Last().Reason),
+				time.Until(ev.End).Round(time.Millisecond))
+		case client.CauseUnreachable:
+			why = fmt.Errorf("lock %q: the sidecar is unreachable and the lock's validity ends in %v", h.obj, time.Until(ev.End).Round(time.Millisecond))
+		default:
+			why = fmt.Errorf("lock %q: %s, and the lock's validity ends in %v", h.obj, ev.Cause, time.Until(ev.End).Round(time.Millisecond))
+		}
+		killAt := ev.By
+		if end := ev.End.Add(-killMargin); end.Before(killAt) {
+			killAt = end
+		}
+		if now := time.Now(); killAt.Before(now) {
+			killAt = now
+		}
+		h.doom(why, killAt)
+	case client.StopCalledOff:
+		switch {
+		case ev.Cause == client.CausePreempted:
+			fmt.Fprintf(h.g.stderr, "baton: lock %q: the preemption was withdrawn (its requester gave up): the lock is held again; "+
+				"SIGKILL to the command called off (it got SIGTERM; a command that trapped it may go on)\n", h.obj)
+		case ev.Stopped:
+			fmt.Fprintf(h.g.stderr, "baton: lock %q is held again (%s no more)\n", h.obj, ev.Cause)
+			fmt.Fprintf(h.g.stderr, "baton: SIGKILL to the command called off: the lock is held\n")
+		default:
+			fmt.Fprintf(h.g.stderr, "baton: lock %q is held again (%s no more)\n", h.obj, ev.Cause)
+		}
+		if ev.Stopped {
+			h.killT.Stop()
+			h.doomed, h.killAt = nil, time.Time{}
+		}
+	case client.StopReleased:
+		// Released with the lease id (by CMD, most likely): CMD chose to go
+		// on without the lock; do not stop it.
+		h.released = true
+		fmt.Fprintf(h.g.stderr, "baton: lock %q released by someone else while the command runs; not stopping it\n", h.obj)
 	}
 }
 
@@ -696,50 +601,6 @@ func (h *holder) releaseErr(ctx context.Context, timeout time.Duration) error {
 // release releases the lease, ignoring errors (a lost lease, or one the
 // sidecar frees when this process exits).
 func (h *holder) release(ctx context.Context, timeout time.Duration) { _ = h.releaseErr(ctx, timeout) }
-
-// watchSidecar probes the sidecar while CMD runs. When it does not answer
-// and the lease's last confirmed validity minus grace is reached, it sends
-// that validity on out and returns. The lease's own renewal and long-poll
-// report losses the sidecar sees; this covers a sidecar that is gone.
-func watchSidecar(ctx context.Context, c *client.Client, l *client.Lease, grace time.Duration, out chan<- time.Time) {
-	every := min(max(grace/5, 100*time.Millisecond), time.Second)
-	t := time.NewTimer(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		next := every
-		if !probe(ctx, c, every) {
-			vu := l.ValidUntil()
-			if ctx.Err() != nil {
-				return
-			}
-			if !vu.IsZero() { // zero: lost, reported by Lost()
-				left := time.Until(vu) - max(grace, killMargin)
-				if left <= 0 {
-					out <- vu
-					return
-				}
-				next = min(next, left)
-			}
-		}
-		t.Reset(next)
-	}
-}
-
-// probe reports whether the sidecar answers /healthz within timeout.
-func probe(ctx context.Context, c *client.Client, timeout time.Duration) bool {
-	pctx, cancel := context.WithTimeout(ctx, max(timeout, 500*time.Millisecond))
-	defer cancel()
-	_, err := c.Health(pctx)
-	if ae, ok := errors.AsType[*client.APIError](err); ok && ae.Status != http.StatusServiceUnavailable {
-		return true // it answered
-	}
-	return err == nil
-}
 
 // exitCode is CMD's exit status: its own, or 128+n if signal n killed it.
 func exitCode(r exitResult) int {

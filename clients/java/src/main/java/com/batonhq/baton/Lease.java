@@ -22,6 +22,17 @@ import java.util.function.Consumer;
  * reported by the sidecar (node deleted, session lost, revoked) reaches the lost-listeners at once.
  * Validity running out without a confirmation is a loss too. Closing releases the lock.
  *
+ * <p><b>Stop by.</b> A holder must stop a grace G (the time its write in flight needs) before the
+ * validity ends, not at the instant it ends: the policy of {@code baton lock --kill-grace} and of the
+ * Go client's {@code Lock} ({@code Lease.StopBy}, default G = 5 s). This class has no holder helper
+ * that does it for you; a holder does it itself: stop at once when a lost-listener is called or
+ * {@link #state()} is {@code preempted}; while {@code state()} is {@code suspect} (ZooKeeper
+ * unreachable) or {@code draining}, stop once {@link #validFor()} (draining: also
+ * {@link #drainFor()}) is at most G, and go on if it is {@code held} again first; when the sidecar
+ * does not answer ({@link UnavailableException}, a timeout), stop once {@code validFor()} is at most
+ * G. No listener is called for a state change: check {@code state()} and {@code validFor()} before
+ * each write and from a timer while one runs. See the README, "Stop by".
+ *
  * <p>Methods are safe for concurrent use.
  */
 public final class Lease implements AutoCloseable {
