@@ -461,28 +461,35 @@ func TestOpenAPIRoutes(t *testing.T) {
 	}
 }
 
-// routerLiterals returns the string literals of sidecar/routes.go's match.
+// routerLiterals returns the literal segments of the path patterns in
+// sidecar/router.go's route table (func routes).
 func routerLiterals(t *testing.T) []string {
-	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "sidecar", "routes.go"), nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "sidecar", "router.go"), nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []string
 	for _, d := range f.Decls {
 		fd, ok := d.(*ast.FuncDecl)
-		if !ok || fd.Name.Name != "match" {
+		if !ok || fd.Name.Name != "routes" {
 			continue
 		}
 		ast.Inspect(fd, func(n ast.Node) bool {
 			if bl, ok := n.(*ast.BasicLit); ok && bl.Kind == token.STRING {
 				v, _ := strconv.Unquote(bl.Value)
-				out = append(out, v)
+				if pattern, ok := strings.CutPrefix(v, "/"); ok {
+					for _, seg := range strings.Split(pattern, "/") {
+						if !strings.HasPrefix(seg, "{") {
+							out = append(out, seg)
+						}
+					}
+				}
 			}
 			return true
 		})
 	}
 	if len(out) == 0 {
-		t.Fatal("no string literals in func match of sidecar/routes.go: update this test with the router")
+		t.Fatal("no path patterns in func routes of sidecar/router.go: update this test with the router")
 	}
 	return out
 }

@@ -13,170 +13,17 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/internal/httpapi"
 	"github.com/batonhq/baton/lock"
 	"github.com/batonhq/baton/props"
 )
 
-type handlerFunc func(http.ResponseWriter, *http.Request) error
-
-// methods maps an HTTP method to its handler for one path.
-type methods map[string]handlerFunc
-
 // inspectTimeout bounds reads of ZooKeeper for GET /v1/locks[/{object}].
 const inspectTimeout = 5 * time.Second
 
 // defaultLongPoll is the long-poll bound when timeout_ms is not given.
 const defaultLongPoll = 30 * time.Second
-
-type router struct {
-	s                                                                                                   *Server
-	healthz, readyz, metrics, list, inspect, acquire, lease, renew, drain, opsSubmit, opsGet, opsReplay methods
-	revoke                                                                                              methods
-	leases                                                                                              methods // GET /v1/leases (leases.go)
-	opsDiscard                                                                                          methods
-	check                                                                                               methods // GET /v1/locks/{object}/check (check.go)
-}
-
-func (s *Server) routes() http.Handler {
-	prom := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
-	return &router{
-		s:         s,
-		healthz:   methods{http.MethodGet: s.healthz},
-		readyz:    methods{http.MethodGet: s.readyz},
-		metrics:   methods{http.MethodGet: func(w http.ResponseWriter, r *http.Request) error { prom.ServeHTTP(w, r); return nil }},
-		list:      methods{http.MethodGet: s.as(actInspect, s.list)},
-		inspect:   methods{http.MethodGet: s.as(actInspect, s.inspect)},
-		acquire:   methods{http.MethodPost: s.as(actAcquire, s.acquire)},
-		revoke:    methods{http.MethodPost: s.as(actRevoke, s.revoke)},
-		lease:     methods{http.MethodGet: s.as(actInspect, s.getLease), http.MethodDelete: s.as(actRelease, s.deleteLease)},
-		renew:     methods{http.MethodPost: s.as(actRenew, s.renewLease)},
-		drain:     methods{http.MethodPost: s.as(actDrain, s.startDrain)},
-		opsSubmit: methods{http.MethodPost: s.as(actSubmit, s.serveOps), http.MethodGet: s.as(actListOps, s.serveOps)},
-		opsGet:    methods{http.MethodGet: s.as(actGetOp, s.serveOps)},
-		opsReplay: methods{http.MethodPost: s.as(actReplay, s.auditReplay)},
-		leases:    methods{http.MethodGet: s.as(actListLeases, s.listLeases)},
-		// An admin action (SPEC §7): deletes a dead-lettered op for good.
-		opsDiscard: methods{http.MethodPost: s.as(actDiscard, s.serveOps)},
-		check:      methods{http.MethodGet: s.as(actCheck, s.check)},
-	}
-}
-
-// ServeHTTP routes on the escaped path, split at "/" and unescaped per
-// segment, so an object may contain "/" (as %2F) or be "..".
-func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s := rt.s
-	h := rt.match(r)
-	if h == nil {
-		s.writeError(w, r, newError(api.NotFound, "no such path %q; the API is under /v1/locks, /v1/leases and /v1/ops, plus /v1/drain, /healthz, /readyz and /metrics (all of it: GET /v1/openapi.json)", r.URL.Path))
-		return
-	}
-	method := r.Method
-	if method == http.MethodHead && h[http.MethodGet] != nil {
-		method = http.MethodGet
-	}
-	f := h[method]
-	if f == nil {
-		allow := make([]string, 0, len(h))
-		for m := range h {
-			allow = append(allow, m)
-		}
-		slices.Sort(allow)
-		w.Header().Set("Allow", strings.Join(allow, ", "))
-		s.writeError(w, r, newError(api.MethodNotAllowed, "method %s is not allowed on %s; use %s", r.Method, r.URL.Path, strings.Join(allow, " or ")))
-		return
-	}
-	if err := f(w, r); err != nil {
-		s.writeError(w, r, err)
-	}
-}
-
-func (rt *router) match(r *http.Request) methods {
-	p := r.URL.EscapedPath()
-	if !strings.HasPrefix(p, "/") {
-		return nil
-	}
-	raw := strings.Split(p[1:], "/")
-	segs := make([]string, len(raw))
-	for i, seg := range raw {
-		u, err := url.PathUnescape(seg)
-		if err != nil {
-			return nil
-		}
-		segs[i] = u
-	}
-	n := len(segs)
-	if n == 1 {
-		switch segs[0] {
-		case "healthz":
-			return rt.healthz
-		case "readyz":
-			return rt.readyz
-		case "metrics":
-			return rt.metrics
-		}
-		return nil
-	}
-	if segs[0] != "v1" {
-		return nil
-	}
-	switch segs[1] {
-	case "openapi.json":
-		if n == 2 {
-			return openapiRoute
-		}
-	case "drain":
-		if n == 2 {
-			return rt.drain
-		}
-	case "locks":
-		switch {
-		case n == 2:
-			return rt.list
-		case n == 3:
-			r.SetPathValue("object", segs[2])
-			return rt.inspect
-		case n == 4 && segs[3] == "acquire":
-			r.SetPathValue("object", segs[2])
-			return rt.acquire
-		case n == 4 && segs[3] == "revoke":
-			r.SetPathValue("object", segs[2])
-			return rt.revoke
-		case n == 4 && segs[3] == "check":
-			r.SetPathValue("object", segs[2])
-			return rt.check
-		}
-	case "leases":
-		switch {
-		case n == 2:
-			return rt.leases
-		case n == 3:
-			r.SetPathValue("id", segs[2])
-			return rt.lease
-		case n == 4 && segs[3] == "renew":
-			r.SetPathValue("id", segs[2])
-			return rt.renew
-		}
-	case "ops":
-		switch {
-		case n == 2:
-			return rt.opsSubmit
-		case n == 3:
-			r.SetPathValue("id", segs[2])
-			return rt.opsGet
-		case n == 4 && segs[3] == "replay":
-			r.SetPathValue("id", segs[2])
-			return rt.opsReplay
-		case n == 4 && segs[3] == "discard":
-			r.SetPathValue("id", segs[2])
-			return rt.opsDiscard
-		}
-	}
-	return nil
-}
 
 func (s *Server) serveOps(w http.ResponseWriter, r *http.Request) error {
 	h := s.opsH.Load()

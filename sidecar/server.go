@@ -172,7 +172,7 @@ func New(cfg props.Config, opts Options) (*Server, error) {
 		s.eng.Close()
 		return nil, fmt.Errorf("sidecar: metrics: %w", err)
 	}
-	s.handler = s.routes()
+	s.handler = newRouter(s.routes(), s.authorize, s.writeError)
 	return s, nil
 }
 
