@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"slices"
@@ -183,9 +184,16 @@ func (s *Server) authorize(r *http.Request, act action) error {
 	if act.name == "" || s.policy().may(p, act) {
 		return nil
 	}
-	s.log.Warn("audit: request refused: not allowed", "action", act.name, "method", r.Method, "path", r.URL.Path,
-		"caller", p.String(), "uid", p.uid, "gid", p.gid)
+	auditRefused(s.log, r, act)
 	return forbidden(p, act)
+}
+
+// auditRefused writes the audit line of a request refused because its
+// caller may not do act.
+func auditRefused(log *slog.Logger, r *http.Request, act action) {
+	p := peerFrom(r.Context())
+	log.Warn("audit: request refused: not allowed", "action", act.name, "method", r.Method, "path", r.URL.Path,
+		"caller", p.String(), "uid", p.uid, "gid", p.gid)
 }
 
 // owner is who acquired a lease: its uid and gid (op deliveries: none).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/batonhq/baton/api"
@@ -79,17 +78,6 @@ func preemptWaits(wait time.Duration, waitGiven bool, defaultKey string, preempt
 			preemptWait.Milliseconds(), holder, need.Milliseconds())
 	}
 	return nil
-}
-
-// forceful decides whether an acquire preempts forcefully (takes a holder
-// that did not yield within its cleanup). It is the one place deciding it.
-func (s *Server) forceful(r *http.Request, req api.AcquireRequest) (bool, error) {
-	if req.Forceful {
-		if err := s.authorize(r, actForceful); err != nil { // an admin action (SPEC §7)
-			return false, err
-		}
-	}
-	return req.Preempt && req.Forceful, nil
 }
 
 // changedCh returns a channel closed at the next preemption change of l.
@@ -226,12 +214,12 @@ var errNotPreemptible = errors.New("the holder is not preemptible")
 // with its cleanup) passes. It returns the ask to withdraw if the request
 // gives up, nil when nothing was asked (free, not preemptible, plugin
 // holders, failures: the request waits as usual), or check's error.
-func (s *Server) askToYield(ctx context.Context, obj string, req api.AcquireRequest, forceful bool, wait time.Duration, caller string, check func(cleanup time.Duration) error) (*preemptAsk, error) {
+func (s *Server) askToYield(ctx context.Context, obj, info string, forceful bool, wait time.Duration, caller string, check func(cleanup time.Duration) error) (*preemptAsk, error) {
 	kind := SignalPreempt
 	if forceful {
 		kind = SignalPreemptForceful
 	}
-	reason := req.Info
+	reason := info
 	if reason == "" {
 		reason = "a foreground request"
 	}
