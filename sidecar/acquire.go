@@ -188,8 +188,21 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 		}
 		return err
 	}
-	if sp.leaseID != "" {
-		return s.reenterLease(w, r, sp)
+	if sp.leaseID != "" { // a re-entry: the lease, with one more hold (reentry.go)
+		l, err := s.leases.reentrant(sp.leaseID, sp.object)
+		if err == nil {
+			err = s.auth.checkOwner(r, l, actReenter)
+		}
+		if err != nil {
+			return err
+		}
+		v, err := s.leases.reenter(l, sp.reenterLength)
+		if err != nil {
+			return err
+		}
+		s.m.acquire.WithLabelValues(l.g.Type().String(), resReentered).Observe(0)
+		writeJSON(w, http.StatusOK, v)
+		return nil
 	}
 	a := &acquisition{s: s, r: r, sp: sp, caller: peerFrom(r.Context()), result: resError}
 	start := time.Now()
@@ -199,25 +212,6 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, v)
-	return nil
-}
-
-// reenterLease answers an acquire naming lease_id: the lease, with one more
-// hold (reentry.go).
-func (s *Server) reenterLease(w http.ResponseWriter, r *http.Request, sp acquireSpec) error {
-	l, err := s.reentrant(sp.leaseID, sp.object)
-	if err != nil {
-		return err
-	}
-	if err := s.checkOwner(r, l, actReenter); err != nil {
-		return err
-	}
-	v, err := s.reenter(l, sp.reenterLength)
-	if err != nil {
-		return err
-	}
-	s.m.acquire.WithLabelValues(l.g.Type().String(), resReentered).Observe(0)
 	writeJSON(w, http.StatusOK, v)
 	return nil
 }
@@ -252,18 +246,18 @@ func (a *acquisition) run() (api.Lease, error) {
 	s, sp := a.s, &a.sp
 	var callerPW *pidWatch // bound: watch the caller from now, not from the grant
 	if sp.bind {
-		callerPW = s.holdPID(pidFrom(a.r.Context()))
-		a.undo = append(a.undo, func() { s.unholdPID(callerPW) })
+		callerPW = s.leases.holdPID(pidFrom(a.r.Context()))
+		a.undo = append(a.undo, func() { s.leases.unholdPID(callerPW) })
 	}
 	var ask *preemptAsk
 	if sp.preempt {
-		if ask, err = s.askToYield(ctx, sp.object, sp.info, sp.forceful, sp.preemptWait, who(a.r.Context()), sp.canWaitFor); err != nil {
+		if ask, err = s.pre.ask(ctx, sp.object, sp.info, sp.forceful, sp.preemptWait, who(a.r.Context()), sp.canWaitFor); err != nil {
 			return api.Lease{}, err
 		}
 	}
 	opts := sp.lockOptions(ask != nil, func(sig lock.Signal) {
 		if l := a.held.Load(); l != nil {
-			s.onSignal(l, sig)
+			s.pre.onSignal(l, sig)
 		}
 	})
 	g, err := s.eng.Acquire(ctx, sp.object, sp.typ, opts)
@@ -280,7 +274,7 @@ func (a *acquisition) run() (api.Lease, error) {
 // request or when the drain begins.
 func (a *acquisition) admit() (context.Context, error) {
 	s, cfg := a.s, a.s.config()
-	if s.stopping() {
+	if s.drain.stopping() {
 		a.result = resShuttingDown
 		return nil, shuttingDown(nil)
 	}
@@ -292,7 +286,7 @@ func (a *acquisition) admit() (context.Context, error) {
 	}
 	a.undo = append(a.undo, func() { s.waiters.Add(-1) })
 	for _, k := range []capKind{capWaiters, capLeases} {
-		if err := s.takeCap(a.caller, k); err != nil {
+		if err := s.caps.takeFor(a.caller, k); err != nil {
 			a.result = resRefused
 			return nil, err
 		}
@@ -308,7 +302,7 @@ func (a *acquisition) admit() (context.Context, error) {
 	}
 	byType.Add(1)
 	ctx, cancel := context.WithCancel(a.r.Context())
-	stop := context.AfterFunc(s.stopCtx, cancel)
+	stop := context.AfterFunc(s.drain.ctx, cancel)
 	a.undo = append(a.undo, func() { byType.Add(-1) }, cancel, func() { stop() })
 	return ctx, nil
 }
@@ -317,9 +311,9 @@ func (a *acquisition) admit() (context.Context, error) {
 // preemption ask it wrote is withdrawn (the holder may go on).
 func (a *acquisition) notGranted(err error, ask *preemptAsk, tryOnce bool) error {
 	s, r := a.s, a.r
-	he := s.toHTTPError(r, err)
+	he := s.errs.toHTTPError(r, err)
 	if ask != nil {
-		s.withdraw(r.Context(), ask, he.Body.Kind)
+		s.pre.withdraw(r.Context(), ask, he.Body.Kind)
 		if he.Body.Kind == api.InstanceLockException {
 			he.Body.Reason = preemptReason(a.sp.preemptWait)
 		}
@@ -348,22 +342,22 @@ func (a *acquisition) lease(g *lock.Grant, callerPW *pidWatch) (api.Lease, error
 	s, r, sp := a.s, a.r, &a.sp
 	if r.Context().Err() != nil { // the caller went away: nobody would hold it
 		a.result = resCanceled
-		s.releaseGrant(g)
+		s.leases.releaseGrant(g)
 		return api.Lease{}, clientGone(r.Context().Err())
 	}
 	var pid int32 // not bound: the lease alone decides
 	if sp.bind {
 		pid = pidFrom(r.Context())
 	}
-	l, err := s.addLease(g, pid, callerPW, sp.length, ownerOf(a.caller))
+	l, err := s.leases.add(g, pid, callerPW, sp.length, ownerOf(a.caller))
 	switch {
 	case errors.Is(err, errCallerExited):
 		a.result = resCanceled
-		s.releaseGrant(g)
+		s.leases.releaseGrant(g)
 		return api.Lease{}, clientGone(err)
 	case err != nil:
 		a.result = resShuttingDown
-		s.releaseGrant(g)
+		s.leases.releaseGrant(g)
 		return api.Lease{}, err
 	}
 	if sp.preemptible {
@@ -373,9 +367,9 @@ func (a *acquisition) lease(g *lock.Grant, callerPW *pidWatch) (api.Lease, error
 	}
 	a.result = resGranted
 	a.held.Store(l) // from now on the lease has the caller's lease slot
-	v := s.view(l, true)
+	v := s.leases.view(l, true)
 	if sig, ok := g.LastSignal(); ok {
-		s.onSignal(l, sig) // revoked before the lease existed: told right after this answer
+		s.pre.onSignal(l, sig) // revoked before the lease existed: told right after this answer
 	}
 	return v, nil
 }

@@ -121,7 +121,14 @@ func authPolicyOf(cfg *props.Config, self uint32) authPolicy {
 		clientUIDs: cfg.AuthClientUIDs, clientGIDs: cfg.AuthClientGIDs}
 }
 
-func (s *Server) policy() authPolicy { return authPolicyOf(s.config(), uint32(os.Getuid())) }
+// authz decides, for the handlers, who may do what with the current
+// configuration's allow-lists, and audit-logs each refusal.
+type authz struct {
+	cfg func() *props.Config
+	log *slog.Logger
+}
+
+func (a authz) policy() authPolicy { return authPolicyOf(a.cfg(), uint32(os.Getuid())) }
 
 // inGroups reports whether p's primary or a supplementary group is in gids.
 func (p peer) inGroups(gids []uint32) bool {
@@ -179,12 +186,12 @@ func forbidden(p peer, act action) *httpError {
 
 // authorize refuses (403) a caller that may not do act; the refusal is
 // audit-logged. The zero action (the probes) is allowed to anyone.
-func (s *Server) authorize(r *http.Request, act action) error {
+func (a authz) authorize(r *http.Request, act action) error {
 	p := peerFrom(r.Context())
-	if act.name == "" || s.policy().may(p, act) {
+	if act.name == "" || a.policy().may(p, act) {
 		return nil
 	}
-	auditRefused(s.log, r, act)
+	auditRefused(a.log, r, act)
 	return forbidden(p, act)
 }
 
@@ -207,13 +214,13 @@ func ownerOf(p peer) owner { return owner{uid: p.uid, gid: p.gid, set: p.known} 
 // checkOwner refuses (403) act on l by a caller other than the uid that
 // acquired it, unless the caller is an admin. An op delivery's lease has
 // no owner: whoever holds its id may use it (the id is the capability).
-func (s *Server) checkOwner(r *http.Request, l *lease, act action) error {
+func (a authz) checkOwner(r *http.Request, l *lease, act action) error {
 	o := l.owner
 	p := peerFrom(r.Context())
-	if !o.set || (p.known && p.uid == o.uid) || s.policy().isAdmin(p) {
+	if !o.set || (p.known && p.uid == o.uid) || a.policy().isAdmin(p) {
 		return nil
 	}
-	s.log.Warn("audit: request refused: the lease belongs to another uid", "action", act.name, "lease_object", l.g.Object(),
+	a.log.Warn("audit: request refused: the lease belongs to another uid", "action", act.name, "lease_object", l.g.Object(),
 		"owner_uid", o.uid, "caller", p.String(), "uid", p.uid, "gid", p.gid)
 	e := newError(api.Forbidden, "%s may not %s lease on %q: it belongs to uid %d, which acquired it (admins may: %s, %s)",
 		p, act.name, l.g.Object(), o.uid, keyAdminUIDs, keyAdminGIDs)

@@ -29,13 +29,22 @@ func lockLost(reason, format string, args ...any) *httpError {
 	return e
 }
 
+// errorWriter is the server's one error writer: every handler's error, the
+// router's 404 and 405 and the mounted op endpoints' errors are mapped to
+// an answer (toHTTPError), logged (5xx at WARN, 500 at ERROR, the rest at
+// DEBUG) and written here.
+type errorWriter struct {
+	log   *slog.Logger
+	drain *drainState
+}
+
 // toHTTPError is the one place mapping errors to an answer.
-func (s *Server) toHTTPError(r *http.Request, err error) *httpError {
+func (ew errorWriter) toHTTPError(r *http.Request, err error) *httpError {
 	if he, ok := errors.AsType[*httpError](err); ok {
 		return he
 	}
 	if ile, ok := errors.AsType[*lock.InstanceLockError](err); ok {
-		if s.stopping() && errors.Is(ile.Err, context.Canceled) {
+		if ew.drain.stopping() && errors.Is(ile.Err, context.Canceled) {
 			return shuttingDown(err)
 		}
 		if r.Context().Err() != nil {
@@ -84,8 +93,9 @@ func clientGone(cause error) *httpError {
 	return e
 }
 
-func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	he := s.toHTTPError(r, err)
+// write answers r with err.
+func (ew errorWriter) write(w http.ResponseWriter, r *http.Request, err error) {
+	he := ew.toHTTPError(r, err)
 	level := slog.LevelDebug
 	if he.Status >= 500 {
 		level = slog.LevelWarn
@@ -97,7 +107,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if level >= slog.LevelInfo { // no live lease id in a line shown at info
 		path, msg = redactLeaseIDs(path), redactLeaseIDs(msg)
 	}
-	s.log.Log(r.Context(), level, "request failed", "method", r.Method, "path", path,
+	ew.log.Log(r.Context(), level, "request failed", "method", r.Method, "path", path,
 		"status", he.Status, "error", he.Body.Kind, "message", msg, "cause", he.Cause)
 	writeJSON(w, he.Status, he.Body)
 }

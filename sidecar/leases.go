@@ -2,8 +2,6 @@ package sidecar
 
 import (
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/batonhq/baton/api"
@@ -21,27 +19,11 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	p := peerFrom(r.Context())
-	all := s.policy().isAdmin(p)
-	s.mu.Lock()
-	mine := make([]*lease, 0, len(s.leases))
-	for _, l := range s.leases {
-		if l.external || !l.owner.set {
-			continue
-		}
-		if all || (p.known && l.owner.uid == p.uid) {
-			mine = append(mine, l)
-		}
-	}
-	s.mu.Unlock()
-	slices.SortFunc(mine, func(a, b *lease) int {
-		if c := a.g.AcquiredAt().Compare(b.g.AcquiredAt()); c != 0 {
-			return c
-		}
-		return strings.Compare(a.id, b.id)
-	})
+	all := s.auth.policy().isAdmin(p)
+	mine := s.leases.owned(p.uid, p.known, all)
 	out := api.LeaseList{Leases: make([]api.Lease, 0, len(mine)), All: all}
 	for _, l := range mine {
-		v := s.view(l, true)
+		v := s.leases.view(l, true)
 		uid := l.owner.uid
 		v.UID = &uid
 		if l.pid > 0 {
@@ -84,9 +66,9 @@ const (
 	defaultReadTimeout = 30 * time.Second
 )
 
-func (s *Server) readTimeout() time.Duration {
-	if s.opts.ReadTimeout > 0 {
-		return s.opts.ReadTimeout
+func (o Options) readTimeout() time.Duration {
+	if o.ReadTimeout > 0 {
+		return o.ReadTimeout
 	}
 	return defaultReadTimeout
 }

@@ -168,21 +168,22 @@ func (c *zkCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.timeout, prometheus.GaugeValue, h.Timeout.Seconds())
 	down := 0.0
 	if !h.Connected {
-		down = c.s.disconnectedFor().Seconds()
+		down = c.s.sess.disconnectedFor().Seconds()
 	}
 	ch <- prometheus.MustNewConstMetric(c.down, prometheus.GaugeValue, down)
 	ch <- prometheus.MustNewConstMetric(c.failing, prometheus.GaugeValue, b(h.LastError != ""))
 }
 
-// register adds the server's collectors (and, for a registry the server
-// made itself, the Go and process collectors) to reg.
-func (s *Server) registerMetrics(reg prometheus.Registerer, own bool) error {
-	s.m.session.s = s
-	if err := reg.Register(s.m.hold); err != nil {
+// register adds the collectors of s (and, for a registry the server made
+// itself, the Go and process collectors) to s.reg.
+func (m *metrics) register(s *Server, own bool) error {
+	reg := s.reg
+	m.session.s = s
+	if err := reg.Register(m.hold); err != nil {
 		return err
 	}
 	cs := []prometheus.Collector{
-		s.m.acquire, s.m.leases, s.m.fastpath, s.m.session, s.revokes, s.m.orphans,
+		m.acquire, m.leases, m.fastpath, m.session, s.leases.revokes, m.orphans,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_locks_held", Help: "Grants the engine holds (API leases and background deliveries)."},
 			func() float64 { return float64(s.eng.Health().Held) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_lock_waiters", Help: "Acquires waiting in a queue in ZooKeeper."},
@@ -190,7 +191,7 @@ func (s *Server) registerMetrics(reg prometheus.Registerer, own bool) error {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_cleanup_pending", Help: "Deletes of our nodes waiting for a reconnect."},
 			func() float64 { return float64(s.eng.Health().CleanupPending) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_leases_active", Help: "Leases currently held through the API."},
-			func() float64 { return float64(s.activeLeases()) }),
+			func() float64 { return float64(s.leases.active()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_acquires_in_flight", Help: "API acquires in progress (counted against sidecar.max.waiters)."},
 			func() float64 { return float64(s.waiters.Load()) }),
 		waitersByType{s},
@@ -225,7 +226,11 @@ func (w waitersByType) Collect(ch chan<- prometheus.Metric) {
 // observer feeds engine events to the metrics and the session tracker.
 type observer struct{ s *Server }
 
-func (o observer) SessionState(state string) { o.s.onSession(zkStateLabel(state)) }
+func (o observer) SessionState(state string) {
+	label := zkStateLabel(state)
+	o.s.m.setSession(label)
+	o.s.sess.event(label)
+}
 
 func (o observer) FastPath(hit bool) {
 	if hit {

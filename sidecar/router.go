@@ -12,7 +12,7 @@ import (
 )
 
 // handlerFunc is an endpoint: it answers, or returns the error that the
-// server's one error writer (Server.writeError) answers with.
+// server's one error writer (errorWriter) answers with.
 type handlerFunc func(http.ResponseWriter, *http.Request) error
 
 // route is one endpoint of the API: a method, a path pattern, the action a
@@ -31,8 +31,8 @@ func (s *Server) routes() []route {
 	prom := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 	metrics := func(w http.ResponseWriter, r *http.Request) error { prom.ServeHTTP(w, r); return nil }
 	return []route{
-		{"GET", "/healthz", action{}, s.healthz},
-		{"GET", "/readyz", action{}, s.readyz},
+		{"GET", "/healthz", action{}, s.probe(false)},
+		{"GET", "/readyz", action{}, s.probe(true)},
 		{"GET", "/metrics", action{}, metrics},
 		{"GET", "/v1/openapi.json", action{}, serveOpenAPI},
 		{"POST", "/v1/drain", actDrain, s.startDrain},
@@ -58,7 +58,7 @@ func (s *Server) routes() []route {
 // among those of the patterns that match; HEAD is served as GET.
 type router struct {
 	routes  []compiledRoute
-	auth    func(*http.Request, action) error // Server.authorize
+	auth    func(*http.Request, action) error // authz.authorize
 	writeEr func(http.ResponseWriter, *http.Request, error)
 }
 

@@ -56,17 +56,17 @@ func (s *Server) renewLease(w http.ResponseWriter, r *http.Request) error {
 		}
 		length = d
 	}
-	l, err := s.lookup(r.PathValue("id"))
+	l, err := s.leases.lookup(r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	if err := s.checkOwner(r, l, actRenew); err != nil {
+	if err := s.auth.checkOwner(r, l, actRenew); err != nil {
 		return err
 	}
 	if length == 0 {
 		length = l.length
 	}
-	v, err := s.renew(l, length)
+	v, err := s.leases.renew(l, length)
 	if err != nil {
 		return err
 	}
@@ -78,14 +78,14 @@ func (s *Server) deleteLease(w http.ResponseWriter, r *http.Request) error {
 	if _, err := queryParams(r); err != nil {
 		return err
 	}
-	l, err := s.lookup(r.PathValue("id"))
+	l, err := s.leases.lookup(r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	if err := s.checkOwner(r, l, actRelease); err != nil {
+	if err := s.auth.checkOwner(r, l, actRelease); err != nil {
 		return err
 	}
-	res, err := s.release(r.Context(), l)
+	res, err := s.leases.release(r.Context(), l)
 	if err != nil {
 		return err
 	}
@@ -137,67 +137,27 @@ func (s *Server) getLease(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	l, err := s.lookup(r.PathValue("id"))
+	l, err := s.leases.lookup(r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	if err := s.checkOwner(r, l, actInspect); err != nil {
+	if err := s.auth.checkOwner(r, l, actInspect); err != nil {
 		return err
 	}
 	if wait == "lost" {
 		p := peerFrom(r.Context())
-		if err := s.takeCap(p, capPolls); err != nil {
+		if err := s.caps.takeFor(p, capPolls); err != nil {
 			return err
 		}
 		defer s.caps.put(p.uid, capPolls)
-		if err := s.waitChange(r.Context(), l, timeout); err != nil {
+		s.polls.Add(1)
+		defer s.polls.Add(-1)
+		if err := s.leases.waitChange(r.Context(), l, timeout, s.sess.changed); err != nil {
 			return err
 		}
 	}
-	writeJSON(w, http.StatusOK, s.view(l, true))
+	writeJSON(w, http.StatusOK, s.leases.view(l, true))
 	return nil
-}
-
-// waitChange is the long-poll of GET /v1/leases/{id}?wait=lost: it blocks
-// until the lease is lost or released, or its state differs from the one
-// it had when the poll began (held → suspect, suspect → held), or timeout
-// passes. A poll that starts while held thus returns as soon as the lease
-// is no longer held; one that starts while suspect waits for the outcome
-// instead of answering at once.
-func (s *Server) waitChange(ctx context.Context, l *lease, timeout time.Duration) error {
-	s.polls.Add(1)
-	defer s.polls.Add(-1)
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	// Session events wake us at once; the tick is a backstop.
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	initial := s.leaseState(l)
-	var drainStarts <-chan struct{} // nil once draining: it would wake us forever
-	if !s.stopping() {
-		drainStarts = s.stopCtx.Done()
-	}
-	for {
-		sc := s.sessionChanged()
-		pc := l.changedCh()
-		if st := s.leaseState(l); st != initial || st == api.StateLost || st == api.StateReleased {
-			return nil
-		}
-		select {
-		case <-l.done:
-		case <-l.g.Done():
-		case <-sc:
-		case <-pc:
-		case <-drainStarts:
-			drainStarts = nil
-		case <-s.over:
-		case <-tick.C:
-		case <-t.C:
-			return nil
-		case <-ctx.Done():
-			return clientGone(ctx.Err())
-		}
-	}
 }
 
 func (s *Server) inspect(w http.ResponseWriter, r *http.Request) error {
@@ -216,7 +176,7 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := api.LockStatus{Object: obj, Holder: holderOf(st.Holder), Waiters: make([]api.Waiter, 0, len(st.Waiters))}
 	if h := out.Holder; h != nil {
-		if l := s.leaseByToken(obj, h.Token); l != nil {
+		if l := s.leases.byToken(obj, h.Token); l != nil {
 			h.Holds = l.holdsOf()
 			h.Preemptible = l.preemptibleOf()
 		}
@@ -268,7 +228,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 		limit = v
 	}
 	p := peerFrom(r.Context())
-	if err := s.takeCap(p, capLists); err != nil {
+	if err := s.caps.takeFor(p, capLists); err != nil {
 		return err
 	}
 	defer s.caps.put(p.uid, capLists)
@@ -292,7 +252,7 @@ func (s *Server) health() (h api.Health, kind string) {
 	eh := s.eng.Health()
 	cfg := s.config()
 	h = api.Health{
-		Status: "serving", Sidecar: cfg.NodeID, Incarnation: s.inc, Leases: s.activeLeases(),
+		Status: "serving", Sidecar: cfg.NodeID, Incarnation: s.inc, Leases: s.leases.active(),
 		PID: os.Getpid(), Reload: s.lastReload.Load(),
 		ZooKeeper: api.ZKInfo{
 			Connected: eh.Connected, TimeoutMS: eh.Timeout.Milliseconds(),
@@ -304,20 +264,20 @@ func (s *Server) health() (h api.Health, kind string) {
 		h.ZooKeeper.Session = "0x" + strconv.FormatInt(eh.SessionID, 16)
 	}
 	if !eh.Connected {
-		h.ZooKeeper.DisconnectedForMS = s.disconnectedFor().Milliseconds()
+		h.ZooKeeper.DisconnectedForMS = s.sess.disconnectedFor().Milliseconds()
 	}
 	limit := time.Duration(cfg.ZKConnectionRetry) * cfg.ZKConnectionDelay
 	switch {
-	case s.graceOver():
+	case s.drain.graceOver():
 		h.Status = "shutting_down"
 		kind, h.Reason = api.ShuttingDown, "shutting down: the drain's grace is over; the leases left are released after the validity told to their holders"
-	case s.stopping():
+	case s.drain.stopping():
 		h.Status = "shutting_down"
 		kind, h.Reason = api.ShuttingDown, "draining: no new grants; "+strconv.Itoa(h.Leases)+" leases held, valid at most until the grace ends in "+
-			time.Until(s.drainEnd).Round(time.Millisecond).String()
+			time.Until(s.drain.end).Round(time.Millisecond).String()
 	case !eh.Connected:
 		kind = api.ZooKeeperUnavailable
-		d := s.disconnectedFor().Round(time.Millisecond)
+		d := s.sess.disconnectedFor().Round(time.Millisecond)
 		if d >= limit {
 			h.Reason = "zookeeper unreachable for " + d.String() + " (zookeeper.connection.retry × delay = " + limit.String() + ")"
 		} else {
@@ -348,27 +308,22 @@ func zkServers(cfg *props.Config) []string {
 	return out
 }
 
-func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
-	if _, err := queryParams(r); err != nil {
-		return err
-	}
-	h, _ := s.health()
-	writeJSON(w, http.StatusOK, h)
-	return nil
-}
-
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
-	if _, err := queryParams(r); err != nil {
-		return err
-	}
-	h, kind := s.health()
-	if kind == "" {
-		writeJSON(w, http.StatusOK, h)
+// probe is GET /healthz (ready false: always 200) or GET /readyz (ready:
+// 503 with the reason when not ready).
+func (s *Server) probe(ready bool) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if _, err := queryParams(r); err != nil {
+			return err
+		}
+		h, kind := s.health()
+		if !ready || kind == "" {
+			writeJSON(w, http.StatusOK, h)
+			return nil
+		}
+		h.Error, h.Message = kind, "not ready: "+h.Reason
+		writeJSON(w, api.Status(kind), h)
 		return nil
 	}
-	h.Error, h.Message = kind, "not ready: "+h.Reason
-	writeJSON(w, api.Status(kind), h)
-	return nil
 }
 
 // startDrain is POST /v1/drain: start the drain SIGTERM starts (for
@@ -383,7 +338,7 @@ func (s *Server) startDrain(w http.ResponseWriter, r *http.Request) error {
 	}
 	d := s.Drain()
 	s.log.Warn("audit: drain requested through the API; the sidecar exits when it is over (baton serve: status 3, which the shipped unit restarts on)",
-		"caller", who(r.Context()), "grace", s.drainGrace)
+		"caller", who(r.Context()), "grace", s.drain.grace)
 	writeJSON(w, http.StatusAccepted, d)
 	return nil
 }
