@@ -277,22 +277,19 @@ func startStack(t *testing.T) *stack {
 	}
 
 	log := slog.New(slog.DiscardHandler)
-	var d *ops.Dispatcher
-	srv, err := sidecar.New(cfg, sidecar.Options{
-		Logger: log, Registry: prometheus.NewRegistry(),
-		OpsReady: func() error { return d.Ready() },
-		OpsDrain: func(ctx context.Context) { d.Drain(ctx) },
-		OpsQueue: func() *api.QueueInfo { return d.QueueInfo() },
-	})
+	srv, err := sidecar.New(cfg, sidecar.Options{Logger: log, Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatalf("sidecar.New: %v", err)
 	}
-	d, err = ops.New(cfg, ops.Deps{Engine: srv.Engine(), Registry: srv.Registry(), Logger: log, Hold: srv.HoldDelivery}) // as baton serve
+	d, err := ops.New(cfg, ops.Deps{Engine: srv.Engine(), Registry: srv.Registry(), Logger: log, Hold: srv.HoldDelivery}) // as baton serve
 	if err != nil {
 		srv.Close()
 		t.Fatalf("ops.New: %v", err)
 	}
-	srv.SetOps(d.Handler())
+	if err := srv.Mount(d); err != nil {
+		srv.Close()
+		t.Fatalf("Mount: %v", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = d.Run(ctx) })

@@ -11,6 +11,7 @@ import (
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/internal/httpapi"
 	"github.com/batonhq/baton/lock"
+	"github.com/batonhq/baton/queue"
 )
 
 // httpError is an answer other than 2xx (shared with the ops handler).
@@ -76,6 +77,47 @@ func (ew errorWriter) toHTTPError(r *http.Request, err error) *httpError {
 		return e
 	}
 	e := newError(api.InternalError, "%v", err)
+	e.Cause = err
+	return e
+}
+
+// mountedError maps the error of a mounted op endpoint (the queue's:
+// api/openapi.json) to its answer for the error writer; nil stays nil. An
+// error that is none of the queue's refusals means the queue failed: 503
+// QueueUnavailable, which a client retries.
+func mountedError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if he, ok := errors.AsType[*httpError](err); ok {
+		return he
+	}
+	if fe, ok := errors.AsType[*queue.FieldError](err); ok {
+		return badRequest(fe.Field, "%s", fe.Reason)
+	}
+	if se, ok := errors.AsType[*queue.StateError](err); ok && errors.Is(err, queue.ErrNotDeadLettered) {
+		return newError(api.Conflict, "op %q is %s: only a dead_lettered op can be replayed", se.ID, se.State)
+	}
+	var e *httpError
+	switch {
+	case errors.Is(err, queue.ErrConflict):
+		e = newError(api.Conflict, "%v: use another id, or resubmit the same body", err)
+	case errors.Is(err, queue.ErrNotFound):
+		e = newError(api.NotFound, "no such op (finished ops are kept for queue.retention)")
+	case errors.Is(err, queue.ErrQueueFull):
+		if fe, ok := errors.AsType[*queue.FullError](err); ok && fe.Key == "queue.max.bytes" {
+			e = newError(api.QueueFull, "the queue keeps %d payload bytes; this op's %d would pass queue.max.bytes (%d): "+
+				"retry once ops complete, or raise queue.max.bytes (dead-lettered ops keep their payload for queue.retention: "+
+				"replay or discard them)", fe.Used, fe.Adding, fe.Limit)
+			e.Status = http.StatusInsufficientStorage
+		} else {
+			e = newError(api.QueueFull, "%v; retry later, or raise queue.max.ops", err)
+		}
+	case errors.Is(err, queue.ErrClosed):
+		e = newError(api.QueueUnavailable, "the queue is closed (shutting down); retry against the restarted sidecar")
+	default:
+		e = newError(api.QueueUnavailable, "the queue failed: %v; retry later", err)
+	}
 	e.Cause = err
 	return e
 }

@@ -36,26 +36,6 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// auditReplay is POST /v1/ops/{id}/replay through the ops handler, with an
-// audit line naming the caller and the answer.
-func (s *Server) auditReplay(w http.ResponseWriter, r *http.Request) error {
-	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-	err := s.serveOps(sw, r)
-	status := sw.status
-	if he, ok := err.(*httpError); ok {
-		status = he.Status
-	}
-	s.log.Warn("audit: op replay requested", "op_id", r.PathValue("id"), "status", status, "caller", who(r.Context()))
-	return err
-}
-
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) { w.status = code; w.ResponseWriter.WriteHeader(code) }
-
 // readHeaderTimeout bounds reading a request's header; Options.ReadTimeout
 // (default defaultReadTimeout) the whole request, body included. net/http
 // lifts that deadline once the body is read (its background read for the

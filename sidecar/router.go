@@ -30,6 +30,14 @@ type route struct {
 func (s *Server) routes() []route {
 	prom := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 	metrics := func(w http.ResponseWriter, r *http.Request) error { prom.ServeHTTP(w, r); return nil }
+	// mounted is an endpoint a Mount serves (mountPoint.slot), wrapped by wrap when not nil.
+	mounted := func(method, pattern string, act action, wrap func(handlerFunc) handlerFunc) route {
+		h := s.ops.slot(method, pattern)
+		if wrap != nil {
+			h = wrap(h)
+		}
+		return route{method, pattern, act, h}
+	}
 	return []route{
 		{"GET", "/healthz", action{}, s.probe(false)},
 		{"GET", "/readyz", action{}, s.probe(true)},
@@ -45,11 +53,11 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/leases/{id}", actInspect, s.getLease},
 		{"DELETE", "/v1/leases/{id}", actRelease, s.deleteLease},
 		{"POST", "/v1/leases/{id}/renew", actRenew, s.renewLease},
-		{"POST", "/v1/ops", actSubmit, s.serveOps},
-		{"GET", "/v1/ops", actListOps, s.serveOps},
-		{"GET", "/v1/ops/{id}", actGetOp, s.serveOps},
-		{"POST", "/v1/ops/{id}/replay", actReplay, s.auditReplay},
-		{"POST", "/v1/ops/{id}/discard", actDiscard, s.serveOps}, // an admin action (SPEC §7): deletes a dead-lettered op for good
+		mounted("POST", "/v1/ops", actSubmit, nil), // the op dispatcher's (Server.Mount)
+		mounted("GET", "/v1/ops", actListOps, nil),
+		mounted("GET", "/v1/ops/{id}", actGetOp, nil),
+		mounted("POST", "/v1/ops/{id}/replay", actReplay, func(h handlerFunc) handlerFunc { return auditReplay(s.log, h) }),
+		mounted("POST", "/v1/ops/{id}/discard", actDiscard, nil), // an admin action (SPEC §7): deletes a dead-lettered op for good
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/api"
-	"github.com/batonhq/baton/internal/httpapi"
 	"github.com/batonhq/baton/lock"
 	"github.com/batonhq/baton/props"
 )
@@ -22,15 +21,6 @@ const inspectTimeout = 5 * time.Second
 
 // defaultLongPoll is the long-poll bound when timeout_ms is not given.
 const defaultLongPoll = 30 * time.Second
-
-func (s *Server) serveOps(w http.ResponseWriter, r *http.Request) error {
-	h := s.opsH.Load()
-	if h == nil {
-		return newError(api.OpsDisabled, "background operations are disabled: set sidecar.app.url to enable them")
-	}
-	(*h).ServeHTTP(w, r.WithContext(httpapi.WithCaller(r.Context(), who(r.Context()))))
-	return nil
-}
 
 // validObject checks the object path value.
 func validObject(obj string) error {
@@ -249,6 +239,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 // health reports the server's state and whether it is ready, with the kind
 // and reason when it is not.
 func (s *Server) health() (h api.Health, kind string) {
+	m := s.ops.get()
 	eh := s.eng.Health()
 	cfg := s.config()
 	h = api.Health{
@@ -287,14 +278,14 @@ func (s *Server) health() (h api.Health, kind string) {
 		if eh.LastError != "" {
 			h.Reason += "; last error: " + eh.LastError
 		}
-	case s.opts.OpsReady != nil:
-		if err := s.opts.OpsReady(); err != nil {
+	case m != nil:
+		if err := m.Ready(); err != nil {
 			kind, h.Reason = api.QueueUnavailable, "queue: "+err.Error()
 		}
 	}
 	h.Ready = kind == ""
-	if s.opts.OpsQueue != nil {
-		h.Queue = s.opts.OpsQueue()
+	if m != nil {
+		h.Queue = m.QueueInfo()
 	}
 	return h, kind
 }

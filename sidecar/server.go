@@ -29,25 +29,10 @@ type Options struct {
 	// Registry receives the server's metrics; nil makes a registry with the
 	// Go and process collectors too. /metrics serves this registry.
 	Registry *prometheus.Registry
-	// Ops serves /v1/ops, /v1/ops/{id} and /v1/ops/{id}/replay (the path
-	// value "id" is set); nil answers 503 OpsDisabled. It can also be set
-	// with SetOps before Run.
-	Ops http.Handler
-	// OpsReady, if set, is part of /readyz: an error makes it 503 with the
-	// error as the reason (e.g. the queue is not open).
-	OpsReady func() error
-	// OpsDrain, if set, is called when shutdown begins, concurrently with
-	// the wait for lease holders; the engine is closed only after it returns
-	// (so deliveries can finish or re-queue while they still hold their
-	// locks). Its ctx ends at the shutdown grace.
-	OpsDrain func(ctx context.Context)
 	// ReadTimeout bounds reading a request, body included (its header: 10
 	// s); net/http lifts the deadline once the body is read, so waits and
 	// long-polls last as long as they ask. Default 30s.
 	ReadTimeout time.Duration
-	// OpsQueue, if set, summarises the op queue for /healthz (nil: ops
-	// disabled).
-	OpsQueue func() *api.QueueInfo
 }
 
 // Server is the sidecar: the HTTP API over the unix socket (its handlers:
@@ -65,7 +50,7 @@ type Server struct {
 	m       *metrics
 	inc     string
 	handler http.Handler
-	opsH    atomic.Pointer[http.Handler]
+	ops     mountPoint // the op dispatcher's endpoints, readiness and drain (Mount)
 
 	lastReload atomic.Pointer[api.ReloadInfo]
 
@@ -121,9 +106,6 @@ func New(cfg props.Config, opts Options) (*Server, error) {
 	s.caps = newUIDCaps(s.config, s.log)
 	s.errs = errorWriter{log: s.log, drain: s.drain}
 	s.leases = newLeaseTable(s)
-	if opts.Ops != nil {
-		s.SetOps(opts.Ops)
-	}
 	eo, err := EngineOptions(cfg, opts.Logger)
 	if err != nil {
 		return nil, err
@@ -162,15 +144,6 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // Incarnation returns the id of this run of the sidecar; every lease id
 // starts with it.
 func (s *Server) Incarnation() string { return s.inc }
-
-// SetOps installs the handler of the /v1/ops endpoints (see Options.Ops).
-func (s *Server) SetOps(h http.Handler) {
-	if h == nil {
-		s.opsH.Store(nil)
-		return
-	}
-	s.opsH.Store(&h)
-}
 
 func (s *Server) config() *props.Config { return s.cfg.Load() }
 
@@ -348,13 +321,13 @@ func (s *Server) drainAll() {
 	s.log.Info("draining: no new grants; leases are renewed until the grace ends", "leases", s.leases.active(),
 		"grace", s.drain.grace)
 	var opsDone chan struct{}
-	if s.opts.OpsDrain != nil {
+	if m := s.ops.get(); m != nil {
 		opsDone = make(chan struct{})
 		octx, cancel := context.WithDeadline(context.Background(), end)
 		go func() {
 			defer close(opsDone)
 			defer cancel()
-			s.opts.OpsDrain(octx)
+			m.Drain(octx)
 		}()
 	}
 	s.leases.drainOut(end)
