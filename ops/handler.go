@@ -195,7 +195,8 @@ func (h *handler) discard(w http.ResponseWriter, r *http.Request) error {
 	op, err := h.d.store.Discard(ctx, r.PathValue("id"))
 	if err != nil {
 		if se, ok := errors.AsType[*queue.StateError](err); ok {
-			return newError(api.Conflict, "op %q is %s: only a dead_lettered op can be discarded (an accepted op still to be delivered is never dropped)", se.ID, se.State)
+			return newError(api.Conflict, "op %q is %s: only a dead_lettered op can be discarded "+
+				"(an accepted op still to be delivered is never dropped)", se.ID, se.State)
 		}
 		return err
 	}

@@ -225,7 +225,8 @@ func refuseConn(c net.Conn, he *httpError) {
 	rec := &bodyRecorder{h: http.Header{}}
 	writeJSON(rec, he.Status, he.Body)
 	b = rec.b
-	_, _ = fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nCache-Control: no-store\r\nConnection: close\r\nContent-Length: %s\r\n\r\n%s",
+	_, _ = fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nCache-Control: no-store\r\n"+
+		"Connection: close\r\nContent-Length: %s\r\n\r\n%s",
 		he.Status, http.StatusText(he.Status), strconv.Itoa(len(b)), b)
 	// Read what the caller sent until it closes (or the deadline): closing
 	// a unix socket with unread data makes the caller's read fail with

@@ -268,7 +268,8 @@ func msUntil(t, now time.Time) int64 {
 // already told) and returns it as told now.
 func (t *leaseTable) renew(l *lease, length time.Duration) (api.Lease, error) {
 	if t.drain.graceOver() {
-		return api.Lease{}, lockLost(api.ReasonShutdown, "the sidecar is shutting down and its grace is over: no lease is renewed; finish within the valid_until told before, and release")
+		return api.Lease{}, lockLost(api.ReasonShutdown, "the sidecar is shutting down and its grace is over: no lease is renewed; finish within the "+
+			"valid_until told before, and release")
 	}
 	if err := l.g.Err(); err != nil {
 		t.finish(l, api.StateLost, lostReason(err), err.Error(), nil)

@@ -89,7 +89,8 @@ func (s *Server) Mount(m Mount) error {
 	for _, rt := range m.Routes() {
 		key := rt.Method + " " + rt.Pattern
 		if !s.ops.slots[key] {
-			return fmt.Errorf("sidecar: mount: %s is not a mounted endpoint of the route table (%s)", key, strings.Join(slices.Sorted(maps.Keys(s.ops.slots)), ", "))
+			return fmt.Errorf("sidecar: mount: %s is not a mounted endpoint of the route table (%s)",
+				key, strings.Join(slices.Sorted(maps.Keys(s.ops.slots)), ", "))
 		}
 		c.handlers[key] = rt.Handle
 	}

@@ -128,6 +128,9 @@ func (t *leaseTable) watchPIDLocked(l *lease) {
 	l.pw = pw
 }
 
+// runPIDWatch waits for pw's process to exit (or the watch to stop) and
+// then ends its leases: at once, or, for a lease re-entered meanwhile, as
+// a taken lease freed after the validity told (see leaseTable).
 func (t *leaseTable) runPIDWatch(pw *pidWatch) {
 	defer t.wg.Done()
 	if !pw.w.wait() {

@@ -71,11 +71,13 @@ func preemptWaits(wait time.Duration, waitGiven bool, defaultKey string, preempt
 		if wait == 0 {
 			what += " (try once)"
 		}
-		return badRequest("wait_ms", "%s with \"preempt\": true cannot wait for the holder to yield: a preempting acquire must wait at least %s = %d ms (set wait_ms to that or more, or leave out preempt)",
+		return badRequest("wait_ms", "%s with \"preempt\": true cannot wait for the holder to yield: a preempting acquire must wait at least %s = %d ms "+
+			"(set wait_ms to that or more, or leave out preempt)",
 			what, holder, need.Milliseconds())
 	}
 	if preemptWait != nil && *preemptWait < need {
-		return badRequest("preempt_wait_ms", "%d is shorter than %s = %d ms: preempt_wait_ms cannot shorten the holder's cleanup window (set it to that or more, or leave it out to wait wait_ms)",
+		return badRequest("preempt_wait_ms", "%d is shorter than %s = %d ms: preempt_wait_ms cannot shorten the holder's cleanup window (set it to that "+
+			"or more, or leave it out to wait wait_ms)",
 			preemptWait.Milliseconds(), holder, need.Milliseconds())
 	}
 	return nil
@@ -240,7 +242,8 @@ var errNotPreemptible = errors.New("the holder is not preemptible")
 // with its cleanup) passes. It returns the ask to withdraw if the request
 // gives up, nil when nothing was asked (free, not preemptible, plugin
 // holders, failures: the request waits as usual), or check's error.
-func (p *preemption) ask(ctx context.Context, obj, info string, forceful bool, wait time.Duration, caller string, check func(cleanup time.Duration) error) (*preemptAsk, error) {
+func (p *preemption) ask(ctx context.Context, obj, info string, forceful bool, wait time.Duration, caller string,
+	check func(cleanup time.Duration) error) (*preemptAsk, error) {
 	kind := SignalPreempt
 	if forceful {
 		kind = SignalPreemptForceful

@@ -27,14 +27,16 @@ func (t *leaseTable) reentrant(id, object string) (*lease, error) {
 	t.mu.Unlock()
 	if l == nil {
 		if m := leaseIDRE.FindStringSubmatch(id); m != nil && m[1] != t.inc {
-			return nil, badRequest("lease_id", "lease %s was not granted by this run of this sidecar (incarnation %s, this one is %s): only a lease held through this sidecar can be re-entered", id, m[1], t.inc)
+			return nil, badRequest("lease_id", "lease %s was not granted by this run of this sidecar (incarnation %s, this one is %s): only a lease held "+
+				"through this sidecar can be re-entered", id, m[1], t.inc)
 		}
 		if _, err := t.lookup(id); err != nil {
 			if he, ok := err.(*httpError); ok && he.Body.Kind == api.LockLost {
 				return nil, err
 			}
 		}
-		return nil, badRequest("lease_id", "no lease %q is held through this sidecar (never granted, released, or not a lease id; an op delivery's Baton-Lease-Id only while its delivery runs)", id)
+		return nil, badRequest("lease_id", "no lease %q is held through this sidecar (never granted, released, or not a lease id; an op delivery's "+
+			"Baton-Lease-Id only while its delivery runs)", id)
 	}
 	if o := l.g.Object(); o != object {
 		return nil, badRequest("lease_id", "lease %s holds %q, not %q: a lease re-enters only its own object", id, o, object)
@@ -85,7 +87,8 @@ func (t *leaseTable) releaseHold(l *lease) (res api.ReleaseResponse, done bool, 
 		t.log.Debug("lease hold released", "lease_id", l.id, "object", l.g.Object(), "token", l.g.Token(), "holds", l.holds)
 		return api.ReleaseResponse{Released: false, Object: l.g.Object(), Token: l.g.Token(), Holds: l.holds}, true, nil
 	case l.external:
-		return res, true, newError(api.Conflict, "%s is the op delivery's own hold on %q: Baton releases it when the delivery ends (release only the holds you re-entered)", l.id, l.g.Object())
+		return res, true, newError(api.Conflict, "%s is the op delivery's own hold on %q: Baton releases it when the delivery ends (release only the "+
+			"holds you re-entered)", l.id, l.g.Object())
 	}
 	return res, false, nil
 }
@@ -135,7 +138,8 @@ func (t *leaseTable) holdDelivery(g *lock.Grant) (id string, done func(reason st
 		held := func() bool { return l.holds > 1 || l.told.After(time.Now()) }
 		for l.holdsOf() > 0 {
 			if ended, told := t.end(l, api.StateLost, reason, "the op delivery whose lease this is ended: "+reason, held, true); ended {
-				t.log.Warn("op delivery ended while its lease was re-entered or told valid ahead: its holders are told lost; the lock is freed after the validity told",
+				t.log.Warn("op delivery ended while its lease was re-entered or told valid ahead: its holders are told lost; the lock is freed after the "+
+					"validity told",
 					"lease", logID(l.id), "object", l.g.Object(), "token", l.g.Token(), "reason", reason,
 					"freed_in", max(0, time.Until(told)).Round(time.Millisecond))
 				break

@@ -94,7 +94,9 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) error {
 		s.leases.revokes.WithLabelValues("refused").Inc()
 		s.log.Warn("audit: revocation refused: the holder is not a Baton grant", "object", obj, "token", n.Token,
 			"holder", n.Name, "reason", req.Reason, "caller", caller)
-		he := newError(api.Conflict, "the holder of %q (node %s, token %d) is not a Baton grant (the plugin's): it cannot be revoked safely — Baton cannot tell it, refuse its renewals or know the validity it relies on; stop that process, or let its ZooKeeper session expire", obj, n.Name, n.Token)
+		he := newError(api.Conflict, "the holder of %q (node %s, token %d) is not a Baton grant (the plugin's): it cannot be revoked safely — Baton "+
+			"cannot tell it, refuse its renewals or know the validity it relies on; stop that process, or let its ZooKeeper "+
+			"session expire", obj, n.Name, n.Token)
 		he.Body.Object, he.Body.Holder = obj, holderOf(n)
 		return he
 	case errors.Is(err, lock.ErrNoNode):

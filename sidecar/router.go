@@ -117,6 +117,10 @@ func pathSegments(r *http.Request) ([]string, bool) {
 	return segs, true
 }
 
+// ServeHTTP routes r: 404 when no pattern matches its path, 405 with Allow
+// when none of those that match has its method; else it sets the path
+// values, authorizes the route's action and calls its handler. Every
+// error goes to the one error writer.
 func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	segs, ok := pathSegments(r)
 	var hit, get *compiledRoute

@@ -30,6 +30,8 @@ func validObject(obj string) error {
 	return nil
 }
 
+// renewLease is POST /v1/leases/{id}/renew: the lease extended to lease_ms
+// (else its own length) from now, never before a valid_until told.
 func (s *Server) renewLease(w http.ResponseWriter, r *http.Request) error {
 	if _, err := queryParams(r); err != nil {
 		return err
@@ -64,6 +66,7 @@ func (s *Server) renewLease(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// deleteLease is DELETE /v1/leases/{id}: the holder's release of one hold.
 func (s *Server) deleteLease(w http.ResponseWriter, r *http.Request) error {
 	if _, err := queryParams(r); err != nil {
 		return err
@@ -105,6 +108,9 @@ func queryParams(r *http.Request, allowed ...string) (url.Values, error) {
 	return q, nil
 }
 
+// getLease is GET /v1/leases/{id}: the lease (telling its valid_until);
+// with wait=lost, a long-poll (leaseTable.waitChange) of at most
+// timeout_ms, counted against sidecar.max.polls.per.uid.
 func (s *Server) getLease(w http.ResponseWriter, r *http.Request) error {
 	q, err := queryParams(r, "wait", "timeout_ms")
 	if err != nil {
@@ -150,6 +156,9 @@ func (s *Server) getLease(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// inspect is GET /v1/locks/{object}: the holder and the waiters as
+// ZooKeeper has them; a holder this sidecar leased shows its holds and
+// whether it is preemptible.
 func (s *Server) inspect(w http.ResponseWriter, r *http.Request) error {
 	obj := r.PathValue("object")
 	if err := validObject(obj); err != nil {
@@ -178,6 +187,8 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// holderOf renders a holder's node for the API (nil: none), with its
+// standing revocation or preemption.
 func holderOf(n *lock.Node) *api.Holder {
 	if n == nil {
 		return nil
@@ -204,6 +215,8 @@ func holderOf(n *lock.Node) *api.Holder {
 	return h
 }
 
+// list is GET /v1/locks?prefix=&after=&limit=: a page of held or awaited
+// objects, counted against sidecar.max.lists.per.uid while it reads.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 	q, err := queryParams(r, "prefix", "after", "limit")
 	if err != nil {
