@@ -108,11 +108,13 @@ func New(cfg props.Config, opts Options) (*Server, error) {
 	s.leases = newLeaseTable(s)
 	eo, err := EngineOptions(cfg, opts.Logger)
 	if err != nil {
+		s.drain.cancel()
 		return nil, err
 	}
 	eo.Observer = observer{s}
 	s.eng, err = lock.New(eo)
 	if err != nil {
+		s.drain.cancel()
 		return nil, fmt.Errorf("sidecar: %w", err)
 	}
 	s.pre = &preemption{eng: s.eng, leases: s.leases, log: s.log}
@@ -122,6 +124,7 @@ func New(cfg props.Config, opts Options) (*Server, error) {
 		s.reg = prometheus.NewRegistry()
 	}
 	if err := s.m.register(s, own); err != nil {
+		s.drain.cancel()
 		s.eng.Close()
 		return nil, fmt.Errorf("sidecar: metrics: %w", err)
 	}
