@@ -277,22 +277,19 @@ func startStack(t *testing.T) *stack {
 	}
 
 	log := slog.New(slog.DiscardHandler)
-	var d *ops.Dispatcher
-	srv, err := sidecar.New(cfg, sidecar.Options{
-		Logger: log, Registry: prometheus.NewRegistry(),
-		OpsReady: func() error { return d.Ready() },
-		OpsDrain: func(ctx context.Context) { d.Drain(ctx) },
-		OpsQueue: func() *api.QueueInfo { return d.QueueInfo() },
-	})
+	srv, err := sidecar.New(cfg, sidecar.Options{Logger: log, Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatalf("sidecar.New: %v", err)
 	}
-	d, err = ops.New(cfg, ops.Deps{Engine: srv.Engine(), Registry: srv.Registry(), Logger: log, Hold: srv.HoldDelivery}) // as baton serve
+	d, err := ops.New(cfg, ops.Deps{Engine: srv.Engine(), Registry: srv.Registry(), Logger: log, Hold: srv.HoldDelivery}) // as baton serve
 	if err != nil {
 		srv.Close()
 		t.Fatalf("ops.New: %v", err)
 	}
-	srv.SetOps(d.Handler())
+	if err := srv.Mount(d); err != nil {
+		srv.Close()
+		t.Fatalf("Mount: %v", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = d.Run(ctx) })
@@ -461,28 +458,35 @@ func TestOpenAPIRoutes(t *testing.T) {
 	}
 }
 
-// routerLiterals returns the string literals of sidecar/routes.go's match.
+// routerLiterals returns the literal segments of the path patterns in
+// sidecar/router.go's route table (func routes).
 func routerLiterals(t *testing.T) []string {
-	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "sidecar", "routes.go"), nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "sidecar", "router.go"), nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []string
 	for _, d := range f.Decls {
 		fd, ok := d.(*ast.FuncDecl)
-		if !ok || fd.Name.Name != "match" {
+		if !ok || fd.Name.Name != "routes" {
 			continue
 		}
 		ast.Inspect(fd, func(n ast.Node) bool {
 			if bl, ok := n.(*ast.BasicLit); ok && bl.Kind == token.STRING {
 				v, _ := strconv.Unquote(bl.Value)
-				out = append(out, v)
+				if pattern, ok := strings.CutPrefix(v, "/"); ok {
+					for _, seg := range strings.Split(pattern, "/") {
+						if !strings.HasPrefix(seg, "{") {
+							out = append(out, seg)
+						}
+					}
+				}
 			}
 			return true
 		})
 	}
 	if len(out) == 0 {
-		t.Fatal("no string literals in func match of sidecar/routes.go: update this test with the router")
+		t.Fatal("no path patterns in func routes of sidecar/router.go: update this test with the router")
 	}
 	return out
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -98,33 +97,6 @@ func FuzzDeliveryBody(f *testing.F) {
 			t.Fatalf("payload %q came back as %q", payload, w.Payload)
 		}
 	})
-}
-
-func TestRoute(t *testing.T) {
-	for _, tc := range []struct {
-		path   string
-		id     string
-		action string
-		ok     bool
-	}{
-		{"/v1/ops", "", "", true},
-		{"/v1/ops/", "", "", true},
-		{"/v1/ops/abc", "abc", "", true},
-		{"/v1/ops/replay", "replay", "", true},
-		{"/v1/ops/a%3Ab/replay", "a:b", "replay", true},
-		{"/v1/ops/a%3Ab/discard", "a:b", "discard", true},
-		{"/v1/ops/discard/discard", "discard", "discard", true},
-		{"/v1/ops/a/b", "", "", false},
-		{"/v1/opsx", "", "", false},
-		{"/v1/ops/a/replay/x", "", "", false},
-		{"/v1/ops/a/discard/x", "", "", false},
-	} {
-		r := httptest.NewRequest("GET", tc.path, nil)
-		id, action, err := route(r)
-		if (err == nil) != tc.ok || id != tc.id || action != tc.action {
-			t.Errorf("route(%q) = %q, %q, %v; want %q, %q, ok %v", tc.path, id, action, err, tc.id, tc.action, tc.ok)
-		}
-	}
 }
 
 func TestLockInfo(t *testing.T) {

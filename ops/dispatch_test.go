@@ -533,6 +533,13 @@ func TestBadSubmissions(t *testing.T) {
 			}
 		})
 	}
+	// An empty id is no op (it used to be served as the list, an admin
+	// action, to a client: the id was parsed again by ops).
+	var empty api.Error
+	decodeStrict(t, e.mustCall(404, "GET", "/v1/ops/", ""), &empty)
+	if empty.Kind != api.NotFound || !strings.Contains(empty.Message, `no op ""`) {
+		t.Errorf("GET /v1/ops/ = %+v, want 404 no op", empty)
+	}
 	if st := e.d.Ready(); st != nil {
 		t.Errorf("Ready = %v", st)
 	}

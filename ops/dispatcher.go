@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -366,10 +365,6 @@ func (d *Dispatcher) Close() error {
 	}
 	return errors.Join(errs...)
 }
-
-// Handler returns the HTTP handler of /v1/ops, /v1/ops/{id} and
-// /v1/ops/{id}/replay (api/openapi.json), for [sidecar.Server.SetOps].
-func (d *Dispatcher) Handler() http.Handler { return &handler{d: d} }
 
 // event describes one finished attempt (for tests).
 type event struct {

@@ -7,16 +7,13 @@
 //
 // # Wiring (what `baton serve` does)
 //
-// The lock engine lives in the sidecar, so the sidecar is built first and
-// the dispatcher's hooks are closures over a variable set right after:
+// The lock engine lives in the sidecar, so the sidecar is built first, then
+// the dispatcher on its engine, which the sidecar then mounts (its /v1/ops
+// endpoints, readiness, queue summary and drain: sidecar.Mount):
 //
-//	var d *ops.Dispatcher // Ready and Drain accept a nil receiver
-//	s, err := sidecar.New(cfg, sidecar.Options{Logger: log, Registry: reg,
-//		OpsReady: func() error { return d.Ready() },
-//		OpsDrain: func(ctx context.Context) { d.Drain(ctx) },
-//	})
-//	d, err = ops.New(cfg, ops.Deps{Engine: s.Engine(), Registry: s.Registry(), Logger: log})
-//	s.SetOps(d.Handler())
+//	s, err := sidecar.New(cfg, sidecar.Options{Logger: log, Registry: reg})
+//	d, err := ops.New(cfg, ops.Deps{Engine: s.Engine(), Registry: s.Registry(), Logger: log, Hold: s.HoldDelivery})
+//	err = s.Mount(d)
 //	go d.Run(ctx)       // returns after ctx ends (or Drain), once the workers stopped
 //	err = s.Run(ctx)    // on shutdown calls Drain, then closes the engine
 //	<-run finished; d.Close()

@@ -6,11 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/batonhq/baton/api"
@@ -21,12 +19,27 @@ import (
 // submitTimeout bounds one submit or replay (the fsync included).
 const submitTimeout = 30 * time.Second
 
-// handler serves the /v1/ops endpoints. The sidecar routes to it with the
-// path value "id" set; used on its own it parses the path itself.
-type handler struct{ d *Dispatcher }
+// Routes are the /v1/ops endpoints (api/openapi.json) for the sidecar to
+// mount (sidecar.Mount, Server.Mount): the sidecar routes each request
+// once, authorizes it, sets the path value "id", and answers a handler's
+// error with its one error writer (the queue's errors are mapped there).
+// None when ops are disabled: the sidecar then answers 503 OpsDisabled.
+func (d *Dispatcher) Routes() []httpapi.Route {
+	if !d.Enabled() {
+		return nil
+	}
+	h := &handler{d: d}
+	return []httpapi.Route{
+		{Method: http.MethodPost, Pattern: "/v1/ops", Handle: h.submit},
+		{Method: http.MethodGet, Pattern: "/v1/ops", Handle: h.list},
+		{Method: http.MethodGet, Pattern: "/v1/ops/{id}", Handle: h.get},
+		{Method: http.MethodPost, Pattern: "/v1/ops/{id}/replay", Handle: h.replay},
+		{Method: http.MethodPost, Pattern: "/v1/ops/{id}/discard", Handle: h.discard},
+	}
+}
 
-// httpError is an answer other than 2xx, as the sidecar's.
-type httpError = httpapi.Error
+// handler serves the /v1/ops endpoints (Routes).
+type handler struct{ d *Dispatcher }
 
 var (
 	newError   = httpapi.New
@@ -34,83 +47,6 @@ var (
 	writeJSON  = httpapi.WriteJSON
 	decodeBody = httpapi.DecodeBody
 )
-
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if err := h.serve(w, r); err != nil {
-		he := h.toHTTPError(err)
-		level := slog.LevelDebug
-		if he.Status >= 500 {
-			level = slog.LevelWarn
-		}
-		h.d.log.Log(r.Context(), level, "ops request failed", "method", r.Method, "path", r.URL.Path,
-			"status", he.Status, "error", he.Body.Kind, "message", he.Body.Message)
-		writeJSON(w, he.Status, he.Body)
-	}
-}
-
-// route returns the op id ("" for /v1/ops) and the action after it:
-// "replay", "discard" or "" (none).
-func route(r *http.Request) (id, action string, err error) {
-	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), "/v1/ops")
-	if !ok || (rest != "" && rest[0] != '/') {
-		return "", "", newError(api.NotFound, "no such path %q", r.URL.Path)
-	}
-	segs := strings.Split(strings.TrimPrefix(rest, "/"), "/")
-	if rest == "" || rest == "/" {
-		segs = nil
-	}
-	switch {
-	case len(segs) == 0:
-	case len(segs) == 1 || len(segs) == 2 && (segs[1] == "replay" || segs[1] == "discard"):
-		id, err = url.PathUnescape(segs[0])
-		if err != nil {
-			return "", "", newError(api.NotFound, "no such path %q", r.URL.Path)
-		}
-		if len(segs) == 2 {
-			action = segs[1]
-		}
-	default:
-		return "", "", newError(api.NotFound, "no such path %q", r.URL.Path)
-	}
-	if v := r.PathValue("id"); v != "" {
-		id = v
-	}
-	return id, action, nil
-}
-
-func (h *handler) serve(w http.ResponseWriter, r *http.Request) error {
-	if h.d.store == nil {
-		return newError(api.OpsDisabled, "background operations are disabled: set sidecar.app.url to enable them")
-	}
-	id, action, err := route(r)
-	if err != nil {
-		return err
-	}
-	want := http.MethodPost
-	if id != "" && action == "" {
-		want = http.MethodGet
-	}
-	if id == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
-		return h.list(w, r)
-	}
-	if r.Method != want && !(want == http.MethodGet && r.Method == http.MethodHead) {
-		if id == "" {
-			want = "GET, POST"
-		}
-		w.Header().Set("Allow", want)
-		return newError(api.MethodNotAllowed, "method %s is not allowed on %s; use %s", r.Method, r.URL.Path, want)
-	}
-	switch {
-	case id == "":
-		return h.submit(w, r)
-	case action == "replay":
-		return h.replay(w, r, id)
-	case action == "discard":
-		return h.discard(w, r, id)
-	default:
-		return h.get(w, id)
-	}
-}
 
 func (h *handler) submit(w http.ResponseWriter, r *http.Request) error {
 	var req api.OpRequest
@@ -134,7 +70,8 @@ func (h *handler) submit(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (h *handler) get(w http.ResponseWriter, id string) error {
+func (h *handler) get(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
 	if !queue.ValidID(id) {
 		return newError(api.NotFound, "no op %q: op ids are 1-128 characters of A-Z a-z 0-9 . _ : -", id)
 	}
@@ -215,7 +152,8 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) error {
 
 // opAction begins an action on one op (replay, discard): an empty body, a
 // well-formed id, and a context that outlives the caller's connection.
-func opAction(w http.ResponseWriter, r *http.Request, id string) (context.Context, context.CancelFunc, error) {
+func opAction(w http.ResponseWriter, r *http.Request) (context.Context, context.CancelFunc, error) {
+	id := r.PathValue("id")
 	var none struct{}
 	if err := decodeBody(w, r, &none); err != nil {
 		return nil, nil, err
@@ -227,13 +165,13 @@ func opAction(w http.ResponseWriter, r *http.Request, id string) (context.Contex
 	return ctx, cancel, nil
 }
 
-func (h *handler) replay(w http.ResponseWriter, r *http.Request, id string) error {
-	ctx, cancel, err := opAction(w, r, id)
+func (h *handler) replay(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel, err := opAction(w, r)
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	op, err := h.d.store.Replay(ctx, id)
+	op, err := h.d.store.Replay(ctx, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -248,16 +186,17 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request, id string) erro
 // /v1/ops/{id}/discard), the way out for an op kept because its dead letter
 // lacks the payload. It is an operator's action: audit-logged at WARN with
 // the caller.
-func (h *handler) discard(w http.ResponseWriter, r *http.Request, id string) error {
-	ctx, cancel, err := opAction(w, r, id)
+func (h *handler) discard(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel, err := opAction(w, r)
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	op, err := h.d.store.Discard(ctx, id)
+	op, err := h.d.store.Discard(ctx, r.PathValue("id"))
 	if err != nil {
 		if se, ok := errors.AsType[*queue.StateError](err); ok {
-			return newError(api.Conflict, "op %q is %s: only a dead_lettered op can be discarded (an accepted op still to be delivered is never dropped)", se.ID, se.State)
+			return newError(api.Conflict, "op %q is %s: only a dead_lettered op can be discarded "+
+				"(an accepted op still to be delivered is never dropped)", se.ID, se.State)
 		}
 		return err
 	}
@@ -276,35 +215,4 @@ func (h *handler) discard(w http.ResponseWriter, r *http.Request, id string) err
 		"caller", httpapi.Caller(r.Context()))
 	writeJSON(w, http.StatusOK, out)
 	return nil
-}
-
-// toHTTPError maps the queue's errors to answers (api/openapi.json).
-func (h *handler) toHTTPError(err error) *httpError {
-	if he, ok := errors.AsType[*httpError](err); ok {
-		return he
-	}
-	if fe, ok := errors.AsType[*queue.FieldError](err); ok {
-		return badRequest(fe.Field, "%s", fe.Reason)
-	}
-	if se, ok := errors.AsType[*queue.StateError](err); ok && errors.Is(err, queue.ErrNotDeadLettered) {
-		return newError(api.Conflict, "op %q is %s: only a dead_lettered op can be replayed", se.ID, se.State)
-	}
-	switch {
-	case errors.Is(err, queue.ErrConflict):
-		return newError(api.Conflict, "%v: use another id, or resubmit the same body", err)
-	case errors.Is(err, queue.ErrNotFound):
-		return newError(api.NotFound, "no such op (finished ops are kept for queue.retention)")
-	case errors.Is(err, queue.ErrQueueFull):
-		if fe, ok := errors.AsType[*queue.FullError](err); ok && fe.Key == "queue.max.bytes" {
-			e := newError(api.QueueFull, "the queue keeps %d payload bytes; this op's %d would pass queue.max.bytes (%d): "+
-				"retry once ops complete, or raise queue.max.bytes (dead-lettered ops keep their payload for queue.retention: "+
-				"replay or discard them)", fe.Used, fe.Adding, fe.Limit)
-			e.Status = http.StatusInsufficientStorage
-			return e
-		}
-		return newError(api.QueueFull, "%v; retry later, or raise queue.max.ops", err)
-	case errors.Is(err, queue.ErrClosed):
-		return newError(api.QueueUnavailable, "the queue is closed (shutting down); retry against the restarted sidecar")
-	}
-	return newError(api.QueueUnavailable, "the queue failed: %v; retry later", err)
 }

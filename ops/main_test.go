@@ -148,13 +148,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 
 	// Wired as `baton serve` does (see the package doc).
-	var d *ops.Dispatcher
-	srv, err := sidecar.New(cfg, sidecar.Options{
-		Logger:   log,
-		Registry: prometheus.NewRegistry(),
-		OpsReady: func() error { return d.Ready() },
-		OpsDrain: func(ctx context.Context) { d.Drain(ctx) },
-	})
+	srv, err := sidecar.New(cfg, sidecar.Options{Logger: log, Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatalf("sidecar.New: %v", err)
 	}
@@ -165,7 +159,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.deps != nil {
 		o.deps(&deps)
 	}
-	d, err = ops.New(cfg, deps)
+	d, err := ops.New(cfg, deps)
 	if err != nil {
 		srv.Close()
 		t.Fatalf("ops.New: %v", err)
@@ -179,7 +173,10 @@ func newEnv(t testing.TB, o envOptions) *env {
 		default:
 		}
 	})
-	srv.SetOps(d.Handler())
+	if err := srv.Mount(d); err != nil {
+		srv.Close()
+		t.Fatalf("Mount: %v", err)
+	}
 	e.srv, e.d = srv, d
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -29,6 +29,7 @@ type metrics struct {
 	kept         *prometheus.Desc
 }
 
+// newMetrics makes the dispatcher's metrics (registered by New).
 func newMetrics() *metrics {
 	m := &metrics{
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{

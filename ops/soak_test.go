@@ -41,23 +41,22 @@ func soakChild() int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", cfg.NodeID)
-	var d *ops.Dispatcher
-	srv, err := sidecar.New(cfg, sidecar.Options{
-		Logger: log, Registry: prometheus.NewRegistry(),
-		OpsReady: func() error { return d.Ready() },
-		OpsDrain: func(ctx context.Context) { d.Drain(ctx) },
-	})
+	srv, err := sidecar.New(cfg, sidecar.Options{Logger: log, Registry: prometheus.NewRegistry()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak child:", err)
 		return 1
 	}
-	d, err = ops.New(cfg, ops.Deps{Engine: srv.Engine(), Registry: srv.Registry(), Logger: log, PublishTimeout: 2 * time.Second})
+	d, err := ops.New(cfg, ops.Deps{Engine: srv.Engine(), Registry: srv.Registry(), Logger: log, PublishTimeout: 2 * time.Second})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak child:", err)
 		srv.Close()
 		return 1
 	}
-	srv.SetOps(d.Handler())
+	if err := srv.Mount(d); err != nil {
+		fmt.Fprintln(os.Stderr, "soak child:", err)
+		srv.Close()
+		return 1
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	done := make(chan struct{})

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"slices"
@@ -120,7 +121,14 @@ func authPolicyOf(cfg *props.Config, self uint32) authPolicy {
 		clientUIDs: cfg.AuthClientUIDs, clientGIDs: cfg.AuthClientGIDs}
 }
 
-func (s *Server) policy() authPolicy { return authPolicyOf(s.config(), uint32(os.Getuid())) }
+// authz decides, for the handlers, who may do what with the current
+// configuration's allow-lists, and audit-logs each refusal.
+type authz struct {
+	cfg func() *props.Config
+	log *slog.Logger
+}
+
+func (a authz) policy() authPolicy { return authPolicyOf(a.cfg(), uint32(os.Getuid())) }
 
 // inGroups reports whether p's primary or a supplementary group is in gids.
 func (p peer) inGroups(gids []uint32) bool {
@@ -177,25 +185,22 @@ func forbidden(p peer, act action) *httpError {
 }
 
 // authorize refuses (403) a caller that may not do act; the refusal is
-// audit-logged.
-func (s *Server) authorize(r *http.Request, act action) error {
+// audit-logged. The zero action (the probes) is allowed to anyone.
+func (a authz) authorize(r *http.Request, act action) error {
 	p := peerFrom(r.Context())
-	if s.policy().may(p, act) {
+	if act.name == "" || a.policy().may(p, act) {
 		return nil
 	}
-	s.log.Warn("audit: request refused: not allowed", "action", act.name, "method", r.Method, "path", r.URL.Path,
-		"caller", p.String(), "uid", p.uid, "gid", p.gid)
+	auditRefused(a.log, r, act)
 	return forbidden(p, act)
 }
 
-// as wraps a handler with the authorization of act.
-func (s *Server) as(act action, f handlerFunc) handlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) error {
-		if err := s.authorize(r, act); err != nil {
-			return err
-		}
-		return f(w, r)
-	}
+// auditRefused writes the audit line of a request refused because its
+// caller may not do act.
+func auditRefused(log *slog.Logger, r *http.Request, act action) {
+	p := peerFrom(r.Context())
+	log.Warn("audit: request refused: not allowed", "action", act.name, "method", r.Method, "path", r.URL.Path,
+		"caller", p.String(), "uid", p.uid, "gid", p.gid)
 }
 
 // owner is who acquired a lease: its uid and gid (op deliveries: none).
@@ -209,13 +214,13 @@ func ownerOf(p peer) owner { return owner{uid: p.uid, gid: p.gid, set: p.known} 
 // checkOwner refuses (403) act on l by a caller other than the uid that
 // acquired it, unless the caller is an admin. An op delivery's lease has
 // no owner: whoever holds its id may use it (the id is the capability).
-func (s *Server) checkOwner(r *http.Request, l *lease, act action) error {
+func (a authz) checkOwner(r *http.Request, l *lease, act action) error {
 	o := l.owner
 	p := peerFrom(r.Context())
-	if !o.set || (p.known && p.uid == o.uid) || s.policy().isAdmin(p) {
+	if !o.set || (p.known && p.uid == o.uid) || a.policy().isAdmin(p) {
 		return nil
 	}
-	s.log.Warn("audit: request refused: the lease belongs to another uid", "action", act.name, "lease_object", l.g.Object(),
+	a.log.Warn("audit: request refused: the lease belongs to another uid", "action", act.name, "lease_object", l.g.Object(),
 		"owner_uid", o.uid, "caller", p.String(), "uid", p.uid, "gid", p.gid)
 	e := newError(api.Forbidden, "%s may not %s lease on %q: it belongs to uid %d, which acquired it (admins may: %s, %s)",
 		p, act.name, l.g.Object(), o.uid, keyAdminUIDs, keyAdminGIDs)

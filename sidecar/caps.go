@@ -3,6 +3,7 @@ package sidecar
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -60,12 +61,17 @@ func capLimit(cfg *props.Config, k capKind) int {
 // uidCaps counts what each uid uses. Its lock guards only its own maps: a
 // take and its put pair up, whoever else holds what.
 type uidCaps struct {
+	cfg func() *props.Config // the caps' limits
+	log *slog.Logger
+
 	mu    sync.Mutex
 	use   map[uint32]*[numCaps]int
 	conns int // all open connections (sidecar.max.connections)
 }
 
-func newUIDCaps() *uidCaps { return &uidCaps{use: map[uint32]*[numCaps]int{}} }
+func newUIDCaps(cfg func() *props.Config, log *slog.Logger) *uidCaps {
+	return &uidCaps{cfg: cfg, log: log, use: map[uint32]*[numCaps]int{}}
+}
 
 // take counts one more k for uid if that stays within limit; it returns the
 // count before, and whether it was taken. limit ≤ 0 means no cap.
@@ -121,13 +127,13 @@ func tooMany(p peer, k capKind, n, limit int) *httpError {
 	return e
 }
 
-// takeCap counts one k for the request's caller, or answers 429. The
-// caller must put it back (s.caps.put(p.uid, k)) when done.
-func (s *Server) takeCap(p peer, k capKind) error {
-	limit := capLimit(s.config(), k)
-	n, ok := s.caps.take(p.uid, k, limit)
+// takeFor counts one k for the request's caller p, or answers 429. The
+// caller must put it back (put(p.uid, k)) when done.
+func (u *uidCaps) takeFor(p peer, k capKind) error {
+	limit := capLimit(u.cfg(), k)
+	n, ok := u.take(p.uid, k, limit)
 	if !ok {
-		s.log.Info("request refused: per-uid cap reached", "cap", capInfo[k].key, "limit", limit, "caller", p.String())
+		u.log.Info("request refused: per-uid cap reached", "cap", capInfo[k].key, "limit", limit, "caller", p.String())
 		return tooMany(p, k, n, limit)
 	}
 	return nil
@@ -174,10 +180,10 @@ func (l *capListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		pc := &peerConn{Conn: c, p: peerCred(c), s: l.s}
-		if l.s.policy().isAdmin(pc.p) {
+		if l.s.auth.policy().isAdmin(pc.p) {
 			return pc, nil
 		}
-		if he := l.s.admitConn(pc.p); he != nil {
+		if he := l.s.caps.admitConn(pc.p); he != nil {
 			go refuseConn(c, he)
 			continue
 		}
@@ -187,9 +193,8 @@ func (l *capListener) Accept() (net.Conn, error) {
 }
 
 // admitConn counts a connection of p against the caps, or returns the 429.
-func (s *Server) admitConn(p peer) *httpError {
-	cfg := s.config()
-	u := s.caps
+func (u *uidCaps) admitConn(p peer) *httpError {
+	cfg := u.cfg()
 	u.mu.Lock()
 	if u.conns >= cfg.MaxConnections {
 		n := u.conns
@@ -197,12 +202,12 @@ func (s *Server) admitConn(p peer) *httpError {
 		e := newError(api.TooManyRequests, "the sidecar has %d open connections, the cap (%s = %d); close idle connections and retry, or raise %s",
 			n, keyMaxConns, cfg.MaxConnections, keyMaxConns)
 		e.Body.Key = keyMaxConns
-		s.log.Info("connection refused: cap reached", "cap", keyMaxConns, "limit", cfg.MaxConnections, "caller", p.String())
+		u.log.Info("connection refused: cap reached", "cap", keyMaxConns, "limit", cfg.MaxConnections, "caller", p.String())
 		return e
 	}
 	u.conns++
 	u.mu.Unlock()
-	if err := s.takeCap(p, capConns); err != nil {
+	if err := u.takeFor(p, capConns); err != nil {
 		u.mu.Lock()
 		u.conns--
 		u.mu.Unlock()
@@ -220,7 +225,8 @@ func refuseConn(c net.Conn, he *httpError) {
 	rec := &bodyRecorder{h: http.Header{}}
 	writeJSON(rec, he.Status, he.Body)
 	b = rec.b
-	_, _ = fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nCache-Control: no-store\r\nConnection: close\r\nContent-Length: %s\r\n\r\n%s",
+	_, _ = fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nCache-Control: no-store\r\n"+
+		"Connection: close\r\nContent-Length: %s\r\n\r\n%s",
 		he.Status, http.StatusText(he.Status), strconv.Itoa(len(b)), b)
 	// Read what the caller sent until it closes (or the deadline): closing
 	// a unix socket with unread data makes the caller's read fail with

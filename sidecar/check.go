@@ -39,7 +39,7 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := api.CheckResult{Current: current, Token: holder}
 	if holder != 0 {
-		if l := s.leaseByToken(obj, holder); l != nil {
+		if l := s.leases.byToken(obj, holder); l != nil {
 			out.ValidForMS = l.toldFor()
 		}
 	}

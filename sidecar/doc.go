@@ -6,7 +6,7 @@
 //
 //	loaded, err := props.Load(props.LoadOptions{File: *config, Env: os.Environ()})
 //	srv, err := sidecar.New(loaded.Config, sidecar.Options{Logger: logger, LogLevel: level})
-//	// optional: srv.SetOps(opsHandler) with srv.Engine() for background locks
+//	// optional: srv.Mount(d), d an ops.Dispatcher on srv.Engine() (background locks)
 //	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 //	err = srv.Run(ctx) // nil after a clean shutdown
 //	// on SIGHUP: next, changes, err := props.Reload(loaded, opts); srv.Reload(next, changes)

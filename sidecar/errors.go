@@ -11,6 +11,7 @@ import (
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/internal/httpapi"
 	"github.com/batonhq/baton/lock"
+	"github.com/batonhq/baton/queue"
 )
 
 // httpError is an answer other than 2xx (shared with the ops handler).
@@ -29,13 +30,22 @@ func lockLost(reason, format string, args ...any) *httpError {
 	return e
 }
 
+// errorWriter is the server's one error writer: every handler's error, the
+// router's 404 and 405 and the mounted op endpoints' errors are mapped to
+// an answer (toHTTPError), logged (5xx at WARN, 500 at ERROR, the rest at
+// DEBUG) and written here.
+type errorWriter struct {
+	log   *slog.Logger
+	drain *drainState
+}
+
 // toHTTPError is the one place mapping errors to an answer.
-func (s *Server) toHTTPError(r *http.Request, err error) *httpError {
+func (ew errorWriter) toHTTPError(r *http.Request, err error) *httpError {
 	if he, ok := errors.AsType[*httpError](err); ok {
 		return he
 	}
 	if ile, ok := errors.AsType[*lock.InstanceLockError](err); ok {
-		if s.stopping() && errors.Is(ile.Err, context.Canceled) {
+		if ew.drain.stopping() && errors.Is(ile.Err, context.Canceled) {
 			return shuttingDown(err)
 		}
 		if r.Context().Err() != nil {
@@ -71,6 +81,47 @@ func (s *Server) toHTTPError(r *http.Request, err error) *httpError {
 	return e
 }
 
+// mountedError maps the error of a mounted op endpoint (the queue's:
+// api/openapi.json) to its answer for the error writer; nil stays nil. An
+// error that is none of the queue's refusals means the queue failed: 503
+// QueueUnavailable, which a client retries.
+func mountedError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if he, ok := errors.AsType[*httpError](err); ok {
+		return he
+	}
+	if fe, ok := errors.AsType[*queue.FieldError](err); ok {
+		return badRequest(fe.Field, "%s", fe.Reason)
+	}
+	if se, ok := errors.AsType[*queue.StateError](err); ok && errors.Is(err, queue.ErrNotDeadLettered) {
+		return newError(api.Conflict, "op %q is %s: only a dead_lettered op can be replayed", se.ID, se.State)
+	}
+	var e *httpError
+	switch {
+	case errors.Is(err, queue.ErrConflict):
+		e = newError(api.Conflict, "%v: use another id, or resubmit the same body", err)
+	case errors.Is(err, queue.ErrNotFound):
+		e = newError(api.NotFound, "no such op (finished ops are kept for queue.retention)")
+	case errors.Is(err, queue.ErrQueueFull):
+		if fe, ok := errors.AsType[*queue.FullError](err); ok && fe.Key == "queue.max.bytes" {
+			e = newError(api.QueueFull, "the queue keeps %d payload bytes; this op's %d would pass queue.max.bytes (%d): "+
+				"retry once ops complete, or raise queue.max.bytes (dead-lettered ops keep their payload for queue.retention: "+
+				"replay or discard them)", fe.Used, fe.Adding, fe.Limit)
+			e.Status = http.StatusInsufficientStorage
+		} else {
+			e = newError(api.QueueFull, "%v; retry later, or raise queue.max.ops", err)
+		}
+	case errors.Is(err, queue.ErrClosed):
+		e = newError(api.QueueUnavailable, "the queue is closed (shutting down); retry against the restarted sidecar")
+	default:
+		e = newError(api.QueueUnavailable, "the queue failed: %v; retry later", err)
+	}
+	e.Cause = err
+	return e
+}
+
 func shuttingDown(cause error) *httpError {
 	e := newError(api.ShuttingDown, "the sidecar is shutting down; retry against the next one")
 	e.Cause = cause
@@ -84,8 +135,9 @@ func clientGone(cause error) *httpError {
 	return e
 }
 
-func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	he := s.toHTTPError(r, err)
+// write answers r with err.
+func (ew errorWriter) write(w http.ResponseWriter, r *http.Request, err error) {
+	he := ew.toHTTPError(r, err)
 	level := slog.LevelDebug
 	if he.Status >= 500 {
 		level = slog.LevelWarn
@@ -97,7 +149,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if level >= slog.LevelInfo { // no live lease id in a line shown at info
 		path, msg = redactLeaseIDs(path), redactLeaseIDs(msg)
 	}
-	s.log.Log(r.Context(), level, "request failed", "method", r.Method, "path", path,
+	ew.log.Log(r.Context(), level, "request failed", "method", r.Method, "path", path,
 		"status", he.Status, "error", he.Body.Kind, "message", msg, "cause", he.Cause)
 	writeJSON(w, he.Status, he.Body)
 }

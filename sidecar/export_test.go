@@ -7,12 +7,12 @@ import "context"
 // rest when the returned func is called, so a test can put a re-entry
 // between them.
 func SplitRelease(s *Server, id string) func() {
-	l, err := s.lookup(id)
+	l, err := s.leases.lookup(id)
 	if err != nil {
 		panic(err)
 	}
-	if _, done, _ := s.releaseHold(l); done {
+	if _, done, _ := s.leases.releaseHold(l); done {
 		panic("releaseHold answered")
 	}
-	return func() { _, _ = s.releaseLast(context.Background(), l) }
+	return func() { _, _ = s.leases.releaseLast(context.Background(), l) }
 }

@@ -34,19 +34,13 @@ func newIncarnation(now time.Time) string {
 	return fmt.Sprintf("%012x%s", now.UnixMilli()&(1<<48-1), hex.EncodeToString(b[:]))
 }
 
-func (s *Server) newLeaseID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
-	return s.inc + "." + hex.EncodeToString(b[:])
-}
-
 // lease is a grant handed out through the API.
 type lease struct {
 	id     string
 	g      *lock.Grant
 	pid    int32
 	length time.Duration // default length of a renewal
-	pw     *pidWatch     // guarded by Server.mu
+	pw     *pidWatch     // guarded by leaseTable.mu
 	owner  owner         // the uid that acquired it (auth.go); none for op deliveries
 	capped bool          // counted against owner's sidecar.max.leases.per.uid (caps.go)
 
@@ -83,199 +77,27 @@ type tomb struct {
 	until               time.Time
 }
 
-func (s *Server) activeLeases() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.leases) - s.deliveries
-}
-
-// addLease registers a fresh grant as a lease and starts watching it. It
-// fails (and the caller must release g) when shutdown has begun.
-// held, if not nil, is the exit watch holdPID started when the request
-// arrived: a process that exited during the wait gets no lease.
-// On success the lease takes over the caller's sidecar.max.leases.per.uid
-// slot of o (given back when it ends).
-func (s *Server) addLease(g *lock.Grant, pid int32, held *pidWatch, length time.Duration, o owner) (*lease, error) {
-	now := time.Now()
-	l := &lease{
-		id: s.newLeaseID(), g: g, pid: pid, length: length, owner: o, capped: true,
-		expires: now.Add(length), done: make(chan struct{}), holds: 1, changed: make(chan struct{}),
-	}
-	s.mu.Lock()
-	if s.stopping() || s.closed {
-		s.mu.Unlock()
-		return nil, shuttingDown(nil)
-	}
-	if held != nil && held.exited {
-		s.mu.Unlock()
-		return nil, errCallerExited
-	}
-	s.leases[l.id] = l
-	s.watchPIDLocked(l)
-	l.mu.Lock()
-	l.timer = time.AfterFunc(length, func() { s.expire(l) })
-	l.stopLost = context.AfterFunc(g.Context(), func() {
-		if err := g.Err(); err != nil {
-			s.finishLease(l, api.StateLost, lostReason(err), err.Error(), nil)
-		}
-	})
-	l.mu.Unlock()
-	s.mu.Unlock()
-	s.m.leases.WithLabelValues(leaseGranted).Inc()
-	s.log.Debug("lease granted", "lease_id", l.id, "object", g.Object(), "type", g.Type(), "token", g.Token(),
-		"node", g.Node(), "pid", pid, "lease", length, "waited", g.Waited())
-	return l, nil
-}
-
-// lookup finds a live lease, or returns the error its id answers with.
-func (s *Server) lookup(id string) (*lease, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if l := s.leases[id]; l != nil {
-		return l, nil
-	}
-	s.pruneTombsLocked(maxTombstones)
-	if t, ok := s.tombs[id]; ok && time.Now().Before(t.until) {
-		return nil, lockLost(t.reason, "lease %s on %q is lost: %s", id, t.object, t.msg)
-	}
-	if m := leaseIDRE.FindStringSubmatch(id); m != nil && m[1] != s.inc {
-		return nil, lockLost(api.ReasonSidecarRestarted,
-			"lease %s was granted by an earlier run of the sidecar (incarnation %s, now %s); its lock was freed when that run ended", id, m[1], s.inc)
-	}
-	return nil, newError(api.NoNode, "no lease %q: never granted, or released", id)
-}
-
-// finishLease ends l once, if cond (evaluated under l.mu) holds. A lost
-// lease leaves a tombstone. It does not release the grant.
-func (s *Server) finishLease(l *lease, state, reason, msg string, cond func() bool) bool {
-	ended, _ := s.endLease(l, state, reason, msg, cond, false)
-	return ended
-}
-
-// endLease is finishLease; with keep, the lease is also recorded in
-// s.revoked with the last valid_until told to its holder (returned), in
-// the same section of s.mu that removes it from the live leases and wakes
-// the drain: the drain then waits for that instant before it closes the
-// engine. The caller frees the grant only after it (freeAfter) and then
-// removes the record.
-func (s *Server) endLease(l *lease, state, reason, msg string, cond func() bool, keep bool) (bool, time.Time) {
-	now := time.Now()
-	l.mu.Lock()
-	if l.ended || (cond != nil && !cond()) {
-		l.mu.Unlock()
-		return false, time.Time{}
-	}
-	l.ended, l.state, l.reason, l.endedAt = true, state, reason, now
-	told := l.told // final: an ended lease is told nothing more
-	if l.timer != nil {
-		l.timer.Stop()
-	}
-	if l.stopLost != nil {
-		l.stopLost()
-	}
-	l.mu.Unlock()
-	close(l.done)
-
-	s.mu.Lock()
-	delete(s.leases, l.id)
-	if l.external {
-		s.deliveries--
-	}
-	if state == api.StateLost {
-		s.addTombLocked(l.id, tomb{reason: reason, object: l.g.Object(), msg: msg, until: now.Add(TombstoneTTL)})
-	}
-	if pw := l.pw; pw != nil {
-		delete(pw.leases, l.id)
-		if len(pw.leases) == 0 && s.pids[pw.pid] == pw {
-			s.idleLocked(pw)
-		}
-	}
-	if keep {
-		s.revoked[l] = told
-	}
-	if l.capped {
-		s.caps.put(l.owner.uid, capLeases)
-	}
-	close(s.leaseEnded)
-	s.leaseEnded = make(chan struct{})
-	s.mu.Unlock()
-
-	result := leaseReleased
-	switch reason {
-	case api.ReasonLeaseExpired:
-		result = leaseExpired
-	case api.ReasonProcessExited:
-		result = leaseProcessExited
-	case api.ReasonShutdown:
-		result = leaseShutdown
-	case "":
-	default:
-		result = leaseLost
-	}
-	if l.external { // an op delivery's grant: counted by the dispatcher's metrics
-		return true, told
-	}
-	s.m.leases.WithLabelValues(result).Inc()
-	s.m.hold.WithLabelValues(l.g.Type().String(), result).Observe(now.Sub(l.g.AcquiredAt()).Seconds())
-	attrs := []any{"lease", logID(l.id), "object", l.g.Object(), "token", l.g.Token(), "held", now.Sub(l.g.AcquiredAt())}
-	switch result {
-	case leaseReleased:
-		s.log.Debug("lease released", attrs...)
-	case leaseLost:
-		s.log.Warn("lease lost", append(attrs, "reason", reason, "cause", msg)...)
-	default:
-		s.log.Info("lease ended", append(attrs, "reason", reason)...)
-	}
-	return true, told
-}
-
-func (s *Server) addTombLocked(id string, t tomb) {
-	s.pruneTombsLocked(maxTombstones - 1)
-	s.tombs[id] = t
-	s.tombQ = append(s.tombQ, tombRef{id, t.until})
-}
-
-// pruneTombsLocked drops expired tombstones, and the oldest beyond keep.
-// It runs on every lookup too, so expired tombstones do not stay until the
-// next loss. s.mu must be held.
-func (s *Server) pruneTombsLocked(keep int) {
-	now := time.Now()
-	for len(s.tombQ) > 0 {
-		old := s.tombQ[0]
-		if now.Before(old.until) && len(s.tombQ) <= keep {
-			break
-		}
-		if cur, ok := s.tombs[old.id]; ok && cur.until.Equal(old.until) {
-			delete(s.tombs, old.id)
-		}
-		s.tombQ = s.tombQ[1:]
-	}
-	if len(s.tombQ) == 0 {
-		s.tombQ = nil // let the backing array go
-	}
-}
-
 type tombRef struct {
 	id    string
 	until time.Time
 }
 
 // releaseGrant releases a grant the server ends on its own.
-func (s *Server) releaseGrant(g *lock.Grant) {
+func (t *leaseTable) releaseGrant(g *lock.Grant) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	if err := g.Release(ctx); err != nil && !errors.Is(err, lock.ErrLockLost) && !errors.Is(err, lock.ErrNoNode) {
-		s.log.Error("release failed; the lock is freed when the session ends", "object", g.Object(), "token", g.Token(), "err", err)
+		t.log.Error("release failed; the lock is freed when the session ends", "object", g.Object(), "token", g.Token(), "err", err)
 	}
 }
 
 // expire ends a lease not renewed by lease_expires_at (and releases its
 // lock); a renewal moved the expiry meanwhile: wait again.
-func (s *Server) expire(l *lease) {
-	if s.finishLease(l, api.StateLost, api.ReasonLeaseExpired, "not renewed by lease_expires_at", func() bool {
+func (t *leaseTable) expire(l *lease) {
+	if t.finish(l, api.StateLost, api.ReasonLeaseExpired, "not renewed by lease_expires_at", func() bool {
 		return !time.Now().Before(l.expires)
 	}) {
-		s.releaseGrant(l.g)
+		t.releaseGrant(l.g)
 		return
 	}
 	l.mu.Lock()
@@ -298,7 +120,7 @@ func lostReason(err error) string {
 // view renders the lease. With tell, the valid_until shown counts as told
 // to the holder: the lock is not freed before it (except on the holder's
 // release or its process's exit).
-func (s *Server) view(l *lease, tell bool) api.Lease {
+func (t *leaseTable) view(l *lease, tell bool) api.Lease {
 	g := l.g
 	out := api.Lease{
 		LeaseID: l.id, Object: g.Object(), Type: g.Type().String(), Info: g.Info(), Token: g.Token(), Node: g.Node(),
@@ -315,7 +137,7 @@ func (s *Server) view(l *lease, tell bool) api.Lease {
 	case l.ended:
 		out.State, out.Reason = l.state, l.reason
 		out.ValidUntil = api.NewTime(minTime(l.told, l.endedAt))
-	case s.graceOver():
+	case t.drain.graceOver():
 		// The drain's grace is over: what was told is all the holder gets.
 		out.State, out.Reason = api.StateLost, api.ReasonShutdown
 		out.ValidUntil, out.ValidForMS = api.NewTime(l.told), msUntil(l.told, now)
@@ -328,11 +150,11 @@ func (s *Server) view(l *lease, tell bool) api.Lease {
 		}
 		vu := minTime(l.expires, gv)
 		out.State = st.String()
-		if s.stopping() {
+		if t.drain.stopping() {
 			// Draining: never valid past the end of the grace.
-			vu = minTime(vu, s.drainEnd)
-			de := api.NewTime(s.drainEnd)
-			out.DrainEndsAt, out.DrainForMS = &de, msUntil(s.drainEnd, now)
+			vu = minTime(vu, t.drain.end)
+			de := api.NewTime(t.drain.end)
+			out.DrainEndsAt, out.DrainForMS = &de, msUntil(t.drain.end, now)
 			if st == lock.Held {
 				out.State = api.StateDraining
 			}
@@ -362,19 +184,19 @@ func (s *Server) view(l *lease, tell bool) api.Lease {
 }
 
 // state reports the lease's current API state without telling anything.
-func (s *Server) leaseState(l *lease) string {
+func (t *leaseTable) state(l *lease) string {
 	l.mu.Lock()
 	ended, st, preempted := l.ended, l.state, !l.preemptAt.IsZero()
 	l.mu.Unlock()
 	if ended {
 		return st
 	}
-	if s.graceOver() {
+	if t.drain.graceOver() {
 		return api.StateLost
 	}
 	switch l.g.State() {
 	case lock.Held:
-		if s.stopping() {
+		if t.drain.stopping() {
 			return api.StateDraining
 		}
 		if preempted {
@@ -385,6 +207,47 @@ func (s *Server) leaseState(l *lease) string {
 		return api.StateSuspect
 	}
 	return api.StateLost
+}
+
+// waitChange is the long-poll of GET /v1/leases/{id}?wait=lost: it blocks
+// until the lease is lost or released, or its state differs from the one
+// it had when the poll began (held → suspect, suspect → held), or timeout
+// passes. A poll that starts while held thus returns as soon as the lease
+// is no longer held; one that starts while suspect waits for the outcome
+// instead of answering at once. sessionChanged returns a channel closed at
+// the next ZooKeeper session event, which wakes the poll.
+func (t *leaseTable) waitChange(ctx context.Context, l *lease, timeout time.Duration, sessionChanged func() <-chan struct{}) error {
+	tm := time.NewTimer(timeout)
+	defer tm.Stop()
+	// Session events wake us at once; the tick is a backstop.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	initial := t.state(l)
+	var drainStarts <-chan struct{} // nil once draining: it would wake us forever
+	if !t.drain.stopping() {
+		drainStarts = t.drain.ctx.Done()
+	}
+	for {
+		sc := sessionChanged()
+		pc := l.changedCh()
+		if st := t.state(l); st != initial || st == api.StateLost || st == api.StateReleased {
+			return nil
+		}
+		select {
+		case <-l.done:
+		case <-l.g.Done():
+		case <-sc:
+		case <-pc:
+		case <-drainStarts:
+			drainStarts = nil
+		case <-t.drain.over:
+		case <-tick.C:
+		case <-tm.C:
+			return nil
+		case <-ctx.Done():
+			return clientGone(ctx.Err())
+		}
+	}
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -403,12 +266,13 @@ func msUntil(t, now time.Time) int64 {
 
 // renew extends the lease to now+length (never before a valid_until
 // already told) and returns it as told now.
-func (s *Server) renew(l *lease, length time.Duration) (api.Lease, error) {
-	if s.graceOver() {
-		return api.Lease{}, lockLost(api.ReasonShutdown, "the sidecar is shutting down and its grace is over: no lease is renewed; finish within the valid_until told before, and release")
+func (t *leaseTable) renew(l *lease, length time.Duration) (api.Lease, error) {
+	if t.drain.graceOver() {
+		return api.Lease{}, lockLost(api.ReasonShutdown, "the sidecar is shutting down and its grace is over: no lease is renewed; finish within the "+
+			"valid_until told before, and release")
 	}
 	if err := l.g.Err(); err != nil {
-		s.finishLease(l, api.StateLost, lostReason(err), err.Error(), nil)
+		t.finish(l, api.StateLost, lostReason(err), err.Error(), nil)
 		return api.Lease{}, lockLost(lostReason(err), "lease %s on %q is lost: %v", l.id, l.g.Object(), err)
 	}
 	now := time.Now()
@@ -416,15 +280,15 @@ func (s *Server) renew(l *lease, length time.Duration) (api.Lease, error) {
 	switch {
 	case l.ended:
 		l.mu.Unlock()
-		return api.Lease{}, s.endedErr(l)
+		return api.Lease{}, t.endedErr(l)
 	case !now.Before(l.expires):
 		l.mu.Unlock()
 		// An op delivery's grant is the dispatcher's to release (after
 		// its done), not this renewal's.
-		if s.finishLease(l, api.StateLost, api.ReasonLeaseExpired, "not renewed by lease_expires_at", nil) && !l.external {
-			s.releaseGrant(l.g)
+		if t.finish(l, api.StateLost, api.ReasonLeaseExpired, "not renewed by lease_expires_at", nil) && !l.external {
+			t.releaseGrant(l.g)
 		}
-		_, err := s.lookup(l.id)
+		_, err := t.lookup(l.id)
 		return api.Lease{}, err
 	}
 	l.expires = now.Add(length)
@@ -432,12 +296,12 @@ func (s *Server) renew(l *lease, length time.Duration) (api.Lease, error) {
 		l.expires = l.told
 	}
 	l.mu.Unlock()
-	v := s.view(l, true)
+	v := t.view(l, true)
 	if v.State == api.StateLost || v.State == api.StateReleased {
 		// Ended (or its grant lost, or the grace over) since the check
 		// above: a renewal of a lost lease answers 410, never 200.
 		if l.holdsOf() == 0 {
-			return api.Lease{}, s.endedErr(l)
+			return api.Lease{}, t.endedErr(l)
 		}
 		return api.Lease{}, lockLost(v.Reason, "lease %s on %q is lost: %s", l.id, l.g.Object(), v.Reason)
 	}
@@ -446,8 +310,8 @@ func (s *Server) renew(l *lease, length time.Duration) (api.Lease, error) {
 
 // endedErr is the error an ended lease answers with, also while
 // finishLease has not yet moved it from the live leases to the tombstones.
-func (s *Server) endedErr(l *lease) error {
-	if _, err := s.lookup(l.id); err != nil {
+func (t *leaseTable) endedErr(l *lease) error {
+	if _, err := t.lookup(l.id); err != nil {
 		return err
 	}
 	l.mu.Lock()
@@ -460,30 +324,30 @@ func (s *Server) endedErr(l *lease) error {
 }
 
 // release is the holder's DELETE.
-func (s *Server) release(ctx context.Context, l *lease) (api.ReleaseResponse, error) {
+func (t *leaseTable) release(ctx context.Context, l *lease) (api.ReleaseResponse, error) {
 	g := l.g
 	if err := g.Err(); err != nil {
-		s.finishLease(l, api.StateLost, lostReason(err), err.Error(), nil)
+		t.finish(l, api.StateLost, lostReason(err), err.Error(), nil)
 		return api.ReleaseResponse{}, lockLost(lostReason(err), "lease %s on %q was lost before the release: %v", l.id, g.Object(), err)
 	}
-	if res, done, err := s.releaseHold(l); done {
+	if res, done, err := t.releaseHold(l); done {
 		return res, err
 	}
-	return s.releaseLast(ctx, l)
+	return t.releaseLast(ctx, l)
 }
 
 // releaseLast ends l on the release of its last hold and frees its grant.
-func (s *Server) releaseLast(ctx context.Context, l *lease) (api.ReleaseResponse, error) {
+func (t *leaseTable) releaseLast(ctx context.Context, l *lease) (api.ReleaseResponse, error) {
 	g := l.g
 	// The last hold ends the lease in the same section of l.mu that checks
 	// it is the last: a re-entry that added a hold meanwhile (and was told
 	// a valid_until) keeps the lease, and this release counts one down.
-	for !s.finishLease(l, api.StateReleased, "", "", func() bool { return l.holds <= 1 }) {
-		if res, done, err := s.releaseHold(l); done {
+	for !t.finish(l, api.StateReleased, "", "", func() bool { return l.holds <= 1 }) {
+		if res, done, err := t.releaseHold(l); done {
 			return res, err
 		}
 		if l.holdsOf() == 0 {
-			return api.ReleaseResponse{}, s.endedErr(l)
+			return api.ReleaseResponse{}, t.endedErr(l)
 		}
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
@@ -493,30 +357,28 @@ func (s *Server) releaseLast(ctx context.Context, l *lease) (api.ReleaseResponse
 	case err == nil, errors.Is(err, lock.ErrNoNode):
 	case errors.Is(err, lock.ErrLockLost):
 		reason := lostReason(err)
-		s.mu.Lock()
-		s.addTombLocked(l.id, tomb{reason: reason, object: g.Object(), msg: err.Error(), until: time.Now().Add(TombstoneTTL)})
-		s.mu.Unlock()
+		t.addTomb(l.id, tomb{reason: reason, object: g.Object(), msg: err.Error(), until: time.Now().Add(TombstoneTTL)})
 		return api.ReleaseResponse{}, lockLost(reason, "lease %s on %q was lost before the release: %v", l.id, g.Object(), err)
 	default:
 		// The grant is still ours in the engine: keep trying in the background.
-		s.log.Warn("release failed; retrying in the background", "lease", logID(l.id), "object", g.Object(), "err", err)
-		s.wg.Add(1)
-		go s.retryRelease(g)
+		t.log.Warn("release failed; retrying in the background", "lease", logID(l.id), "object", g.Object(), "err", err)
+		t.wg.Add(1)
+		go t.retryRelease(g)
 	}
 	return api.ReleaseResponse{Released: true, Object: g.Object(), Token: g.Token()}, nil
 }
 
-func (s *Server) retryRelease(g *lock.Grant) {
-	defer s.wg.Done()
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
+func (t *leaseTable) retryRelease(g *lock.Grant) {
+	defer t.wg.Done()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
 	for {
 		select {
 		case <-g.Done():
 			return
-		case <-s.closing:
+		case <-t.drain.closing:
 			return // the engine's Close ends the session and its nodes
-		case <-t.C:
+		case <-tick.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		err := g.Release(ctx)

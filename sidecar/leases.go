@@ -2,8 +2,6 @@ package sidecar
 
 import (
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/batonhq/baton/api"
@@ -21,27 +19,11 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	p := peerFrom(r.Context())
-	all := s.policy().isAdmin(p)
-	s.mu.Lock()
-	mine := make([]*lease, 0, len(s.leases))
-	for _, l := range s.leases {
-		if l.external || !l.owner.set {
-			continue
-		}
-		if all || (p.known && l.owner.uid == p.uid) {
-			mine = append(mine, l)
-		}
-	}
-	s.mu.Unlock()
-	slices.SortFunc(mine, func(a, b *lease) int {
-		if c := a.g.AcquiredAt().Compare(b.g.AcquiredAt()); c != 0 {
-			return c
-		}
-		return strings.Compare(a.id, b.id)
-	})
+	all := s.auth.policy().isAdmin(p)
+	mine := s.leases.owned(p.uid, p.known, all)
 	out := api.LeaseList{Leases: make([]api.Lease, 0, len(mine)), All: all}
 	for _, l := range mine {
-		v := s.view(l, true)
+		v := s.leases.view(l, true)
 		uid := l.owner.uid
 		v.UID = &uid
 		if l.pid > 0 {
@@ -54,26 +36,6 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// auditReplay is POST /v1/ops/{id}/replay through the ops handler, with an
-// audit line naming the caller and the answer.
-func (s *Server) auditReplay(w http.ResponseWriter, r *http.Request) error {
-	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-	err := s.serveOps(sw, r)
-	status := sw.status
-	if he, ok := err.(*httpError); ok {
-		status = he.Status
-	}
-	s.log.Warn("audit: op replay requested", "op_id", r.PathValue("id"), "status", status, "caller", who(r.Context()))
-	return err
-}
-
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) { w.status = code; w.ResponseWriter.WriteHeader(code) }
-
 // readHeaderTimeout bounds reading a request's header; Options.ReadTimeout
 // (default defaultReadTimeout) the whole request, body included. net/http
 // lifts that deadline once the body is read (its background read for the
@@ -84,9 +46,9 @@ const (
 	defaultReadTimeout = 30 * time.Second
 )
 
-func (s *Server) readTimeout() time.Duration {
-	if s.opts.ReadTimeout > 0 {
-		return s.opts.ReadTimeout
+func (o Options) readTimeout() time.Duration {
+	if o.ReadTimeout > 0 {
+		return o.ReadTimeout
 	}
 	return defaultReadTimeout
 }

@@ -35,7 +35,9 @@ const (
 )
 
 // acquireResults are the results of baton_lock_acquire_seconds.
-var acquireResults = []string{resGranted, resNotGranted, resTimeout, resUnavailable, resTooManyWaiters, resShuttingDown, resRefused, resCanceled, resError}
+var acquireResults = []string{
+	resGranted, resNotGranted, resTimeout, resUnavailable, resTooManyWaiters, resShuttingDown, resRefused, resCanceled, resError,
+}
 
 // lockTypes are the type labels.
 var lockTypes = []string{api.Foreground, api.Background}
@@ -61,6 +63,8 @@ type metrics struct {
 	orphans  prometheus.Counter
 }
 
+// newMetrics makes the server's metrics, every series of a known label set
+// already at 0.
 func newMetrics() *metrics {
 	m := &metrics{
 		acquire: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -69,8 +73,9 @@ func newMetrics() *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
 		}, []string{"type", "result"}),
 		hold: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "baton_lock_hold_seconds",
-			Help:    "How long API leases held their lock, from the grant to the end, by type and how the lease ended (released, expired, lost, process_exited, shutdown).",
+			Name: "baton_lock_hold_seconds",
+			Help: "How long API leases held their lock, from the grant to the end, by type and how the lease ended (released, expired, lost, " +
+				"process_exited, shutdown).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12), // 1 ms .. ~70 min
 		}, []string{"type", "result"}),
 		leases: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -84,7 +89,8 @@ func newMetrics() *metrics {
 		session: newZKCollector(),
 		orphans: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "baton_orphans_deleted_total",
-			Help: "Nodes of this sidecar's own ZooKeeper session that no acquire or grant owned, deleted by the engine's audit (each is also a WARN naming it). Not 0: a bug left them; report it.",
+			Help: "Nodes of this sidecar's own ZooKeeper session that no acquire or grant owned, deleted by the engine's audit (each is also a WARN naming " +
+				"it). Not 0: a bug left them; report it.",
 		}),
 	}
 	ended := []string{leaseReleased, leaseExpired, leaseLost, leaseProcessExited, leaseShutdown}
@@ -127,10 +133,13 @@ func newZKCollector() *zkCollector {
 	c := &zkCollector{
 		connected: prometheus.NewDesc("baton_zk_connected", "1 while the ZooKeeper session is established and connected.", nil, nil),
 		state: prometheus.NewDesc("baton_zk_session_state",
-			"1 for the ZooKeeper session's state, 0 for the others: connected (= baton_zk_connected), disconnected (connecting, no session yet), expired, auth_failed.", []string{"state"}, nil),
+			"1 for the ZooKeeper session's state, 0 for the others: connected (= baton_zk_connected), disconnected (connecting, no session yet), expired, "+
+				"auth_failed.", []string{"state"}, nil),
 		timeout: prometheus.NewDesc("baton_zk_session_timeout_seconds", "Negotiated ZooKeeper session timeout; 0 before the first session.", nil, nil),
-		down:    prometheus.NewDesc("baton_zk_disconnected_seconds", "How long the sidecar has been without a connected ZooKeeper session; 0 while connected.", nil, nil),
-		failing: prometheus.NewDesc("baton_zk_connect_failing", "1 while connecting to ZooKeeper keeps failing (the last error is in /healthz and the WARN log), else 0.", nil, nil),
+		down: prometheus.NewDesc("baton_zk_disconnected_seconds",
+			"How long the sidecar has been without a connected ZooKeeper session; 0 while connected.", nil, nil),
+		failing: prometheus.NewDesc("baton_zk_connect_failing",
+			"1 while connecting to ZooKeeper keeps failing (the last error is in /healthz and the WARN log), else 0.", nil, nil),
 	}
 	c.last.Store("disconnected")
 	return c
@@ -144,6 +153,8 @@ func (c *zkCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.failing
 }
 
+// Collect reads the engine's health once and reports the session gauges
+// from it, so that they agree.
 func (c *zkCollector) Collect(ch chan<- prometheus.Metric) {
 	h := c.s.eng.Health()
 	state := zkDisconnected
@@ -168,21 +179,22 @@ func (c *zkCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.timeout, prometheus.GaugeValue, h.Timeout.Seconds())
 	down := 0.0
 	if !h.Connected {
-		down = c.s.disconnectedFor().Seconds()
+		down = c.s.sess.disconnectedFor().Seconds()
 	}
 	ch <- prometheus.MustNewConstMetric(c.down, prometheus.GaugeValue, down)
 	ch <- prometheus.MustNewConstMetric(c.failing, prometheus.GaugeValue, b(h.LastError != ""))
 }
 
-// register adds the server's collectors (and, for a registry the server
-// made itself, the Go and process collectors) to reg.
-func (s *Server) registerMetrics(reg prometheus.Registerer, own bool) error {
-	s.m.session.s = s
-	if err := reg.Register(s.m.hold); err != nil {
+// register adds the collectors of s (and, for a registry the server made
+// itself, the Go and process collectors) to s.reg.
+func (m *metrics) register(s *Server, own bool) error {
+	reg := s.reg
+	m.session.s = s
+	if err := reg.Register(m.hold); err != nil {
 		return err
 	}
 	cs := []prometheus.Collector{
-		s.m.acquire, s.m.leases, s.m.fastpath, s.m.session, s.revokes, s.m.orphans,
+		m.acquire, m.leases, m.fastpath, m.session, s.leases.revokes, m.orphans,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_locks_held", Help: "Grants the engine holds (API leases and background deliveries)."},
 			func() float64 { return float64(s.eng.Health().Held) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_lock_waiters", Help: "Acquires waiting in a queue in ZooKeeper."},
@@ -190,11 +202,13 @@ func (s *Server) registerMetrics(reg prometheus.Registerer, own bool) error {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_cleanup_pending", Help: "Deletes of our nodes waiting for a reconnect."},
 			func() float64 { return float64(s.eng.Health().CleanupPending) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_leases_active", Help: "Leases currently held through the API."},
-			func() float64 { return float64(s.activeLeases()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_acquires_in_flight", Help: "API acquires in progress (counted against sidecar.max.waiters)."},
+			func() float64 { return float64(s.leases.active()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_acquires_in_flight",
+			Help: "API acquires in progress (counted against sidecar.max.waiters)."},
 			func() float64 { return float64(s.waiters.Load()) }),
 		waitersByType{s},
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_lease_polls_in_flight", Help: "Lease long-polls (GET /v1/leases/{id}?wait=lost) in progress."},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_lease_polls_in_flight",
+			Help: "Lease long-polls (GET /v1/leases/{id}?wait=lost) in progress."},
 			func() float64 { return float64(s.polls.Load()) }),
 	}
 	if own {
@@ -225,7 +239,11 @@ func (w waitersByType) Collect(ch chan<- prometheus.Metric) {
 // observer feeds engine events to the metrics and the session tracker.
 type observer struct{ s *Server }
 
-func (o observer) SessionState(state string) { o.s.onSession(zkStateLabel(state)) }
+func (o observer) SessionState(state string) {
+	label := zkStateLabel(state)
+	o.s.m.setSession(label)
+	o.s.sess.event(label)
+}
 
 func (o observer) FastPath(hit bool) {
 	if hit {

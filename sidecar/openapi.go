@@ -7,8 +7,8 @@ import (
 	"github.com/batonhq/baton/api"
 )
 
-// openapiRoute serves GET /v1/openapi.json: the API reference, [api.OpenAPI].
-var openapiRoute = methods{http.MethodGet: func(w http.ResponseWriter, r *http.Request) error {
+// serveOpenAPI serves GET /v1/openapi.json: the API reference, [api.OpenAPI].
+func serveOpenAPI(w http.ResponseWriter, r *http.Request) error {
 	if _, err := queryParams(r); err != nil {
 		return err
 	}
@@ -18,4 +18,4 @@ var openapiRoute = methods{http.MethodGet: func(w http.ResponseWriter, r *http.R
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(api.OpenAPI)
 	return nil
-}}
+}

@@ -13,10 +13,10 @@ import (
 // released at once. One watch per pid with leases.
 type pidWatch struct {
 	pid      int32
-	leases   map[string]*lease // guarded by Server.mu
-	linger   *time.Timer       // guarded by Server.mu: stops an idle watch later
-	holds    int               // guarded by Server.mu: acquires waiting with this watch (holdPID)
-	exited   bool              // guarded by Server.mu: the process exited
+	leases   map[string]*lease // guarded by leaseTable.mu
+	linger   *time.Timer       // guarded by leaseTable.mu: stops an idle watch later
+	holds    int               // guarded by leaseTable.mu: acquires waiting with this watch (holdPID)
+	exited   bool              // guarded by leaseTable.mu: the process exited
 	w        exitWaiter
 	stopOnce sync.Once
 }
@@ -26,33 +26,33 @@ type pidWatch struct {
 // goroutine) per lock.
 const pidLinger = 30 * time.Second
 
-// idleLocked is called when pw's last lease ended. s.mu must be held.
-func (s *Server) idleLocked(pw *pidWatch) {
-	if s.closed {
-		delete(s.pids, pw.pid)
+// idleLocked is called when pw's last lease ended. t.mu must be held.
+func (t *leaseTable) idleLocked(pw *pidWatch) {
+	if t.closed {
+		delete(t.pids, pw.pid)
 		pw.stop()
 		return
 	}
 	pw.linger = time.AfterFunc(pidLinger, func() {
-		s.mu.Lock()
-		idle := len(pw.leases) == 0 && pw.holds == 0 && s.pids[pw.pid] == pw
+		t.mu.Lock()
+		idle := len(pw.leases) == 0 && pw.holds == 0 && t.pids[pw.pid] == pw
 		if idle {
-			delete(s.pids, pw.pid)
+			delete(t.pids, pw.pid)
 		}
-		s.mu.Unlock()
+		t.mu.Unlock()
 		if idle {
 			pw.stop()
 		}
 	})
 }
 
-// stopPIDsLocked stops every watch (teardown). s.mu must be held.
-func (s *Server) stopPIDsLocked() {
-	for pid, pw := range s.pids {
+// stopPIDsLocked stops every watch (teardown). t.mu must be held.
+func (t *leaseTable) stopPIDsLocked() {
+	for pid, pw := range t.pids {
 		if pw.linger != nil {
 			pw.linger.Stop()
 		}
-		delete(s.pids, pid)
+		delete(t.pids, pid)
 		pw.stop()
 	}
 }
@@ -69,16 +69,16 @@ type exitWaiter interface {
 // holdPID starts (or joins) the exit watch of the process behind a bound
 // acquire when the request arrives, before it waits: the pidfd then refers
 // to the process that asked, however long the wait and whatever process
-// gets its pid afterwards. Pair with unholdPID; addLease binds to this watch.
-func (s *Server) holdPID(pid int32) *pidWatch {
+// gets its pid afterwards. Pair with unholdPID; add binds to this watch.
+func (t *leaseTable) holdPID(pid int32) *pidWatch {
 	if pid <= 0 || int(pid) == os.Getpid() {
 		return nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	pw := s.pids[pid]
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	pw := t.pids[pid]
 	if pw == nil || pw.exited {
-		pw = s.startPIDWatchLocked(pid)
+		pw = t.startPIDWatchLocked(pid)
 	}
 	if pw.linger != nil {
 		pw.linger.Stop()
@@ -88,37 +88,37 @@ func (s *Server) holdPID(pid int32) *pidWatch {
 	return pw
 }
 
-func (s *Server) unholdPID(pw *pidWatch) {
+func (t *leaseTable) unholdPID(pw *pidWatch) {
 	if pw == nil {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	pw.holds--
-	if pw.holds == 0 && len(pw.leases) == 0 && !pw.exited && s.pids[pw.pid] == pw {
-		s.idleLocked(pw)
+	if pw.holds == 0 && len(pw.leases) == 0 && !pw.exited && t.pids[pw.pid] == pw {
+		t.idleLocked(pw)
 	}
 }
 
-func (s *Server) startPIDWatchLocked(pid int32) *pidWatch {
-	pw := &pidWatch{pid: pid, leases: map[string]*lease{}, w: newExitWaiter(int(pid), s.log)}
-	s.pids[pid] = pw
-	s.wg.Add(1)
-	go s.runPIDWatch(pw)
+func (t *leaseTable) startPIDWatchLocked(pid int32) *pidWatch {
+	pw := &pidWatch{pid: pid, leases: map[string]*lease{}, w: newExitWaiter(int(pid), t.log)}
+	t.pids[pid] = pw
+	t.wg.Add(1)
+	go t.runPIDWatch(pw)
 	return pw
 }
 
 // watchPIDLocked adds l to its process's watch, starting one if needed.
 // Leases of the sidecar's own process (in-process clients) and of callers
 // whose pid is not visible (another pid namespace: 0) rely on the lease
-// alone. s.mu must be held.
-func (s *Server) watchPIDLocked(l *lease) {
+// alone. t.mu must be held.
+func (t *leaseTable) watchPIDLocked(l *lease) {
 	if l.pid <= 0 || int(l.pid) == os.Getpid() {
 		return
 	}
-	pw := s.pids[l.pid]
+	pw := t.pids[l.pid]
 	if pw == nil {
-		pw = s.startPIDWatchLocked(l.pid)
+		pw = t.startPIDWatchLocked(l.pid)
 	}
 	if pw.linger != nil {
 		pw.linger.Stop()
@@ -128,21 +128,24 @@ func (s *Server) watchPIDLocked(l *lease) {
 	l.pw = pw
 }
 
-func (s *Server) runPIDWatch(pw *pidWatch) {
-	defer s.wg.Done()
+// runPIDWatch waits for pw's process to exit (or the watch to stop) and
+// then ends its leases: at once, or, for a lease re-entered meanwhile, as
+// a taken lease freed after the validity told (see leaseTable).
+func (t *leaseTable) runPIDWatch(pw *pidWatch) {
+	defer t.wg.Done()
 	if !pw.w.wait() {
 		return
 	}
-	s.mu.Lock()
+	t.mu.Lock()
 	pw.exited = true
-	if s.pids[pw.pid] == pw {
-		delete(s.pids, pw.pid)
+	if t.pids[pw.pid] == pw {
+		delete(t.pids, pw.pid)
 	}
 	ls := make([]*lease, 0, len(pw.leases))
 	for _, l := range pw.leases {
 		ls = append(ls, l)
 	}
-	s.mu.Unlock()
+	t.mu.Unlock()
 	pw.stop()
 	const msg = "the process that acquired the lease exited"
 	for _, l := range ls {
@@ -152,12 +155,12 @@ func (s *Server) runPIDWatch(pw *pidWatch) {
 		// the section that ends the lease: a re-entry racing the exit
 		// lands on one side.)
 		for l.holdsOf() > 0 {
-			if ended, told := s.endLease(l, api.StateLost, api.ReasonProcessExited, msg, func() bool { return l.holds > 1 }, true); ended {
-				s.freeAfter(l, told)
+			if ended, told := t.end(l, api.StateLost, api.ReasonProcessExited, msg, func() bool { return l.holds > 1 }, true); ended {
+				t.freeAfter(l, told)
 				break
 			}
-			if s.finishLease(l, api.StateLost, api.ReasonProcessExited, msg, func() bool { return l.holds <= 1 }) {
-				s.releaseGrant(l.g)
+			if t.finish(l, api.StateLost, api.ReasonProcessExited, msg, func() bool { return l.holds <= 1 }) {
+				t.releaseGrant(l.g)
 				break
 			}
 		}

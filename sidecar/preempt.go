@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
+	"log/slog"
 	"time"
 
 	"github.com/batonhq/baton/api"
@@ -71,25 +71,43 @@ func preemptWaits(wait time.Duration, waitGiven bool, defaultKey string, preempt
 		if wait == 0 {
 			what += " (try once)"
 		}
-		return badRequest("wait_ms", "%s with \"preempt\": true cannot wait for the holder to yield: a preempting acquire must wait at least %s = %d ms (set wait_ms to that or more, or leave out preempt)",
+		return badRequest("wait_ms", "%s with \"preempt\": true cannot wait for the holder to yield: a preempting acquire must wait at least %s = %d ms "+
+			"(set wait_ms to that or more, or leave out preempt)",
 			what, holder, need.Milliseconds())
 	}
 	if preemptWait != nil && *preemptWait < need {
-		return badRequest("preempt_wait_ms", "%d is shorter than %s = %d ms: preempt_wait_ms cannot shorten the holder's cleanup window (set it to that or more, or leave it out to wait wait_ms)",
+		return badRequest("preempt_wait_ms", "%d is shorter than %s = %d ms: preempt_wait_ms cannot shorten the holder's cleanup window (set it to that "+
+			"or more, or leave it out to wait wait_ms)",
 			preemptWait.Milliseconds(), holder, need.Milliseconds())
 	}
 	return nil
 }
 
-// forceful decides whether an acquire preempts forcefully (takes a holder
-// that did not yield within its cleanup). It is the one place deciding it.
-func (s *Server) forceful(r *http.Request, req api.AcquireRequest) (bool, error) {
-	if req.Forceful {
-		if err := s.authorize(r, actForceful); err != nil { // an admin action (SPEC §7)
-			return false, err
-		}
+// preemption applies the signals other requests write into the nodes of
+// this sidecar's holders to their leases (onSignal): preemptions, each
+// with a timer that takes the lease or lifts the preemption at the end of
+// its cleanup window, their withdrawals, and revocations; and it writes and
+// withdraws the preemption asks of this sidecar's waiting acquires. Its
+// state is the leases' (leaseTable, lease.mu); its methods are safe for
+// concurrent use.
+type preemption struct {
+	eng    *lock.Engine
+	leases *leaseTable
+	log    *slog.Logger
+}
+
+// onSignal is a lease grant's lock.AcquireOptions.OnSignal: a revocation
+// written by any sidecar reaches the holder's here (from the engine's
+// watch, which must not block).
+func (p *preemption) onSignal(l *lease, sig lock.Signal) {
+	switch sig.Kind {
+	case SignalRevoke:
+		p.leases.wg.Go(func() { p.leases.revoke(l, sig) })
+	case SignalPreempt, SignalPreemptForceful:
+		p.preempt(l, sig)
+	case lock.KindWithdrawn:
+		p.withdrawn(l, sig)
 	}
-	return req.Preempt && req.Forceful, nil
 }
 
 // changedCh returns a channel closed at the next preemption change of l.
@@ -124,12 +142,12 @@ func preemptStandingIn(asks []lock.Signal, sig lock.Signal) (any, forceful bool)
 
 // preempt applies a preempt signal to l (from the engine's watch: it does
 // not block).
-func (s *Server) preempt(l *lease, sig lock.Signal) {
+func (p *preemption) preempt(l *lease, sig lock.Signal) {
 	if !l.g.Standing(sig) {
 		return // withdrawn before it reached this lease
 	}
 	if !l.preemptible || l.external {
-		s.log.Info("preemption asked of a lease that is not preemptible: ignored", "object", l.g.Object(),
+		p.log.Info("preemption asked of a lease that is not preemptible: ignored", "object", l.g.Object(),
 			"token", l.g.Token(), "from", sig.From, "by", sig.Reason)
 		return
 	}
@@ -149,18 +167,16 @@ func (s *Server) preempt(l *lease, sig lock.Signal) {
 	l.changed = make(chan struct{})
 	d := l.cleanup // the holder's window, whatever the requester's preempt_wait_ms
 	l.mu.Unlock()
-	s.log.Info("lease preempted: its holder is told to roll back and release", "object", l.g.Object(),
+	p.log.Info("lease preempted: its holder is told to roll back and release", "object", l.g.Object(),
 		"token", l.g.Token(), "by", msg, "forceful", sig.Kind == SignalPreemptForceful, "deadline", d)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	p.leases.wg.Go(func() {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
 		case <-t.C:
 		case <-l.done: // released (or lost) in time
 			return
-		case <-s.closing:
+		case <-p.leases.drain.closing:
 			return
 		}
 		l.mu.Lock()
@@ -169,22 +185,22 @@ func (s *Server) preempt(l *lease, sig lock.Signal) {
 		if !current {
 			return // withdrawn meanwhile (and perhaps preempted again: that one has its own timer)
 		}
-		if _, forceful := preemptStanding(l.g, sig); forceful && s.forcefulRequesterWaits(l, sig) {
-			if told, ok := s.takeLease(l, api.ReasonPreempted, msg+" (forceful: not released within its cleanup)"); ok {
-				s.log.Warn("preempted lease taken: not released in time; the lock is freed after the validity told to it",
+		if _, forceful := preemptStanding(l.g, sig); forceful && p.forcefulRequesterWaits(l, sig) {
+			if told, ok := p.leases.take(l, api.ReasonPreempted, msg+" (forceful: not released within its cleanup)"); ok {
+				p.log.Warn("preempted lease taken: not released in time; the lock is freed after the validity told to it",
 					"lease", logID(l.id), "object", l.g.Object(), "token", l.g.Token(), "freed_in", max(0, time.Until(told)).Round(time.Millisecond))
 			}
 			return
 		}
-		if s.liftPreemption(l, gen) {
-			s.log.Info("preemption lifted: no forceful request insisted", "object", l.g.Object(), "token", l.g.Token())
+		if p.lift(l, gen) {
+			p.log.Info("preemption lifted: no forceful request insisted", "object", l.g.Object(), "token", l.g.Token())
 		}
-	}()
+	})
 }
 
-// liftPreemption returns l from preempted to held, if its preemption is
+// lift returns l from preempted to held, if its preemption is
 // still the one numbered gen (0: any).
-func (s *Server) liftPreemption(l *lease, gen int) bool {
+func (p *preemption) lift(l *lease, gen int) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ended || l.preemptAt.IsZero() || (gen != 0 && l.preemptGen != gen) {
@@ -199,12 +215,12 @@ func (s *Server) liftPreemption(l *lease, gen int) bool {
 
 // withdrawn applies the withdrawal of a preemption ask to l: when no
 // other preemption stands, the holder may go on (state held again).
-func (s *Server) withdrawn(l *lease, sig lock.Signal) {
+func (p *preemption) withdrawn(l *lease, sig lock.Signal) {
 	if standing, _ := preemptStanding(l.g, lock.Signal{}); standing {
 		return
 	}
-	if s.liftPreemption(l, 0) {
-		s.log.Info("preemption withdrawn: its requester gave up; the holder may go on", "object", l.g.Object(),
+	if p.lift(l, 0) {
+		p.log.Info("preemption withdrawn: its requester gave up; the holder may go on", "object", l.g.Object(),
 			"token", l.g.Token(), "from", sig.From, "by", sig.Reason)
 	}
 }
@@ -217,27 +233,28 @@ type preemptAsk struct {
 	id     string // the ask's
 }
 
-// errNotPreemptible makes askToYield write nothing to a holder that is not
+// errNotPreemptible makes ask write nothing to a holder that is not
 // preemptible.
 var errNotPreemptible = errors.New("the holder is not preemptible")
 
-// askToYield is the preempting side: it writes a preemption ask into the
+// ask is the preempting side: it writes a preemption ask into the
 // object's current holder if it is preemptible and check (preemptWaits
 // with its cleanup) passes. It returns the ask to withdraw if the request
 // gives up, nil when nothing was asked (free, not preemptible, plugin
 // holders, failures: the request waits as usual), or check's error.
-func (s *Server) askToYield(ctx context.Context, obj string, req api.AcquireRequest, forceful bool, wait time.Duration, caller string, check func(cleanup time.Duration) error) (*preemptAsk, error) {
+func (p *preemption) ask(ctx context.Context, obj, info string, forceful bool, wait time.Duration, caller string,
+	check func(cleanup time.Duration) error) (*preemptAsk, error) {
 	kind := SignalPreempt
 	if forceful {
 		kind = SignalPreemptForceful
 	}
-	reason := req.Info
+	reason := info
 	if reason == "" {
 		reason = "a foreground request"
 	}
 	sctx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	defer cancel()
-	n, sig, err := s.eng.Ask(sctx, obj, lock.Signal{Kind: kind, Reason: reason, Who: caller, From: s.config().NodeID, WaitMS: wait.Milliseconds()},
+	n, sig, err := p.eng.Ask(sctx, obj, lock.Signal{Kind: kind, Reason: reason, Who: caller, From: p.leases.cfg().NodeID, WaitMS: wait.Milliseconds()},
 		func(h *lock.Node) error {
 			if !h.Preemptible {
 				return errNotPreemptible
@@ -247,33 +264,33 @@ func (s *Server) askToYield(ctx context.Context, obj string, req api.AcquireRequ
 	var he *httpError
 	switch {
 	case err == nil:
-		s.log.Info("preemption asked", "object", obj, "holder", n.Name, "holder_sidecar", n.Sidecar, "token", n.Token,
+		p.log.Info("preemption asked", "object", obj, "holder", n.Name, "holder_sidecar", n.Sidecar, "token", n.Token,
 			"forceful", forceful, "holder_cleanup", n.Cleanup, "caller", caller)
 		return &preemptAsk{object: obj, token: n.Token, id: sig.ID}, nil
 	case errors.As(err, &he):
 		return nil, err
 	case errors.Is(err, lock.ErrNoNode):
 	case errors.Is(err, errNotPreemptible):
-		s.log.Debug("preemption not asked: the holder is not preemptible; waiting as usual", "object", obj)
+		p.log.Debug("preemption not asked: the holder is not preemptible; waiting as usual", "object", obj)
 	case errors.Is(err, lock.ErrNotSignallable):
-		s.log.Info("preemption not asked: the holder is not a Baton grant (the plugin's); waiting as usual", "object", obj)
+		p.log.Info("preemption not asked: the holder is not a Baton grant (the plugin's); waiting as usual", "object", obj)
 	default:
-		s.log.Warn("preemption could not be asked; waiting as usual", "object", obj, "err", err)
+		p.log.Warn("preemption could not be asked; waiting as usual", "object", obj, "err", err)
 	}
 	return nil, nil
 }
 
 // withdraw removes a's ask from its holder (the requester gave up), bounded
 // by inspectTimeout whatever ctx's state: the holder may go on.
-func (s *Server) withdraw(ctx context.Context, a *preemptAsk, why string) {
+func (p *preemption) withdraw(ctx context.Context, a *preemptAsk, why string) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inspectTimeout)
 	defer cancel()
-	if err := s.eng.Withdraw(wctx, a.object, a.token, a.id); err != nil {
-		s.log.Warn("preemption could not be withdrawn: the holder stays preempted until its cleanup window ends", "object", a.object,
+	if err := p.eng.Withdraw(wctx, a.object, a.token, a.id); err != nil {
+		p.log.Warn("preemption could not be withdrawn: the holder stays preempted until its cleanup window ends", "object", a.object,
 			"token", a.token, "why", why, "err", err)
 		return
 	}
-	s.log.Info("preemption withdrawn: the requester gave up", "object", a.object, "token", a.token, "why", why)
+	p.log.Info("preemption withdrawn: the requester gave up", "object", a.object, "token", a.token, "why", why)
 }
 
 func preemptReason(wait time.Duration) string {
@@ -287,7 +304,7 @@ func preemptReason(wait time.Duration) string {
 // before it queues, so a first answer of "gone" is checked again a second
 // later; the asks of requesters still gone then are withdrawn here, and the
 // holder goes on (its preemption lifted by the caller).
-func (s *Server) forcefulRequesterWaits(l *lease, sig lock.Signal) bool {
+func (p *preemption) forcefulRequesterWaits(l *lease, sig lock.Signal) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for try := 0; ; try++ {
@@ -301,7 +318,7 @@ func (s *Server) forcefulRequesterWaits(l *lease, sig lock.Signal) bool {
 		case <-time.After(time.Second):
 		case <-l.done:
 			return false
-		case <-s.closing:
+		case <-p.leases.drain.closing:
 			return false
 		}
 	}
@@ -311,10 +328,10 @@ func (s *Server) forcefulRequesterWaits(l *lease, sig lock.Signal) bool {
 	}
 	for _, a := range l.g.Asks() {
 		if a.Kind == SignalPreemptForceful && !live[a.ID] {
-			s.log.Warn("forceful preemption dropped: its requester no longer waits (its sidecar or session is gone)",
+			p.log.Warn("forceful preemption dropped: its requester no longer waits (its sidecar or session is gone)",
 				"object", l.g.Object(), "token", l.g.Token(), "from", a.From, "by", a.Reason)
-			if err := s.eng.Withdraw(ctx, l.g.Object(), l.g.Token(), a.ID); err != nil {
-				s.log.Warn("withdrawing a dead requester's ask failed", "object", l.g.Object(), "error", err)
+			if err := p.eng.Withdraw(ctx, l.g.Object(), l.g.Token(), a.ID); err != nil {
+				p.log.Warn("withdrawing a dead requester's ask failed", "object", l.g.Object(), "error", err)
 			}
 		}
 	}

@@ -21,20 +21,22 @@ const resReentered = "reentered"
 // error to answer: a lease of another object, another run of the sidecar,
 // or none at all is a 400 naming lease_id; a lost one answers 410 like a
 // renewal would.
-func (s *Server) reentrant(id, object string) (*lease, error) {
-	s.mu.Lock()
-	l := s.leases[id]
-	s.mu.Unlock()
+func (t *leaseTable) reentrant(id, object string) (*lease, error) {
+	t.mu.Lock()
+	l := t.leases[id]
+	t.mu.Unlock()
 	if l == nil {
-		if m := leaseIDRE.FindStringSubmatch(id); m != nil && m[1] != s.inc {
-			return nil, badRequest("lease_id", "lease %s was not granted by this run of this sidecar (incarnation %s, this one is %s): only a lease held through this sidecar can be re-entered", id, m[1], s.inc)
+		if m := leaseIDRE.FindStringSubmatch(id); m != nil && m[1] != t.inc {
+			return nil, badRequest("lease_id", "lease %s was not granted by this run of this sidecar (incarnation %s, this one is %s): only a lease held "+
+				"through this sidecar can be re-entered", id, m[1], t.inc)
 		}
-		if _, err := s.lookup(id); err != nil {
+		if _, err := t.lookup(id); err != nil {
 			if he, ok := err.(*httpError); ok && he.Body.Kind == api.LockLost {
 				return nil, err
 			}
 		}
-		return nil, badRequest("lease_id", "no lease %q is held through this sidecar (never granted, released, or not a lease id; an op delivery's Baton-Lease-Id only while its delivery runs)", id)
+		return nil, badRequest("lease_id", "no lease %q is held through this sidecar (never granted, released, or not a lease id; an op delivery's "+
+			"Baton-Lease-Id only while its delivery runs)", id)
 	}
 	if o := l.g.Object(); o != object {
 		return nil, badRequest("lease_id", "lease %s holds %q, not %q: a lease re-enters only its own object", id, o, object)
@@ -43,11 +45,11 @@ func (s *Server) reentrant(id, object string) (*lease, error) {
 }
 
 // reenter adds a hold to l and renews it (to length, or its own length).
-func (s *Server) reenter(l *lease, length time.Duration) (api.Lease, error) {
+func (t *leaseTable) reenter(l *lease, length time.Duration) (api.Lease, error) {
 	l.mu.Lock()
 	if l.ended {
 		l.mu.Unlock()
-		return api.Lease{}, s.endedErr(l)
+		return api.Lease{}, t.endedErr(l)
 	}
 	l.holds++
 	n := l.holds
@@ -55,7 +57,7 @@ func (s *Server) reenter(l *lease, length time.Duration) (api.Lease, error) {
 	if length == 0 {
 		length = l.length
 	}
-	v, err := s.renew(l, length)
+	v, err := t.renew(l, length)
 	if err != nil {
 		l.mu.Lock()
 		if !l.ended {
@@ -64,7 +66,7 @@ func (s *Server) reenter(l *lease, length time.Duration) (api.Lease, error) {
 		l.mu.Unlock()
 		return api.Lease{}, err
 	}
-	s.log.Debug("lease re-entered", "lease_id", l.id, "object", l.g.Object(), "token", l.g.Token(), "holds", n)
+	t.log.Debug("lease re-entered", "lease_id", l.id, "object", l.g.Object(), "token", l.g.Token(), "holds", n)
 	// Not the original grant's wait: a client adds waited_ms to the time it
 	// sent the request to place the validity, and this one did not wait.
 	v.WaitedMS = 0
@@ -74,7 +76,7 @@ func (s *Server) reenter(l *lease, length time.Duration) (api.Lease, error) {
 // releaseHold counts one hold of l down when more than one is left (done:
 // the release is answered with res); it refuses the last hold of an op
 // delivery's lease, which the dispatcher releases.
-func (s *Server) releaseHold(l *lease) (res api.ReleaseResponse, done bool, err error) {
+func (t *leaseTable) releaseHold(l *lease) (res api.ReleaseResponse, done bool, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
@@ -82,10 +84,11 @@ func (s *Server) releaseHold(l *lease) (res api.ReleaseResponse, done bool, err 
 		return res, false, nil
 	case l.holds > 1:
 		l.holds--
-		s.log.Debug("lease hold released", "lease_id", l.id, "object", l.g.Object(), "token", l.g.Token(), "holds", l.holds)
+		t.log.Debug("lease hold released", "lease_id", l.id, "object", l.g.Object(), "token", l.g.Token(), "holds", l.holds)
 		return api.ReleaseResponse{Released: false, Object: l.g.Object(), Token: l.g.Token(), Holds: l.holds}, true, nil
 	case l.external:
-		return res, true, newError(api.Conflict, "%s is the op delivery's own hold on %q: Baton releases it when the delivery ends (release only the holds you re-entered)", l.id, l.g.Object())
+		return res, true, newError(api.Conflict, "%s is the op delivery's own hold on %q: Baton releases it when the delivery ends (release only the "+
+			"holds you re-entered)", l.id, l.g.Object())
 	}
 	return res, false, nil
 }
@@ -108,66 +111,53 @@ const reasonDeliveryEnded = "op delivery ended"
 // ahead, the lease ends lost with that reason (410 to its holders) and
 // done returns only after that valid_until. It is ops.Deps.Hold.
 func (s *Server) HoldDelivery(g *lock.Grant) (id string, done func(reason string)) {
-	cfg := s.config()
-	id = s.newLeaseID()
+	return s.leases.holdDelivery(g)
+}
+
+// holdDelivery is Server.HoldDelivery.
+func (t *leaseTable) holdDelivery(g *lock.Grant) (id string, done func(reason string)) {
+	cfg := t.cfg()
+	id = t.newID()
 	l := &lease{id: id, g: g, length: cfg.LeaseDefault, expires: time.Now().Add(cfg.LeaseMax),
 		done: make(chan struct{}), holds: 1, external: true, changed: make(chan struct{}), cleanup: cfg.AppPreemptCleanup}
-	s.mu.Lock()
-	if s.closed || s.leases[id] != nil {
-		s.mu.Unlock()
+	t.mu.Lock()
+	if t.closed || t.leases[id] != nil {
+		t.mu.Unlock()
 		return id, func(string) {}
 	}
-	s.leases[id] = l
-	s.deliveries++
+	t.leases[id] = l
+	t.deliveries++
 	l.mu.Lock()
-	l.stopLost = context.AfterFunc(g.Context(), func() {
-		if err := g.Err(); err != nil {
-			s.finishLease(l, api.StateLost, lostReason(err), err.Error(), nil)
-		}
-	})
+	l.stopLost = context.AfterFunc(g.Context(), func() { t.lost(l) })
 	l.mu.Unlock()
-	s.mu.Unlock()
+	t.mu.Unlock()
 	return id, func(reason string) {
 		if reason == "" {
 			reason = reasonDeliveryEnded
 		}
 		held := func() bool { return l.holds > 1 || l.told.After(time.Now()) }
 		for l.holdsOf() > 0 {
-			if ended, told := s.endLease(l, api.StateLost, reason, "the op delivery whose lease this is ended: "+reason, held, true); ended {
-				s.log.Warn("op delivery ended while its lease was re-entered or told valid ahead: its holders are told lost; the lock is freed after the validity told",
+			if ended, told := t.end(l, api.StateLost, reason, "the op delivery whose lease this is ended: "+reason, held, true); ended {
+				t.log.Warn("op delivery ended while its lease was re-entered or told valid ahead: its holders are told lost; the lock is freed after the "+
+					"validity told",
 					"lease", logID(l.id), "object", l.g.Object(), "token", l.g.Token(), "reason", reason,
 					"freed_in", max(0, time.Until(told)).Round(time.Millisecond))
 				break
 			}
-			if s.finishLease(l, api.StateReleased, "", "", func() bool { return !held() }) {
+			if t.finish(l, api.StateReleased, "", "", func() bool { return !held() }) {
 				break
 			}
 		}
 		// Ended here or before (a revocation: takeLease): the grant is
 		// freed only after the validity told.
-		s.mu.Lock()
-		told, kept := s.revoked[l]
-		s.mu.Unlock()
+		t.mu.Lock()
+		told, kept := t.revoked[l]
+		t.mu.Unlock()
 		if kept {
-			s.waitTold(l, told)
-			s.mu.Lock()
-			delete(s.revoked, l)
-			s.mu.Unlock()
+			t.waitTold(l, told)
+			t.unrevoke(l)
 		}
 	}
-}
-
-// leaseByToken returns the live lease of this sidecar holding object with
-// token, or nil.
-func (s *Server) leaseByToken(object string, token int64) *lease {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, l := range s.leases {
-		if l.g.Token() == token && l.g.Object() == object {
-			return l
-		}
-	}
-	return nil
 }
 
 // holdsOf returns the hold count of a live lease, 0 once ended.

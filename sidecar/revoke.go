@@ -75,7 +75,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) error {
 	// deleted now, guarded by the versions read.
 	switch n, err := s.eng.FreeOrphan(ctx, obj, req.Token); {
 	case err == nil:
-		s.revokes.WithLabelValues("requested").Inc()
+		s.leases.revokes.WithLabelValues("requested").Inc()
 		s.log.Warn("audit: orphan privateLock freed by revocation", "object", obj, "token", n.Token,
 			"session", fmt.Sprintf("0x%x", n.Session), "holder_sidecar", n.Sidecar, "reason", req.Reason, "caller", caller)
 		now := api.NewTime(time.Now())
@@ -91,14 +91,16 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) error {
 	n, err := s.eng.Signal(ctx, obj, req.Token, sig)
 	switch {
 	case errors.Is(err, lock.ErrNotSignallable):
-		s.revokes.WithLabelValues("refused").Inc()
+		s.leases.revokes.WithLabelValues("refused").Inc()
 		s.log.Warn("audit: revocation refused: the holder is not a Baton grant", "object", obj, "token", n.Token,
 			"holder", n.Name, "reason", req.Reason, "caller", caller)
-		he := newError(api.Conflict, "the holder of %q (node %s, token %d) is not a Baton grant (the plugin's): it cannot be revoked safely — Baton cannot tell it, refuse its renewals or know the validity it relies on; stop that process, or let its ZooKeeper session expire", obj, n.Name, n.Token)
+		he := newError(api.Conflict, "the holder of %q (node %s, token %d) is not a Baton grant (the plugin's): it cannot be revoked safely — Baton "+
+			"cannot tell it, refuse its renewals or know the validity it relies on; stop that process, or let its ZooKeeper "+
+			"session expire", obj, n.Name, n.Token)
 		he.Body.Object, he.Body.Holder = obj, holderOf(n)
 		return he
 	case errors.Is(err, lock.ErrNoNode):
-		s.revokes.WithLabelValues("refused").Inc()
+		s.leases.revokes.WithLabelValues("refused").Inc()
 		if req.Token != 0 {
 			return newError(api.NoNode, "%q is not held with token %d (free, or held by a later grant): nothing revoked", obj, req.Token)
 		}
@@ -106,13 +108,13 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) error {
 	case err != nil:
 		return err
 	}
-	s.revokes.WithLabelValues("requested").Inc()
+	s.leases.revokes.WithLabelValues("requested").Inc()
 	reason := revokeReason(req.Reason)
 	s.log.Warn("audit: revocation requested", "object", obj, "token", n.Token, "holder", n.Name, "holder_sidecar", n.Sidecar,
 		"holder_info", n.Info, "reason", reason, "caller", caller)
 	out := api.RevokeResponse{Object: obj, Token: n.Token, Reason: reason, Holder: holderOf(n)}
-	if l := s.leaseByToken(obj, n.Token); l != nil {
-		told, _ := s.revokeLease(l, sig)
+	if l := s.leases.byToken(obj, n.Token); l != nil {
+		told, _ := s.leases.revoke(l, sig)
 		out.Local = true
 		if !told.IsZero() {
 			t := api.NewTime(told)
@@ -123,40 +125,22 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// onSignal is a lease grant's lock.AcquireOptions.OnSignal: a revocation
-// written by any sidecar reaches the holder's here (from the engine's
-// watch, which must not block).
-func (s *Server) onSignal(l *lease, sig lock.Signal) {
-	switch sig.Kind {
-	case SignalRevoke:
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.revokeLease(l, sig)
-		}()
-	case SignalPreempt, SignalPreemptForceful:
-		s.preempt(l, sig)
-	case lock.KindWithdrawn:
-		s.withdrawn(l, sig)
-	}
-}
-
 // revokeLease ends l as lost ("revoked: …"): the holder is told at once
 // (long-polls return, renewals answer 410) and the grant is released after
 // the last valid_until told to it, which no renewal moves any more. It
 // returns that instant, and false if l had already ended.
-func (s *Server) revokeLease(l *lease, sig lock.Signal) (time.Time, bool) {
+func (t *leaseTable) revoke(l *lease, sig lock.Signal) (time.Time, bool) {
 	// An op delivery's lease (re-entered by the app, or not) is taken too:
 	// its holders are told at once; the dispatcher cancels the delivery on
 	// the signal and frees the grant after the validity told.
 	reason := revokeReason(sig.Reason)
 	msg := fmt.Sprintf("revoked by an operator (%s, through sidecar %s)", sig.Who, sig.From)
-	told, ok := s.takeLease(l, reason, msg)
+	told, ok := t.take(l, reason, msg)
 	if !ok {
 		return time.Time{}, false
 	}
-	s.revokes.WithLabelValues("applied").Inc()
-	s.log.Warn("audit: lease revoked; its holder is told, the lock is freed after the validity told to it",
+	t.revokes.WithLabelValues("applied").Inc()
+	t.log.Warn("audit: lease revoked; its holder is told, the lock is freed after the validity told to it",
 		"object", l.g.Object(), "token", l.g.Token(), "lease", logID(l.id), "holder_pid", l.pid, "holder_info", l.g.Info(),
 		"reason", reason, "caller", sig.Who, "requested_through", sig.From, "freed_in", max(0, time.Until(told)).Round(time.Millisecond))
 	return told, true
@@ -166,67 +150,73 @@ func (s *Server) revokeLease(l *lease, sig lock.Signal) (time.Time, bool) {
 // long-polls return, renewals answer 410) and releases its grant after the
 // last valid_until told to the holder, which nothing moves any more. It
 // returns that instant, and false if l had already ended.
-func (s *Server) takeLease(l *lease, reason, msg string) (time.Time, bool) {
-	ended, told := s.endLease(l, api.StateLost, reason, msg, nil, true)
+func (t *leaseTable) take(l *lease, reason, msg string) (time.Time, bool) {
+	ended, told := t.end(l, api.StateLost, reason, msg, nil, true)
 	if !ended {
 		return time.Time{}, false
 	}
 	if !l.external { // an op delivery's grant: the dispatcher frees it after its done (HoldDelivery) waited
-		s.freeAfter(l, told)
+		t.freeAfter(l, told)
 	}
 	return told, true
 }
 
-// freeAfter releases l's grant, which endLease recorded in s.revoked, after
+// freeAfter releases l's grant, which end recorded in revoked, after
 // told, in the background.
-func (s *Server) freeAfter(l *lease, told time.Time) {
-	s.wg.Add(1)
+func (t *leaseTable) freeAfter(l *lease, told time.Time) {
+	t.wg.Add(1)
 	go func() {
-		defer s.wg.Done()
-		if s.waitTold(l, told) {
-			s.releaseGrant(l.g)
+		defer t.wg.Done()
+		if t.waitTold(l, told) {
+			t.releaseGrant(l.g)
 		}
-		s.mu.Lock()
-		delete(s.revoked, l)
-		s.mu.Unlock()
+		t.unrevoke(l)
 	}()
 }
 
 // waitTold waits until told has passed (true), or l's grant is lost (no
 // node to free) or the engine closes (it ends the session and its nodes).
-func (s *Server) waitTold(l *lease, told time.Time) bool {
-	t := time.NewTimer(time.Until(told))
-	defer t.Stop()
+func (t *leaseTable) waitTold(l *lease, told time.Time) bool {
+	tm := time.NewTimer(time.Until(told))
+	defer tm.Stop()
 	select {
-	case <-t.C:
+	case <-tm.C:
 		return true
 	case <-l.g.Done(): // lost meanwhile (session): nothing to free
-	case <-s.closing: // the engine's Close ends the session and its nodes
+	case <-t.drain.closing: // the engine's Close ends the session and its nodes
 	}
 	return false
 }
 
 // waitRevoked waits, at shutdown, until the revoked leases' grants are
 // freed (after the validity told), unless the shutdown is hurried.
-func (s *Server) waitRevoked() {
+func (t *leaseTable) waitRevoked() {
 	for {
-		s.mu.Lock()
+		t.mu.Lock()
 		var last time.Time
-		for _, told := range s.revoked {
+		for _, told := range t.revoked {
 			if told.After(last) {
 				last = told
 			}
 		}
-		s.mu.Unlock()
+		t.mu.Unlock()
 		if last.IsZero() {
 			return
 		}
-		t := time.NewTimer(time.Until(last) + 10*time.Millisecond)
+		tm := time.NewTimer(time.Until(last) + 10*time.Millisecond)
 		select {
-		case <-t.C:
-		case <-s.hurry:
-			t.Stop()
+		case <-tm.C:
+		case <-t.drain.hurry:
+			tm.Stop()
 			return
 		}
 	}
+}
+
+// unrevoke drops l from revoked once its grant is freed (or needs no
+// freeing).
+func (t *leaseTable) unrevoke(l *lease) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.revoked, l)
 }

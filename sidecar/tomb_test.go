@@ -8,7 +8,7 @@ import (
 // Expired tombstones go at the next lookup, not only when the next one is
 // added (issue 8): a sidecar that lost many leases once does not keep them.
 func TestTombstonesPrunedOnLookup(t *testing.T) {
-	s := &Server{tombs: map[string]tomb{}}
+	s := &leaseTable{tombs: map[string]tomb{}}
 	past, future := time.Now().Add(-time.Second), time.Now().Add(time.Hour)
 	s.mu.Lock()
 	for i := range 100 {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/client"
 	"github.com/batonhq/baton/ops"
 	"github.com/batonhq/baton/props"
@@ -109,18 +108,11 @@ func serveLoaded(ctx context.Context, g *globals, loaded *props.Loaded, opts pro
 	log.Info("baton serve starting", "version", ver, "commit", rev, "pid", os.Getpid(), "config_file", loaded.File,
 		"socket", cfg.SocketPath, "zookeeper", strings.Join(cfg.ZKServers, ",")+cfg.ZKChroot)
 
-	var d *ops.Dispatcher // Ready and Drain accept nil: the hooks run only once Run serves
-	srv, err := sidecar.New(cfg, sidecar.Options{
-		Logger:   log,
-		LogLevel: logs.level,
-		OpsReady: func() error { return d.Ready() },
-		OpsDrain: func(ctx context.Context) { d.Drain(ctx) },
-		OpsQueue: func() *api.QueueInfo { return d.QueueInfo() },
-	})
+	srv, err := sidecar.New(cfg, sidecar.Options{Logger: log, LogLevel: logs.level})
 	if err != nil {
 		return exitWith(exitFailure, fmt.Errorf("cannot start the sidecar: %w", err))
 	}
-	d, err = wireOps(cfg, srv, log)
+	d, err := wireOps(cfg, srv, log)
 	if err != nil {
 		_ = srv.Close()
 		return exitWith(exitFailure, fmt.Errorf("cannot start background operations: %w", err))
@@ -187,16 +179,18 @@ func serveLoaded(ctx context.Context, g *globals, loaded *props.Loaded, opts pro
 }
 
 // wireOps builds the background-operations dispatcher on the sidecar's
-// engine and installs its handler (ops disabled: the sidecar answers 503
-// OpsDisabled itself). The dispatcher opens queue.dir, whose file lock
-// keeps a second sidecar off the same directory.
+// engine and mounts it: its /v1/ops endpoints (ops disabled: none, the
+// sidecar answers 503 OpsDisabled), its readiness, queue summary and drain.
+// The dispatcher opens queue.dir, whose file lock keeps a second sidecar off
+// the same directory.
 func wireOps(cfg props.Config, srv *sidecar.Server, log *slog.Logger) (*ops.Dispatcher, error) {
 	d, err := ops.New(cfg, ops.Deps{Engine: srv.Engine(), Registry: srv.Registry(), Logger: log, Hold: srv.HoldDelivery})
 	if err != nil {
 		return nil, err
 	}
-	if d.Enabled() {
-		srv.SetOps(d.Handler())
+	if err := srv.Mount(d); err != nil {
+		_ = d.Close()
+		return nil, err
 	}
 	return d, nil
 }

@@ -152,3 +152,12 @@ func Caller(ctx context.Context) string {
 	}
 	return "unknown"
 }
+
+// Route is one endpoint a package serves on the sidecar's API (the op
+// dispatcher's /v1/ops endpoints): a method, a path pattern whose "{name}"
+// segments the sidecar's router sets as path values, and the handler. The
+// sidecar routes, authorizes and answers the handler's error.
+type Route struct {
+	Method, Pattern string
+	Handle          func(http.ResponseWriter, *http.Request) error
+}
