@@ -79,12 +79,19 @@ func step(o AcquireOptions, deadline time.Time, suffix string) AcquireOptions {
 	return o
 }
 
-// giveBack releases grants a recipe took but will not report. A release that
-// cannot be sent now is completed by the session (Release's contract).
+// giveBackTimeout bounds a recipe's give-back, as fail bounds Acquire's
+// clean-up: the wait bounds the call whatever ZooKeeper does.
+const giveBackTimeout = 2 * time.Second
+
+// giveBack releases grants a recipe took but will not report, within
+// giveBackTimeout. A release that cannot be sent or answered in that time
+// is completed by the session (Release's contract).
 func giveBack(ctx context.Context, grants ...*Grant) {
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+	defer cancel()
 	for _, g := range grants {
 		if g != nil {
-			_ = g.Release(context.WithoutCancel(ctx))
+			_ = g.Release(bg)
 		}
 	}
 }
@@ -106,11 +113,18 @@ func (e *Engine) AcquireAll(ctx context.Context, objects []string, typ Type, o A
 	if o.Wait < 0 {
 		return nil, fmt.Errorf("lock: wait %v is negative", o.Wait)
 	}
-	deadline := time.Now().Add(e.waitFor(typ, o))
+	start := time.Now()
+	deadline := start.Add(e.waitFor(typ, o))
 	grants := make([]*Grant, 0, len(order))
 	for i, obj := range order {
 		g, err := e.Acquire(ctx, obj, typ, step(o, deadline, strconv.Itoa(i)))
 		if err != nil {
+			var ile *InstanceLockError
+			if errors.As(err, &ile) { // the set's wait, not this object's
+				c := *ile
+				c.Waited = time.Since(start)
+				err = &c
+			}
 			giveBack(ctx, grants...)
 			return nil, err
 		}
@@ -187,10 +201,23 @@ func (e *Engine) AcquirePermit(ctx context.Context, name string, permits int, ty
 	}
 	gate, err := e.Acquire(ctx, gateObj, typ, step(o, deadline, "gate"))
 	if err != nil {
-		return nil, named(err)
+		err = named(err)
+		var ile *InstanceLockError
+		if errors.As(err, &ile) {
+			// The gate's holder is a waiter ahead of us, not a holder of
+			// the semaphore: name a permit's holder instead.
+			if ile.Holder != nil && ile.Position > 0 {
+				ile.Position++
+			}
+			ile.Holder = e.permitHolder(ctx, slots)
+		}
+		return nil, err
 	}
 	defer giveBack(ctx, gate)
-	if i := e.freePermit(ctx, slots); i >= 0 {
+	fctx, cancel := context.WithDeadline(ctx, deadline)
+	i := e.freePermit(fctx, slots)
+	cancel()
+	if i >= 0 {
 		to := step(o, deadline, strconv.Itoa(i))
 		to.TryOnce = true
 		if g, err := e.Acquire(ctx, slots[i], typ, to); err == nil {
@@ -218,6 +245,29 @@ func (e *Engine) freePermit(ctx context.Context, slots []string) int {
 		}
 	}
 	return -1
+}
+
+// permitHolder returns the holder of the lowest permit held, or nil, within
+// giveBackTimeout (it names a holder in an error).
+func (e *Engine) permitHolder(ctx context.Context, slots []string) *Node {
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+	defer cancel()
+	holders := make([]*Node, len(slots))
+	var wg sync.WaitGroup
+	for i, obj := range slots {
+		wg.Go(func() {
+			if st, err := e.Inspect(bg, obj); err == nil {
+				holders[i] = st.Holder
+			}
+		})
+	}
+	wg.Wait()
+	for _, h := range holders {
+		if h != nil {
+			return h
+		}
+	}
+	return nil
 }
 
 // firstPermit waits on every permit at once and keeps the first granted;
