@@ -341,3 +341,141 @@ func TestReviewRecipesGateTimeoutNamesPermitHolder(t *testing.T) {
 		t.Errorf("w2's error says position %d, want 2 (w1 waits ahead of it): %v", ile.Position, ile)
 	}
 }
+
+// Grants that race the winner in firstPermit are given back: a waiter
+// waits on every permit of four while all four are held; all four are
+// released at once, so several of its waits can be granted together. It
+// keeps one, and the other three are free again (another engine takes each
+// with try-once), every round.
+func TestReviewRecipesRacedGrantsGivenBack(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e0 := newEngine(t, zkServer.Servers(), root)
+	e1 := newEngine(t, zkServer.Servers(), root)
+	const permits = 4
+	_, slots, _ := lock.SemaphoreObjects("race", permits)
+	for round := range 5 {
+		var held []*lock.Grant
+		for _, s := range slots {
+			held = append(held, acquire(t, e0, s, lock.Foreground, lock.AcquireOptions{}))
+		}
+		type result struct {
+			g   *lock.Grant
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			g, err := e1.AcquirePermit(context.Background(), "race", permits, lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+			done <- result{g, err}
+		}()
+		waitFor(t, 20*time.Second, "the waiter queued on every permit", func() bool {
+			for _, s := range slots {
+				st, err := e0.Inspect(context.Background(), s)
+				if err != nil || len(st.Waiters) != 1 {
+					return false
+				}
+			}
+			return true
+		})
+		var wg sync.WaitGroup
+		for _, g := range held {
+			wg.Go(func() { release(t, g) })
+		}
+		wg.Wait()
+		r := <-done
+		if r.err != nil {
+			t.Fatalf("round %d: %v", round, r.err)
+		}
+		for _, s := range slots {
+			if s == r.g.Object() {
+				continue
+			}
+			waitFor(t, 10*time.Second, "permit "+s+" given back", func() bool {
+				g, err := e0.Acquire(context.Background(), s, lock.Foreground, lock.AcquireOptions{TryOnce: true})
+				if err != nil {
+					return false
+				}
+				release(t, g)
+				return true
+			})
+		}
+		release(t, r.g)
+	}
+}
+
+// Cancelling at every step leaves nothing behind: AcquirePermit and
+// AcquireAll with their ctx cancelled after 0, 5, 10, ... 120 ms (through the
+// gate, the look at the permits, the try-once and the wait on every
+// permit; through each object of the set), while another engine keeps
+// taking and giving back a permit and one object of the set. Every call
+// returns (a grant is released), the semaphore and the objects are free
+// afterwards, and testRoot finds no node left.
+func TestReviewRecipesCancelEverywhere(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root)
+	other := newEngine(t, zkServer.Servers(), root)
+	const permits = 2
+	gate, slots, _ := lock.SemaphoreObjects("cx", permits)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { // churn: a permit and b are taken and given back
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if g, err := other.AcquirePermit(context.Background(), "cx", permits, lock.Background, lock.AcquireOptions{Wait: 10 * time.Second}); err == nil {
+				time.Sleep(3 * time.Millisecond)
+				_ = g.Release(context.Background())
+			}
+			if g, err := other.Acquire(context.Background(), "b", lock.Foreground, lock.AcquireOptions{Wait: 10 * time.Second}); err == nil {
+				time.Sleep(3 * time.Millisecond)
+				_ = g.Release(context.Background())
+			}
+		}
+	})
+	hold := acquire(t, other, slots[1], lock.Foreground, lock.AcquireOptions{}) // one permit stays held: firstPermit runs too
+	granted, cancelled := 0, 0
+	for i := range 50 {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(time.Duration(i/2)*5*time.Millisecond, cancel)
+		if i%2 == 0 {
+			g, err := e.AcquirePermit(ctx, "cx", permits, lock.Foreground, lock.AcquireOptions{Wait: 10 * time.Second})
+			if err == nil {
+				granted++
+				_ = g.Release(context.Background())
+			} else {
+				cancelled++
+			}
+		} else {
+			gs, err := e.AcquireAll(ctx, []string{"a", "b", "c"}, lock.Foreground, lock.AcquireOptions{Wait: 10 * time.Second})
+			if err == nil {
+				granted++
+				for _, g := range gs {
+					_ = g.Release(context.Background())
+				}
+			} else {
+				cancelled++
+			}
+		}
+		cancel()
+	}
+	close(stop)
+	wg.Wait()
+	release(t, hold)
+	t.Logf("granted %d, cancelled %d", granted, cancelled)
+	if cancelled == 0 || granted == 0 {
+		t.Errorf("granted %d, cancelled %d: the cancels did not fall across the calls", granted, cancelled)
+	}
+	waitFor(t, 20*time.Second, "cleanups done", func() bool { return e.Health().CleanupPending == 0 })
+	for _, obj := range append([]string{gate, "a", "b", "c"}, slots...) {
+		waitFor(t, 10*time.Second, obj+" free", func() bool {
+			g, err := other.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{TryOnce: true})
+			if err != nil {
+				return false
+			}
+			release(t, g)
+			return true
+		})
+	}
+}
