@@ -479,3 +479,89 @@ func TestReviewRecipesCancelEverywhere(t *testing.T) {
 		})
 	}
 }
+
+// Never more than N holders while connections are cut with the permit
+// waits in flight: one engine of three has its connection cut right after
+// a create or a multi (applied, reply lost; reconnects refused for 300 ms,
+// far below the session timeout) again and again, while six workers take
+// and give back permits of a semaphore of 2. At most 2 hold at once, each
+// permit's tokens strictly increase, and nothing is left behind.
+func TestReviewRecipesCutsDuringPermitWaits(t *testing.T) {
+	root := testRoot(t, zkServer)
+	cd := newCutDialer()
+	es := []*lock.Engine{
+		newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.Dialer = cd.dial }),
+		newEngine(t, zkServer.Servers(), root),
+		newEngine(t, zkServer.Servers(), root),
+	}
+	const permits, workers, rounds = 2, 6, 6
+	var ncuts int
+	var mu sync.Mutex
+	inside, over, bad, grants, failed := 0, 0, 0, 0, 0
+	last := map[string]int64{}
+	stop := make(chan struct{})
+	var cuts sync.WaitGroup
+	cuts.Go(func() {
+		ops := []int32{opCreate, opMulti}
+		for i := 0; ; i++ {
+			done := cd.arm(ops[i%2], 300*time.Millisecond)
+			select {
+			case <-stop:
+				return
+			case <-done:
+				ncuts++
+				time.Sleep(400 * time.Millisecond) // let the engine recover and grant between cuts
+			case <-time.After(time.Second):
+			}
+		}
+	})
+	var wg sync.WaitGroup
+	for w := range workers {
+		e := es[w%len(es)]
+		wg.Go(func() {
+			for range rounds {
+				g, err := e.AcquirePermit(context.Background(), "cut", permits, lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
+				if err != nil {
+					mu.Lock()
+					if failed++; failed <= 3 {
+						t.Logf("worker %d: %v", w, err)
+					}
+					mu.Unlock()
+					continue
+				}
+				mu.Lock()
+				inside++
+				grants++
+				if inside > permits {
+					over++
+				}
+				if g.Token() <= last[g.Object()] {
+					bad++
+				}
+				last[g.Object()] = g.Token()
+				mu.Unlock()
+				time.Sleep(10 * time.Millisecond)
+				mu.Lock()
+				inside--
+				mu.Unlock()
+				_ = g.Release(context.Background())
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	cuts.Wait()
+	cd.arm(0, 0)
+	cd.heal()
+	t.Logf("grants %d, failed %d, cuts %d", grants, failed, ncuts)
+	if ncuts < 5 {
+		t.Errorf("only %d cuts: the test did not cut much", ncuts)
+	}
+	if over != 0 || bad != 0 {
+		t.Fatalf("more than %d holders %d times; non-increasing permit tokens %d", permits, over, bad)
+	}
+	if grants < workers*rounds/2 {
+		t.Errorf("only %d of %d acquires granted", grants, workers*rounds)
+	}
+	waitFor(t, 20*time.Second, "cleanups done", func() bool { return es[0].Health().CleanupPending == 0 })
+}
