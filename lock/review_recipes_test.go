@@ -565,3 +565,83 @@ func TestReviewRecipesCutsDuringPermitWaits(t *testing.T) {
 	}
 	waitFor(t, 20*time.Second, "cleanups done", func() bool { return es[0].Health().CleanupPending == 0 })
 }
+
+// writeFailer is a dialer whose connection breaks while the client writes
+// the first request about one path (armed): the request is not sent, the
+// write fails with the socket's error (here "use of closed network
+// connection"; a peer's reset gives "broken pipe"), as a connection that
+// dies between two requests does. Reconnects are accepted at once.
+type writeFailer struct {
+	mu     sync.Mutex
+	prefix string
+	failed int
+}
+
+func (w *writeFailer) arm(prefix string) {
+	w.mu.Lock()
+	w.prefix, w.failed = prefix, 0
+	w.mu.Unlock()
+}
+
+func (w *writeFailer) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &failConn{Conn: c, w: w}, nil
+}
+
+type failConn struct {
+	net.Conn
+	w      *writeFailer
+	frames int
+}
+
+func (c *failConn) Write(p []byte) (int, error) {
+	c.frames++
+	if c.frames > 1 {
+		w := c.w
+		w.mu.Lock()
+		_, pth, ok := requestPath(p)
+		hit := ok && under(pth, w.prefix)
+		if hit {
+			w.prefix = ""
+			w.failed++
+		}
+		w.mu.Unlock()
+		if hit {
+			c.Conn.Close()
+			return c.Conn.Write(p)
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// A connection that breaks while a request is being written is a lost
+// connection like any other: the acquire waits for the reconnect and goes
+// on within its wait. Found by TestReviewRecipesCutsDuringPermitWaits (the
+// gate's acquire failed with `lock: acquire ".semaphore/cut/gate": write
+// tcp ...: use of closed network connection` with 19 s of its wait left):
+// go-zookeeper hands a request whose write failed the socket's error, not
+// ErrConnectionClosed, and the engine took it for a final error. Here the
+// first request about b of an AcquireAll{a, b} fails to be written; the
+// set must still be granted.
+func TestReviewRecipesWriteErrorIsALostConnection(t *testing.T) {
+	root := testRoot(t, zkServer)
+	wf := &writeFailer{}
+	e := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.Dialer = wf.dial })
+	wf.arm(root + "/b")
+	gs, err := e.AcquireAll(context.Background(), []string{"a", "b"}, lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
+	wf.mu.Lock()
+	failed := wf.failed
+	wf.mu.Unlock()
+	if failed != 1 {
+		t.Fatalf("%d writes failed, want 1 (AcquireAll: %v)", failed, err)
+	}
+	if err != nil {
+		t.Fatalf("AcquireAll after a failed write = %v, want the set granted within its wait", err)
+	}
+	for _, g := range gs {
+		release(t, g)
+	}
+}
