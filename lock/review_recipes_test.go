@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/lock"
+	"github.com/batonhq/baton/testenv"
 )
 
 // staller is a dialer whose connections stop sending the requests about one
@@ -644,4 +645,80 @@ func TestReviewRecipesWriteErrorIsALostConnection(t *testing.T) {
 	for _, g := range gs {
 		release(t, g)
 	}
+}
+
+// A permit whose holder's sidecar died comes back only after the validity
+// that holder was told: e1 holds the only permit, e2 waits for it (holding
+// the gate), and e1 is cut off from ZooKeeper (black hole: as a killed
+// sidecar, it sends nothing more). e2's grant comes after e1's
+// ValidUntil, both on this machine's monotonic clock. A third engine, e3,
+// also cut off while it waits at the gate, has its session expire mid-wait:
+// its AcquirePermit fails and takes nothing (it fails when its wait runs
+// out, as an InstanceLockError: an engine with waiters but no grant does
+// not declare its session lost while it cannot reach ZooKeeper).
+func TestReviewRecipesDeadHolderPermitAfterValidity(t *testing.T) {
+	root := testRoot(t, zkServer)
+	p1 := testenv.ProxyT(t, zkServer.Addr(1))
+	p3 := testenv.ProxyT(t, zkServer.Addr(1))
+	short := func(o *lock.Options) { o.SessionTimeout = 2 * time.Second }
+	e1 := newEngine(t, []string{p1.Addr()}, root, short)
+	e2 := newEngine(t, zkServer.Servers(), root)
+	e3 := newEngine(t, []string{p3.Addr()}, root, short)
+	gate, slots, _ := lock.SemaphoreObjects("dead", 1)
+	g1, err := e1.AcquirePermit(context.Background(), "dead", 1, lock.Foreground, lock.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		g   *lock.Grant
+		err error
+	}
+	r2, r3 := make(chan result, 1), make(chan result, 1)
+	go func() {
+		g, err := e2.AcquirePermit(context.Background(), "dead", 1, lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+		r2 <- result{g, err}
+	}()
+	waitFor(t, 20*time.Second, "e2 waiting on the permit", func() bool {
+		st, err := e2.Inspect(context.Background(), slots[0])
+		return err == nil && len(st.Waiters) == 1
+	})
+	go func() {
+		g, err := e3.AcquirePermit(context.Background(), "dead", 1, lock.Foreground, lock.AcquireOptions{Wait: 8 * time.Second})
+		r3 <- result{g, err}
+	}()
+	waitFor(t, 20*time.Second, "e3 waiting at the gate", func() bool {
+		st, err := e2.Inspect(context.Background(), gate)
+		return err == nil && len(st.Waiters) == 1
+	})
+	p1.BlackHole()
+	p3.BlackHole()
+	time.Sleep(300 * time.Millisecond) // replies already past the proxy are read; nothing moves the deadline after
+	valid := g1.ValidUntil()
+	if valid.IsZero() {
+		t.Fatal("g1 ended before its holder was cut off")
+	}
+	res := <-r2
+	if res.err != nil {
+		t.Fatalf("e2: %v", res.err)
+	}
+	t.Logf("e2 granted %v after e1's validity ended", res.g.AcquiredAt().Sub(valid).Round(time.Millisecond))
+	if !res.g.AcquiredAt().After(valid) {
+		t.Errorf("e2 was granted the permit %v before the validity e1 was told (ValidUntil) ended", valid.Sub(res.g.AcquiredAt()))
+	}
+	if g1.State() != lock.Lost {
+		t.Errorf("e1's grant is %v after e2 was granted, want lost", g1.State())
+	}
+	release(t, res.g)
+	cut := time.Now()
+	r := <-r3
+	t.Logf("e3 returned %v after e2's grant: %v", time.Since(cut).Round(time.Millisecond), r.err)
+	if r.err == nil {
+		t.Errorf("e3, cut off past its session timeout while it waited, was granted %s", r.g.Object())
+		_ = r.g.Release(context.Background())
+	}
+	for _, p := range []*testenv.Proxy{p1, p3} {
+		p.Heal()
+		p.ResetConnections()
+	}
+	waitFor(t, 20*time.Second, "e1 and e3 reconnected", func() bool { return e1.Health().Connected && e3.Health().Connected })
 }
