@@ -722,3 +722,24 @@ func TestReviewRecipesDeadHolderPermitAfterValidity(t *testing.T) {
 	}
 	waitFor(t, 20*time.Second, "e1 and e3 reconnected", func() bool { return e1.Health().Connected && e3.Health().Connected })
 }
+
+// PermitIndex recognises exactly the objects SemaphoreObjects names: before
+// the fix it took any ".semaphore/..." name ending in "/permit-" and
+// something strconv.Atoi accepts, so plain objects such as
+// ".semaphore/a/permit-01", ".semaphore/a/permit-+1" and
+// ".semaphore/a/b/permit-1" (no semaphore's name has a '/') passed for
+// permit 1 (of a semaphore's holder, say, in a listing).
+func TestReviewRecipesPermitIndexExact(t *testing.T) {
+	_, slots, _ := lock.SemaphoreObjects("a", 12)
+	for i, s := range slots {
+		if n, ok := lock.PermitIndex(s); !ok || n != i {
+			t.Errorf("PermitIndex(%q) = %d, %v; want %d, true", s, n, ok, i)
+		}
+	}
+	for _, obj := range []string{".semaphore/a/permit-01", ".semaphore/a/permit-+1", ".semaphore/a/b/permit-1",
+		".semaphore//permit-1", ".semaphore/a/permit-", "x/permit-1", ".semaphore/a/gate"} {
+		if n, ok := lock.PermitIndex(obj); ok {
+			t.Errorf("PermitIndex(%q) = %d, true; it is no semaphore's permit", obj, n)
+		}
+	}
+}
