@@ -156,15 +156,19 @@ func SemaphoreObjects(name string, permits int) (gate string, slots []string, er
 // PermitIndex returns i for the object of a semaphore's permit i, and
 // whether obj is one.
 func PermitIndex(obj string) (int, bool) {
-	if !strings.HasPrefix(obj, SemaphorePrefix) {
+	rest, ok := strings.CutPrefix(obj, SemaphorePrefix)
+	if !ok {
 		return 0, false
 	}
-	i := strings.LastIndex(obj, "/permit-")
-	if i < 0 {
+	name, num, ok := strings.Cut(rest, "/permit-")
+	if !ok || name == "" || strings.ContainsRune(name, '/') {
 		return 0, false
 	}
-	n, err := strconv.Atoi(obj[i+len("/permit-"):])
-	return n, err == nil && n >= 0
+	n, err := strconv.Atoi(num)
+	if err != nil || n < 0 || n >= MaxPermits || strconv.Itoa(n) != num {
+		return 0, false
+	}
+	return n, true
 }
 
 // AcquirePermit takes one of a counting semaphore's permits: at most permits
