@@ -743,3 +743,58 @@ func TestReviewRecipesPermitIndexExact(t *testing.T) {
 		}
 	}
 }
+
+// Closing the engine ends its recipes in progress: an AcquirePermit waiting
+// on every permit (all held elsewhere) and an AcquireAll waiting on its
+// second object return with an error (ErrClosed underneath) as soon as
+// Close has returned, and nothing is left behind.
+func TestReviewRecipesCloseEndsWaits(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e0 := newEngine(t, zkServer.Servers(), root)
+	e1 := newEngine(t, zkServer.Servers(), root)
+	const permits = 3
+	_, slots, _ := lock.SemaphoreObjects("close", permits)
+	var held []*lock.Grant
+	for _, s := range append(slots, "y") {
+		held = append(held, acquire(t, e0, s, lock.Foreground, lock.AcquireOptions{}))
+	}
+	errs := make(chan error, 2)
+	go func() {
+		g, err := e1.AcquirePermit(context.Background(), "close", permits, lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+		if g != nil {
+			_ = g.Release(context.Background())
+		}
+		errs <- err
+	}()
+	go func() {
+		gs, err := e1.AcquireAll(context.Background(), []string{"x", "y"}, lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+		for _, g := range gs {
+			_ = g.Release(context.Background())
+		}
+		errs <- err
+	}()
+	waitFor(t, 20*time.Second, "both waiting", func() bool {
+		for _, s := range append(slots, "y") {
+			st, err := e0.Inspect(context.Background(), s)
+			if err != nil || len(st.Waiters) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	e1.Close()
+	for range 2 {
+		err, ok := waitReturn(errs, 10*time.Second)
+		if !ok {
+			t.Fatal("a recipe was still waiting 10 s after Close returned")
+		}
+		if err == nil {
+			t.Error("a recipe was granted after Close")
+		} else if !errors.Is(err, lock.ErrClosed) {
+			t.Errorf("recipe after Close = %v, want an error wrapping ErrClosed", err)
+		}
+	}
+	for _, g := range held {
+		release(t, g)
+	}
+}
