@@ -798,3 +798,54 @@ func TestReviewRecipesCloseEndsWaits(t *testing.T) {
 		release(t, g)
 	}
 }
+
+// A set is granted only when all its objects are held (issue 22 §3): a
+// grant of the set lost while the request waits for a later object is not
+// returned as part of a granted set. Here x is taken, then, while the
+// request waits for y, x's privateLock is deleted by someone else (an
+// operator, a forced revoke): x's grant is lost, and the foreign actor takes
+// x. When y comes free, AcquireAll returned {x, y} with x already lost
+// (Err set, another holder on x) before the fix; now it gives the set back
+// and takes it again, in canonical order, within the wait.
+func TestReviewRecipesAcquireAllNoLostGrantInSet(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root)
+	other := newEngine(t, zkServer.Servers(), root)
+	conn := rawConn(t, zkServer.Servers())
+	hy := acquire(t, other, "y", lock.Foreground, lock.AcquireOptions{})
+	type result struct {
+		gs  []*lock.Grant
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		gs, err := e.AcquireAll(context.Background(), []string{"x", "y"}, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
+		done <- result{gs, err}
+	}()
+	waitFor(t, 20*time.Second, "x held by the set, y waited for", func() bool {
+		sx, err1 := other.Inspect(context.Background(), "x")
+		sy, err2 := other.Inspect(context.Background(), "y")
+		return err1 == nil && err2 == nil && sx.Holder != nil && len(sy.Waiters) == 1
+	})
+	time.Sleep(100 * time.Millisecond) // x's holder watch is armed (HolderWatchDelay 25 ms)
+	if err := conn.Delete(root+"/x/privateLock", -1); err != nil {
+		t.Fatalf("delete x's privateLock: %v", err)
+	}
+	// the foreign actor takes x for a while
+	hx := acquire(t, other, "x", lock.Foreground, lock.AcquireOptions{})
+	release(t, hy)
+	time.Sleep(200 * time.Millisecond)
+	release(t, hx)
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("AcquireAll = %v, want the set granted once x and y are free", r.err)
+	}
+	for _, g := range r.gs {
+		if g.Err() != nil {
+			t.Errorf("AcquireAll returned %s already lost (%v): the set was not held when granted", g.Object(), g.Err())
+		}
+	}
+	for _, g := range r.gs {
+		_ = g.Release(context.Background())
+	}
+}
