@@ -101,8 +101,10 @@ func giveBack(ctx context.Context, grants ...*Grant) {
 // taken one by one in CanonicalObjects order, so two requests for
 // overlapping sets never wait for each other in a cycle; a request that
 // runs out of time (or fails) gives back what it took and returns that
-// error: an *InstanceLockError names the object it was waiting for. The
-// grants come back in canonical order; each is an ordinary grant with its
+// error: an *InstanceLockError names the object it was waiting for (and
+// the set's wait). A grant lost before the set is complete (a foreign
+// deletion) sends the request back to the first object: the set is
+// granted only when all are held. The grants come back in canonical order; each is an ordinary grant with its
 // own token, and the caller must treat the loss of any as the loss of the
 // set.
 func (e *Engine) AcquireAll(ctx context.Context, objects []string, typ Type, o AcquireOptions) ([]*Grant, error) {
@@ -115,22 +117,40 @@ func (e *Engine) AcquireAll(ctx context.Context, objects []string, typ Type, o A
 	}
 	start := time.Now()
 	deadline := start.Add(e.waitFor(typ, o))
-	grants := make([]*Grant, 0, len(order))
-	for i, obj := range order {
-		g, err := e.Acquire(ctx, obj, typ, step(o, deadline, strconv.Itoa(i)))
-		if err != nil {
-			var ile *InstanceLockError
-			if errors.As(err, &ile) { // the set's wait, not this object's
-				c := *ile
-				c.Waited = time.Since(start)
-				err = &c
+	for attempt := 0; ; attempt++ {
+		grants := make([]*Grant, 0, len(order))
+		for i, obj := range order {
+			suffix := strconv.Itoa(i)
+			if attempt > 0 { // each node of the set carries its own id
+				suffix += "." + strconv.Itoa(attempt)
 			}
-			giveBack(ctx, grants...)
-			return nil, err
+			g, err := e.Acquire(ctx, obj, typ, step(o, deadline, suffix))
+			if err != nil {
+				var ile *InstanceLockError
+				if errors.As(err, &ile) { // the set's wait, not this object's
+					c := *ile
+					c.Waited = time.Since(start)
+					err = &c
+				}
+				giveBack(ctx, grants...)
+				return nil, err
+			}
+			grants = append(grants, g)
 		}
-		grants = append(grants, g)
+		// Granted only when all are held: a grant lost while we waited
+		// for a later object (a foreign deletion, a forced revoke) means
+		// the set was never held. Give it back and take the set again, in
+		// canonical order, within the wait.
+		lost := false
+		for _, g := range grants {
+			lost = lost || g.Err() != nil
+		}
+		if !lost {
+			return grants, nil
+		}
+		e.log.Warn("a grant of the set was lost before the set was complete; taking the set again", "objects", order)
+		giveBack(ctx, grants...)
 	}
-	return grants, nil
 }
 
 // SemaphoreObjects returns the object names of a semaphore's gate and of its
