@@ -104,9 +104,9 @@ func giveBack(ctx context.Context, grants ...*Grant) {
 // error: an *InstanceLockError names the object it was waiting for (and
 // the set's wait). A grant lost before the set is complete (a foreign
 // deletion) sends the request back to the first object: the set is
-// granted only when all are held. The grants come back in canonical order; each is an ordinary grant with its
-// own token, and the caller must treat the loss of any as the loss of the
-// set.
+// granted only when all are held. The grants come back in canonical order;
+// each is an ordinary grant with its own token, and the caller must treat
+// the loss of any as the loss of the set.
 func (e *Engine) AcquireAll(ctx context.Context, objects []string, typ Type, o AcquireOptions) ([]*Grant, error) {
 	order, err := CanonicalObjects(objects)
 	if err != nil {
