@@ -8,7 +8,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 )
 
 // Recipes built on Acquire: every grant they return is an ordinary Grant of
@@ -198,9 +201,11 @@ func PermitIndex(obj string) (int, bool) {
 // object: its token fences writes made under that permit, and a lost
 // holder's permit comes back only when its privateLock is gone, after the
 // validity its holder was told. Requests queue on the semaphore's gate, a
-// lock like any other, so foreground requests go before background ones and
-// only the gate's holder waits on the permits: it takes a permit it saw
-// free, or else waits on all of them at once and keeps the first granted.
+// lock like any other, and only the gate's holder waits on the permits: it
+// takes a permit it saw free, or else waits on all of them at once and
+// keeps the first granted. Foreground requests go before background ones:
+// a background holder of the gate that sees a foreground request queue at
+// the gate stops waiting on the permits and queues at the gate again.
 // The wait (o.Wait or the type's default) covers both; a request that runs
 // out of time returns an *InstanceLockError naming the semaphore and leaves
 // no node behind.
@@ -223,33 +228,98 @@ func (e *Engine) AcquirePermit(ctx context.Context, name string, permits int, ty
 		}
 		return err
 	}
-	gate, err := e.Acquire(ctx, gateObj, typ, step(o, deadline, "gate"))
-	if err != nil {
-		err = named(err)
-		var ile *InstanceLockError
-		if errors.As(err, &ile) {
-			// The gate's holder is a waiter ahead of us, not a holder of
-			// the semaphore: name a permit's holder instead.
-			if ile.Holder != nil && ile.Position > 0 {
-				ile.Position++
+	for attempt := 0; ; attempt++ {
+		gate, err := e.Acquire(ctx, gateObj, typ, step(o, deadline, attemptSuffix("gate", attempt)))
+		if err != nil {
+			err = named(err)
+			var ile *InstanceLockError
+			if errors.As(err, &ile) {
+				// The gate's holder is a waiter ahead of us, not a holder
+				// of the semaphore: name a permit's holder instead.
+				if ile.Holder != nil && ile.Position > 0 {
+					ile.Position++
+				}
+				ile.Holder = e.permitHolder(ctx, slots)
 			}
-			ile.Holder = e.permitHolder(ctx, slots)
+			return nil, err
 		}
-		return nil, err
+		g, err, yielded := e.underGate(ctx, gate, slots, typ, o, deadline, attempt)
+		giveBack(ctx, gate)
+		if g == nil && yielded {
+			// A request that sorts ahead of ours (foreground, while we are
+			// background) waits at the gate: it goes first, as at any
+			// lock; we queue at the gate again.
+			continue
+		}
+		return g, named(err)
 	}
-	defer giveBack(ctx, gate)
+}
+
+func attemptSuffix(s string, attempt int) string {
+	if attempt == 0 {
+		return s
+	}
+	return s + "." + strconv.Itoa(attempt)
+}
+
+// underGate takes a permit for the gate's holder: one it saw free, or else
+// the first granted of a wait on all of them. A background holder also
+// watches the gate: when a request that sorts ahead of its own gate node
+// (a foreground one) queues there, it stops waiting on the permits and
+// reports yielded, so that the gate goes to that request first.
+func (e *Engine) underGate(ctx context.Context, gate *Grant, slots []string, typ Type, o AcquireOptions, deadline time.Time, attempt int) (*Grant, error, bool) {
 	fctx, cancel := context.WithDeadline(ctx, deadline)
-	i := e.freePermit(fctx, slots)
-	cancel()
-	if i >= 0 {
-		to := step(o, deadline, strconv.Itoa(i))
+	defer cancel()
+	if i := e.freePermit(fctx, slots); i >= 0 {
+		to := step(o, deadline, attemptSuffix(strconv.Itoa(i), attempt))
 		to.TryOnce = true
 		if g, err := e.Acquire(ctx, slots[i], typ, to); err == nil {
-			return g, nil
+			return g, nil, false
 		}
 	}
-	g, err := e.firstPermit(ctx, slots, typ, o, deadline)
-	return g, named(err)
+	var yielded atomic.Bool
+	var wg sync.WaitGroup
+	if typ == Background {
+		wg.Go(func() {
+			if e.aheadAtGate(fctx, gate) {
+				yielded.Store(true)
+				cancel()
+			}
+		})
+	}
+	g, err := e.firstPermit(fctx, slots, typ, o, deadline, attempt)
+	cancel()
+	wg.Wait()
+	return g, err, yielded.Load()
+}
+
+// aheadAtGate watches the gate's queue until a request sorts ahead of the
+// gate's holder (true) or ctx ends or the gate cannot be watched (false).
+// The watch left behind fires when the holder gives the gate back.
+func (e *Engine) aheadAtGate(ctx context.Context, gate *Grant) bool {
+	for {
+		type listing struct {
+			kids []string
+			ev   <-chan zk.Event
+		}
+		l, err := zcall(ctx, func() (listing, error) {
+			kids, _, ev, err := gate.s.conn.ChildrenW(gate.objPath)
+			return listing{kids, ev}, err
+		}, nil)
+		if err != nil || gate.Err() != nil {
+			return false
+		}
+		if queue, _ := sortedQueue(l.kids); len(queue) > 0 && queue[0] != gate.node {
+			return true
+		}
+		select {
+		case <-l.ev:
+		case <-gate.Done():
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // freePermit returns a permit with neither holder nor waiters, or -1.
@@ -297,7 +367,7 @@ func (e *Engine) permitHolder(ctx context.Context, slots []string) *Node {
 // firstPermit waits on every permit at once and keeps the first granted;
 // the others' waits are cancelled and any grant that raced the cancel is
 // given back.
-func (e *Engine) firstPermit(ctx context.Context, slots []string, typ Type, o AcquireOptions, deadline time.Time) (*Grant, error) {
+func (e *Engine) firstPermit(ctx context.Context, slots []string, typ Type, o AcquireOptions, deadline time.Time, attempt int) (*Grant, error) {
 	wctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	type result struct {
@@ -307,7 +377,7 @@ func (e *Engine) firstPermit(ctx context.Context, slots []string, typ Type, o Ac
 	results := make(chan result, len(slots))
 	for i, obj := range slots {
 		go func() {
-			g, err := e.Acquire(wctx, obj, typ, step(o, deadline, strconv.Itoa(i)))
+			g, err := e.Acquire(wctx, obj, typ, step(o, deadline, attemptSuffix(strconv.Itoa(i), attempt)))
 			results <- result{g, err}
 		}()
 	}

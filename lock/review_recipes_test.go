@@ -220,8 +220,9 @@ func TestReviewRecipesAcquireAllGiveBackBoundedWhenZKStalls(t *testing.T) {
 // request F arrives; the permit is released. B is granted first: B holds
 // the gate while it waits on the permits, so F queues behind B at the gate
 // and never reaches the permit's queue, where its node would sort ahead.
-// Not fixed (a design limit of holding the gate while waiting on the
-// permits).
+// Fixed: a background holder of the gate watches the gate and, when a
+// request sorting ahead of it queues there, stops waiting on the permits
+// and queues at the gate again.
 func TestReviewRecipesGateForegroundFirst(t *testing.T) {
 	root := testRoot(t, zkServer)
 	eh := newEngine(t, zkServer.Servers(), root)
