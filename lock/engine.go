@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -500,9 +501,13 @@ func zcall[T any](ctx context.Context, f func() (T, error), orphan func(T, error
 }
 
 // isConnErr reports errors after which the request may or may not have been
-// applied (the connection dropped with it in flight).
+// applied (the connection dropped with it in flight). go-zookeeper hands a
+// request whose write failed the socket's error (*net.OpError: "broken
+// pipe", "use of closed network connection", a write timeout) and drops the
+// connection: a lost connection like the others.
 func isConnErr(err error) bool {
-	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrSessionMoved)
+	var op *net.OpError
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrSessionMoved) || errors.As(err, &op)
 }
 
 // notSent reports errors of requests that never reached a server.

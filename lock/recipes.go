@@ -8,7 +8,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 )
 
 // Recipes built on Acquire: every grant they return is an ordinary Grant of
@@ -79,12 +82,19 @@ func step(o AcquireOptions, deadline time.Time, suffix string) AcquireOptions {
 	return o
 }
 
-// giveBack releases grants a recipe took but will not report. A release that
-// cannot be sent now is completed by the session (Release's contract).
+// giveBackTimeout bounds a recipe's give-back, as fail bounds Acquire's
+// clean-up: the wait bounds the call whatever ZooKeeper does.
+const giveBackTimeout = 2 * time.Second
+
+// giveBack releases grants a recipe took but will not report, within
+// giveBackTimeout. A release that cannot be sent or answered in that time
+// is completed by the session (Release's contract).
 func giveBack(ctx context.Context, grants ...*Grant) {
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+	defer cancel()
 	for _, g := range grants {
 		if g != nil {
-			_ = g.Release(context.WithoutCancel(ctx))
+			_ = g.Release(bg)
 		}
 	}
 }
@@ -94,10 +104,12 @@ func giveBack(ctx context.Context, grants ...*Grant) {
 // taken one by one in CanonicalObjects order, so two requests for
 // overlapping sets never wait for each other in a cycle; a request that
 // runs out of time (or fails) gives back what it took and returns that
-// error: an *InstanceLockError names the object it was waiting for. The
-// grants come back in canonical order; each is an ordinary grant with its
-// own token, and the caller must treat the loss of any as the loss of the
-// set.
+// error: an *InstanceLockError names the object it was waiting for (and
+// the set's wait). A grant lost before the set is complete (a foreign
+// deletion) sends the request back to the first object: the set is
+// granted only when all are held. The grants come back in canonical order;
+// each is an ordinary grant with its own token, and the caller must treat
+// the loss of any as the loss of the set.
 func (e *Engine) AcquireAll(ctx context.Context, objects []string, typ Type, o AcquireOptions) ([]*Grant, error) {
 	order, err := CanonicalObjects(objects)
 	if err != nil {
@@ -106,17 +118,42 @@ func (e *Engine) AcquireAll(ctx context.Context, objects []string, typ Type, o A
 	if o.Wait < 0 {
 		return nil, fmt.Errorf("lock: wait %v is negative", o.Wait)
 	}
-	deadline := time.Now().Add(e.waitFor(typ, o))
-	grants := make([]*Grant, 0, len(order))
-	for i, obj := range order {
-		g, err := e.Acquire(ctx, obj, typ, step(o, deadline, strconv.Itoa(i)))
-		if err != nil {
-			giveBack(ctx, grants...)
-			return nil, err
+	start := time.Now()
+	deadline := start.Add(e.waitFor(typ, o))
+	for attempt := 0; ; attempt++ {
+		grants := make([]*Grant, 0, len(order))
+		for i, obj := range order {
+			suffix := strconv.Itoa(i)
+			if attempt > 0 { // each node of the set carries its own id
+				suffix += "." + strconv.Itoa(attempt)
+			}
+			g, err := e.Acquire(ctx, obj, typ, step(o, deadline, suffix))
+			if err != nil {
+				var ile *InstanceLockError
+				if errors.As(err, &ile) { // the set's wait, not this object's
+					c := *ile
+					c.Waited = time.Since(start)
+					err = &c
+				}
+				giveBack(ctx, grants...)
+				return nil, err
+			}
+			grants = append(grants, g)
 		}
-		grants = append(grants, g)
+		// Granted only when all are held: a grant lost while we waited
+		// for a later object (a foreign deletion, a forced revoke) means
+		// the set was never held. Give it back and take the set again, in
+		// canonical order, within the wait.
+		lost := false
+		for _, g := range grants {
+			lost = lost || g.Err() != nil
+		}
+		if !lost {
+			return grants, nil
+		}
+		e.log.Warn("a grant of the set was lost before the set was complete; taking the set again", "objects", order)
+		giveBack(ctx, grants...)
 	}
-	return grants, nil
 }
 
 // SemaphoreObjects returns the object names of a semaphore's gate and of its
@@ -142,15 +179,19 @@ func SemaphoreObjects(name string, permits int) (gate string, slots []string, er
 // PermitIndex returns i for the object of a semaphore's permit i, and
 // whether obj is one.
 func PermitIndex(obj string) (int, bool) {
-	if !strings.HasPrefix(obj, SemaphorePrefix) {
+	rest, ok := strings.CutPrefix(obj, SemaphorePrefix)
+	if !ok {
 		return 0, false
 	}
-	i := strings.LastIndex(obj, "/permit-")
-	if i < 0 {
+	name, num, ok := strings.Cut(rest, "/permit-")
+	if !ok || name == "" || strings.ContainsRune(name, '/') {
 		return 0, false
 	}
-	n, err := strconv.Atoi(obj[i+len("/permit-"):])
-	return n, err == nil && n >= 0
+	n, err := strconv.Atoi(num)
+	if err != nil || n < 0 || n >= MaxPermits || strconv.Itoa(n) != num {
+		return 0, false
+	}
+	return n, true
 }
 
 // AcquirePermit takes one of a counting semaphore's permits: at most permits
@@ -160,9 +201,11 @@ func PermitIndex(obj string) (int, bool) {
 // object: its token fences writes made under that permit, and a lost
 // holder's permit comes back only when its privateLock is gone, after the
 // validity its holder was told. Requests queue on the semaphore's gate, a
-// lock like any other, so foreground requests go before background ones and
-// only the gate's holder waits on the permits: it takes a permit it saw
-// free, or else waits on all of them at once and keeps the first granted.
+// lock like any other, and only the gate's holder waits on the permits: it
+// takes a permit it saw free, or else waits on all of them at once and
+// keeps the first granted. Foreground requests go before background ones:
+// a background holder of the gate that sees a foreground request queue at
+// the gate stops waiting on the permits and queues at the gate again.
 // The wait (o.Wait or the type's default) covers both; a request that runs
 // out of time returns an *InstanceLockError naming the semaphore and leaves
 // no node behind.
@@ -185,20 +228,98 @@ func (e *Engine) AcquirePermit(ctx context.Context, name string, permits int, ty
 		}
 		return err
 	}
-	gate, err := e.Acquire(ctx, gateObj, typ, step(o, deadline, "gate"))
-	if err != nil {
-		return nil, named(err)
+	for attempt := 0; ; attempt++ {
+		gate, err := e.Acquire(ctx, gateObj, typ, step(o, deadline, attemptSuffix("gate", attempt)))
+		if err != nil {
+			err = named(err)
+			var ile *InstanceLockError
+			if errors.As(err, &ile) {
+				// The gate's holder is a waiter ahead of us, not a holder
+				// of the semaphore: name a permit's holder instead.
+				if ile.Holder != nil && ile.Position > 0 {
+					ile.Position++
+				}
+				ile.Holder = e.permitHolder(ctx, slots)
+			}
+			return nil, err
+		}
+		g, err, yielded := e.underGate(ctx, gate, slots, typ, o, deadline, attempt)
+		giveBack(ctx, gate)
+		if g == nil && yielded {
+			// A request that sorts ahead of ours (foreground, while we are
+			// background) waits at the gate: it goes first, as at any
+			// lock; we queue at the gate again.
+			continue
+		}
+		return g, named(err)
 	}
-	defer giveBack(ctx, gate)
-	if i := e.freePermit(ctx, slots); i >= 0 {
-		to := step(o, deadline, strconv.Itoa(i))
+}
+
+func attemptSuffix(s string, attempt int) string {
+	if attempt == 0 {
+		return s
+	}
+	return s + "." + strconv.Itoa(attempt)
+}
+
+// underGate takes a permit for the gate's holder: one it saw free, or else
+// the first granted of a wait on all of them. A background holder also
+// watches the gate: when a request that sorts ahead of its own gate node
+// (a foreground one) queues there, it stops waiting on the permits and
+// reports yielded, so that the gate goes to that request first.
+func (e *Engine) underGate(ctx context.Context, gate *Grant, slots []string, typ Type, o AcquireOptions, deadline time.Time, attempt int) (*Grant, error, bool) {
+	fctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	if i := e.freePermit(fctx, slots); i >= 0 {
+		to := step(o, deadline, attemptSuffix(strconv.Itoa(i), attempt))
 		to.TryOnce = true
 		if g, err := e.Acquire(ctx, slots[i], typ, to); err == nil {
-			return g, nil
+			return g, nil, false
 		}
 	}
-	g, err := e.firstPermit(ctx, slots, typ, o, deadline)
-	return g, named(err)
+	var yielded atomic.Bool
+	var wg sync.WaitGroup
+	if typ == Background {
+		wg.Go(func() {
+			if e.aheadAtGate(fctx, gate) {
+				yielded.Store(true)
+				cancel()
+			}
+		})
+	}
+	g, err := e.firstPermit(fctx, slots, typ, o, deadline, attempt)
+	cancel()
+	wg.Wait()
+	return g, err, yielded.Load()
+}
+
+// aheadAtGate watches the gate's queue until a request sorts ahead of the
+// gate's holder (true) or ctx ends or the gate cannot be watched (false).
+// The watch left behind fires when the holder gives the gate back.
+func (e *Engine) aheadAtGate(ctx context.Context, gate *Grant) bool {
+	for {
+		type listing struct {
+			kids []string
+			ev   <-chan zk.Event
+		}
+		l, err := zcall(ctx, func() (listing, error) {
+			kids, _, ev, err := gate.s.conn.ChildrenW(gate.objPath)
+			return listing{kids, ev}, err
+		}, nil)
+		if err != nil || gate.Err() != nil {
+			return false
+		}
+		if queue, _ := sortedQueue(l.kids); len(queue) > 0 && queue[0] != gate.node {
+			return true
+		}
+		select {
+		case <-l.ev:
+		case <-gate.Done():
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // freePermit returns a permit with neither holder nor waiters, or -1.
@@ -220,10 +341,33 @@ func (e *Engine) freePermit(ctx context.Context, slots []string) int {
 	return -1
 }
 
+// permitHolder returns the holder of the lowest permit held, or nil, within
+// giveBackTimeout (it names a holder in an error).
+func (e *Engine) permitHolder(ctx context.Context, slots []string) *Node {
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+	defer cancel()
+	holders := make([]*Node, len(slots))
+	var wg sync.WaitGroup
+	for i, obj := range slots {
+		wg.Go(func() {
+			if st, err := e.Inspect(bg, obj); err == nil {
+				holders[i] = st.Holder
+			}
+		})
+	}
+	wg.Wait()
+	for _, h := range holders {
+		if h != nil {
+			return h
+		}
+	}
+	return nil
+}
+
 // firstPermit waits on every permit at once and keeps the first granted;
 // the others' waits are cancelled and any grant that raced the cancel is
 // given back.
-func (e *Engine) firstPermit(ctx context.Context, slots []string, typ Type, o AcquireOptions, deadline time.Time) (*Grant, error) {
+func (e *Engine) firstPermit(ctx context.Context, slots []string, typ Type, o AcquireOptions, deadline time.Time, attempt int) (*Grant, error) {
 	wctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	type result struct {
@@ -233,7 +377,7 @@ func (e *Engine) firstPermit(ctx context.Context, slots []string, typ Type, o Ac
 	results := make(chan result, len(slots))
 	for i, obj := range slots {
 		go func() {
-			g, err := e.Acquire(wctx, obj, typ, step(o, deadline, strconv.Itoa(i)))
+			g, err := e.Acquire(wctx, obj, typ, step(o, deadline, attemptSuffix(strconv.Itoa(i), attempt)))
 			results <- result{g, err}
 		}()
 	}

@@ -96,7 +96,9 @@ func TestAcquireAllRefusesBadSets(t *testing.T) {
 
 // A semaphore of 3 permits under 4 engines and 12 requesters: never more than
 // 3 holders, each permit's tokens strictly increase, and 3 holders at once
-// did happen (it is not a mutex).
+// are granted (it is not a mutex; shown first, by holding 3 and seeing a
+// 4th refused: a peak counted under churn depends on the machine's speed,
+// and on a loaded machine the gate lets them in one at a time).
 func TestSemaphoreAtMostN(t *testing.T) {
 	root := testRoot(t, zkServer)
 	const permits, workers, rounds = 3, 12, 8
@@ -107,6 +109,20 @@ func TestSemaphoreAtMostN(t *testing.T) {
 	var es []*lock.Engine
 	for range 4 {
 		es = append(es, newEngine(t, zkServer.Servers(), root))
+	}
+	var together []*lock.Grant
+	for i := range permits {
+		g, err := es[i].AcquirePermit(context.Background(), "pool", permits, lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+		if err != nil {
+			t.Fatalf("holder %d of %d: %v", i+1, permits, err)
+		}
+		together = append(together, g)
+	}
+	if g, err := es[3].AcquirePermit(context.Background(), "pool", permits, lock.Foreground, lock.AcquireOptions{Wait: 300 * time.Millisecond}); err == nil {
+		t.Fatalf("a fourth holder was granted %s while %d permits were held", g.Object(), permits)
+	}
+	for _, g := range together {
+		release(t, g)
 	}
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -149,9 +165,7 @@ func TestSemaphoreAtMostN(t *testing.T) {
 	if over.Load() != 0 || bad != 0 {
 		t.Fatalf("more than %d holders %d times; non-increasing permit tokens %d", permits, over.Load(), bad)
 	}
-	if peak.Load() != permits {
-		t.Errorf("peak holders %d, want %d: the semaphore did not let %d in together", peak.Load(), permits, permits)
-	}
+	t.Logf("peak holders under churn: %d", peak.Load())
 }
 
 // A request that finds every permit taken for its whole wait fails with an
