@@ -116,7 +116,9 @@ func (e *Engine) WatchStats() WatchStats {
 //     acquire). With neither field given: the current state, at once.
 //   - Otherwise the next state: a change of holder or of the queue.
 //
-// States that last less than a ZooKeeper round trip can be missed: a watch
+// An answer that nothing changed is given after a fresh read agrees, so it
+// is not older than the call either. States that last less than a
+// ZooKeeper round trip can be missed: a watch
 // fires once, and the read after it sees the latest state. ctx bounds the
 // whole call (reading the state included); timeout only the wait for a
 // change. It is safe for concurrent use; callers on one object share one
@@ -170,11 +172,14 @@ func (e *Engine) WaitChange(ctx context.Context, object string, seen Seen, timeo
 		}
 	}
 
-	// The caller has the current state: wait for the next.
+	// The caller has the current state: wait for the next. When the
+	// timeout passes, "unchanged" is said only after a fresh read agrees
+	// (the watcher may not have heard of a change yet).
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	ow.mu.Lock()
 	base := ow.hist[len(ow.hist)-1].Version
+	over := false
 	for {
 		cur := ow.hist[len(ow.hist)-1]
 		if n := ow.after(base); n != nil || cur.Version != base {
@@ -186,13 +191,16 @@ func (e *Engine) WaitChange(ctx context.Context, object string, seen Seen, timeo
 		}
 		ch := ow.changed
 		ow.mu.Unlock()
+		if over {
+			return cur, false, nil
+		}
 		select {
 		case <-ch:
 		case <-t.C:
-			ow.mu.Lock()
-			cur := ow.hist[len(ow.hist)-1]
-			ow.mu.Unlock()
-			return cur, false, nil
+			if err := ow.fresh(ctx); err != nil {
+				return nil, false, err
+			}
+			over = true
 		case <-ctx.Done():
 			return nil, false, ctx.Err()
 		}

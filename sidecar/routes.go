@@ -49,7 +49,7 @@ func (s *Server) routes() http.Handler {
 		readyz:    methods{http.MethodGet: s.readyz},
 		metrics:   methods{http.MethodGet: func(w http.ResponseWriter, r *http.Request) error { prom.ServeHTTP(w, r); return nil }},
 		list:      methods{http.MethodGet: s.as(actInspect, s.list)},
-		inspect:   methods{http.MethodGet: s.as(actInspect, s.inspect)},
+		inspect:   methods{http.MethodGet: s.as(actInspect, s.lockGet)}, // with a query: the watch long-poll (watch.go)
 		acquire:   methods{http.MethodPost: s.as(actAcquire, s.acquire)},
 		revoke:    methods{http.MethodPost: s.as(actRevoke, s.revoke)},
 		lease:     methods{http.MethodGet: s.as(actInspect, s.getLease), http.MethodDelete: s.as(actRelease, s.deleteLease)},
