@@ -81,6 +81,7 @@ type objWatch struct {
 	objPath string
 	cancel  context.CancelFunc
 	kick    chan struct{} // a caller wants a fresh read (after a sync)
+	dead    chan struct{} // closed when run returns (the engine closed)
 
 	mu      sync.Mutex
 	refs    int           // callers attached
@@ -122,7 +123,8 @@ func (e *Engine) WatchStats() WatchStats {
 // fires once, and the read after it sees the latest state. ctx bounds the
 // whole call (reading the state included); timeout only the wait for a
 // change. It is safe for concurrent use; callers on one object share one
-// watch. Errors: ErrInvalidObject for a bad name; ErrUnavailable when the
+// watch. Errors: ErrInvalidObject for a bad name; ErrClosed once the engine
+// is closed (also for a call waiting then); ErrUnavailable when the
 // state could not be read before ctx ended (the wait for a change is never
 // an error); ctx's error when it ends first otherwise.
 func (e *Engine) WaitChange(ctx context.Context, object string, seen Seen, timeout time.Duration) (snap *Snapshot, changed bool, err error) {
@@ -201,6 +203,8 @@ func (e *Engine) WaitChange(ctx context.Context, object string, seen Seen, timeo
 				return nil, false, err
 			}
 			over = true
+		case <-ow.dead:
+			return nil, false, ErrClosed
 		case <-ctx.Done():
 			return nil, false, ctx.Err()
 		}
@@ -275,6 +279,8 @@ func (ow *objWatch) fresh(ctx context.Context) error {
 		}
 		select {
 		case <-ch:
+		case <-ow.dead:
+			return ErrClosed
 		case <-ctx.Done():
 			if lastErr != nil {
 				return fmt.Errorf("%w: watch %s: %v", ErrUnavailable, ow.objPath, lastErr)
@@ -309,10 +315,11 @@ func (e *Engine) watchAttach(name string) (*objWatch, error) {
 			w.objs = make(map[string]*objWatch)
 		}
 		ctx, cancel := context.WithCancel(e.ctx)
-		ow = &objWatch{e: e, objPath: e.root + "/" + name, cancel: cancel, kick: make(chan struct{}, 1), changed: make(chan struct{})}
+		ow = &objWatch{e: e, objPath: e.root + "/" + name, cancel: cancel, kick: make(chan struct{}, 1), dead: make(chan struct{}), changed: make(chan struct{})}
 		w.objs[name] = ow
 		go func() {
 			defer e.wg.Done()
+			defer close(ow.dead)
 			ow.run(ctx)
 		}()
 	}

@@ -246,3 +246,34 @@ func TestWaitChangeTimeout(t *testing.T) {
 		t.Errorf("negative timeout: no error")
 	}
 }
+
+// TestWaitChangeClosed: a caller waiting for a change when the engine is
+// closed gets ErrClosed at once (not at its 10-minute timeout), and so does
+// one calling afterwards.
+func TestWaitChangeClosed(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root)
+	const obj = "watch/closed"
+	cur, _, err := e.WaitChange(context.Background(), obj, lock.Seen{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := e.WaitChange(context.Background(), obj, lock.Seen{Version: cur.Version}, 10*time.Minute)
+		done <- err
+	}()
+	waitFor(t, 20*time.Second, "the caller waiting", func() bool { return e.WatchStats().Waiters == 1 })
+	e.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, lock.ErrClosed) {
+			t.Errorf("waiting caller after Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("waiting caller still waiting 30s after Close")
+	}
+	if _, _, err := e.WaitChange(context.Background(), obj, lock.Seen{}, 0); !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("WaitChange after Close: %v, want ErrClosed", err)
+	}
+}
