@@ -139,6 +139,7 @@ func TestOpenAPIMatchesWireTypes(t *testing.T) {
 		"OpRequest": api.OpRequest{}, "OpAck": api.OpAck{}, "Op": api.Op{}, "DeadLetter": dlq.Letter{},
 		"Delivery": api.Delivery{}, "OpDiscarded": api.OpDiscarded{}, "QueueInfo": api.QueueInfo{},
 		"CheckResult": api.CheckResult{},
+		"LockWatch":   api.LockWatch{},
 	} {
 		var fields []string
 		rt := reflect.TypeOf(v)
@@ -600,6 +601,11 @@ func TestOpenAPIAnswers(t *testing.T) {
 	call("GET", "/v1/locks/free-object/check?token=1", "", 200, true)
 	call("GET", "/v1/locks/doc-1/check", "", 400, false)
 	call("GET", "/v1/locks/doc-1/check?token=-3", "", 400, false)
+	call("GET", "/v1/locks/doc-1?wait=change", "", 200, true)
+	call("GET", "/v1/locks/doc-1?wait=change&timeout_ms=0&after="+strconv.FormatInt(l.Token, 10), "", 200, true)
+	call("GET", "/v1/locks/free-object?wait=change&timeout_ms=0&version=0", "", 200, true)
+	call("GET", "/v1/locks/doc-1?wait=change&after=x", "", 400, false)
+	call("GET", "/v1/locks/doc-1?after=1", "", 400, false)
 	call("GET", "/v1/locks", "", 200, true)
 	call("GET", "/v1/locks?prefix=doc&limit=10", "", 200, true)
 	call("POST", "/v1/leases/"+l.LeaseID+"/renew", `{"lease_ms":30000}`, 200, true)

@@ -114,4 +114,15 @@
 // A holder watches its privateLock (deleted by anyone else: lost), armed
 // Options.HolderWatchDelay after the grant so that short critical sections
 // do not pay a request for it; session loss reaches every grant directly.
+//
+// # Watching an object
+//
+// Engine.WaitChange long-polls for a change of an object's holder or queue
+// (etcd's Election.Observe): one children watch on the object node per
+// watched object (an exists watch while it is missing), shared by every
+// caller; each firing is one read, published to all of them as a new
+// version, and the last 64 versions are kept so that a caller chaining
+// versions misses none between its calls. Answers that are not the
+// watcher's latest state, and "unchanged" at a timeout, come from a fresh
+// read after a sync.
 package lock

@@ -54,6 +54,7 @@ type Engine struct {
 	waiting atomic.Int64
 	held    atomic.Int64
 	lists   atomic.Int64 // getChildren requests of the acquire path (listShared), for tests
+	watch   watchSet     // watched objects (watch.go)
 
 	dialMu   sync.Mutex
 	dialErr  string    // last connection error, "" after a success

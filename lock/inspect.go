@@ -57,6 +57,12 @@ func (e *Engine) inspect(ctx context.Context, s *session, objPath string, max in
 	if err != nil {
 		return nil, fmt.Errorf("lock: inspect %s: %w", objPath, err)
 	}
+	return e.describe(ctx, s, objPath, children, max)
+}
+
+// describe reads the nodes of an object's children (the first max in
+// order; 0 = all): the holder and the waiters in grant order.
+func (e *Engine) describe(ctx context.Context, s *session, objPath string, children []string, max int) (*Status, error) {
 	queue, locked := sortedQueue(children)
 	if max > 0 && len(queue) > max {
 		queue = queue[:max]
@@ -82,6 +88,11 @@ func (e *Engine) inspect(ctx context.Context, s *session, objPath string, max in
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	for i, r := range reads { // a node gone meanwhile is fine; a failed read is not "free"
+		if r.err != nil && !errors.Is(r.err, zk.ErrNoNode) {
+			return nil, fmt.Errorf("lock: inspect %s/%s: %w", objPath, names[i], r.err)
+		}
 	}
 	out := &Status{}
 	var holderReq string

@@ -142,7 +142,7 @@ var defs = []keyDef{
 		"leases held by one caller uid; beyond, an acquire → 429 TooManyRequests (1..10000000)", false,
 		setInt(func(c *Config) *int { return &c.MaxLeasesPerUID }, 1, 10_000_000)},
 	{"sidecar.max.polls.per.uid", "5000", Live,
-		"long-polls (GET /v1/leases/{id}?wait=lost) of one caller uid; beyond → 429 TooManyRequests (1..10000000)", false,
+		"long-polls (GET /v1/leases/{id}?wait=lost, GET /v1/locks/{object}?wait=change) of one caller uid; beyond → 429 TooManyRequests (1..10000000)", false,
 		setInt(func(c *Config) *int { return &c.MaxPollsPerUID }, 1, 10_000_000)},
 	{"sidecar.max.lists.per.uid", "4", Live,
 		"GET /v1/locks listings of one caller uid at a time (each reads the lock root and up to limit objects); beyond → 429 TooManyRequests (1..10000)", false,

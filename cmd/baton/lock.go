@@ -43,6 +43,7 @@ type lockFlags struct {
 	typ          string
 	wait         time.Duration
 	waitSet      bool
+	forever      bool // --wait forever (waitflag.go)
 	lease        time.Duration
 	info         string
 	killGrace    time.Duration
@@ -78,6 +79,11 @@ says why and exits 76.
 Run by a baton lock holding the same OBJECT (BATON_OBJECT and BATON_LEASE_ID
 in the environment), it re-enters that lease instead of waiting on its
 parent: same token, one more hold, released when CMD exits.
+
+With --wait forever it waits until granted, for a leader election (hold a
+lock for as long as a server runs; observers run baton watch OBJECT): it
+asks the sidecar for its longest wait (10 minutes) again and again, queueing
+again at the end each time.
 
 With --preemptible, a foreground baton lock --preempt (any sidecar) can ask
 CMD to yield: CMD gets SIGTERM at once and has --cleanup to exit (then exit
@@ -132,7 +138,8 @@ Exit status:
   128+n           baton lock got signal n while waiting for the lock`,
 		Example: `  baton lock --wait 30s article-42 -- ./reindex.sh 42
   baton lock --type background --info "nightly" report-7 -- sh -c 'run-report --token "$BATON_FENCING_TOKEN"'
-  baton lock --wait 10s article-42        # hold until Ctrl-C; prints the lease`,
+  baton lock --wait 10s article-42        # hold until Ctrl-C; prints the lease
+  baton lock --wait forever leader -- ./server   # leader election: serve while elected (observers: baton watch leader)`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.waitSet = cmd.Flags().Changed("wait")
@@ -148,7 +155,7 @@ Exit status:
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.typ, "type", api.Foreground, "lock `type`: foreground or background")
-	fl.DurationVar(&f.wait, "wait", 0, "how long to wait for the lock (0 = try once); default: the type's zookeeper.*.task.timeout")
+	fl.Var(waitValue{&f.wait, &f.forever}, "wait", "how long to wait for the lock (0 = try once; forever = until granted, for a leader election); default: the type's zookeeper.*.task.timeout")
 	fl.DurationVar(&f.lease, "lease", 0, "lease length, renewed in the background; default: sidecar.lease.default")
 	fl.StringVar(&f.info, "info", "", "`text` recorded in the lock's node, shown by baton locks")
 	fl.DurationVar(&f.killGrace, "kill-grace", client.DefaultStopGrace, "time between SIGTERM and SIGKILL when the lock is lost")
@@ -303,7 +310,7 @@ func acquireForLock(ctx context.Context, c *client.Client, obj string, f lockFla
 	}
 	done := make(chan result, 1)
 	go func() {
-		l, err := c.Acquire(actx, obj, opts...)
+		l, err := acquireWaiting(actx, c, obj, f.forever, opts)
 		done <- result{l, err}
 	}()
 	var tell <-chan time.Time // --verbose: say what the wait is for, now and then

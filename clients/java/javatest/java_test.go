@@ -58,6 +58,7 @@ func TestJava(t *testing.T) {
 	t.Run("background-op", e.testOps)
 	t.Run("process-exit-releases", e.testProcessExit)
 	t.Run("plugin-app-imports-changed", e.testPluginApp)
+	t.Run("watch-holder-changes", e.testWatch)
 	t.Run("stalled-sidecar-holder-told-first", e.testStall) // last: it stops the sidecar for a while
 }
 
@@ -658,6 +659,61 @@ func diffLines(a, b string) []string {
 		}
 	}
 	return out
+}
+
+// testWatch: BatonClient.waitChange, chaining versions, sees the Go
+// holders of an object in order, with their tokens: a grant, the handoff
+// to a second holder, and the release.
+func (e *env) testWatch(t *testing.T) {
+	const object = "java-watched"
+	c := e.client(t)
+	ctx := context.Background()
+	p := e.startJava(t, "com.batonhq.baton.it.IntegrationTest", "watch", object)
+	p.line(t, "WATCH FREE version=", time.Minute)
+	l1, err := c.Acquire(ctx, object, client.WithInfo("go-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want1 := fmt.Sprintf("WATCH HELD token=%d info=go-1", l1.Token())
+	if got := p.line(t, "WATCH HELD ", time.Minute); got != want1 {
+		t.Fatalf("java saw %q, want %q", got, want1)
+	}
+	got2 := make(chan *client.Lease, 1)
+	go func() {
+		l, err := c.Acquire(ctx, object, client.WithInfo("go-2"), client.WithWait(time.Minute))
+		if err != nil {
+			t.Error(err)
+		}
+		got2 <- l
+	}()
+	testenv.WaitFor(t, time.Minute, "go-2 waiting", func() bool {
+		st, err := c.Inspect(ctx, object)
+		return err == nil && len(st.Waiters) == 1
+	})
+	if err := l1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2 := <-got2
+	if l2 == nil {
+		t.FailNow()
+	}
+	want2 := fmt.Sprintf("WATCH HELD token=%d info=go-2", l2.Token())
+	for {
+		got := p.line(t, "WATCH HELD ", time.Minute)
+		if got == want2 {
+			break
+		}
+		if got != want1 { // go-1 again while go-2 waits: fine; anything else is not
+			t.Fatalf("java saw %q, want %q or %q", got, want1, want2)
+		}
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.line(t, "WATCH FREE", time.Minute)
+	if err := p.wait(); err != nil {
+		t.Errorf("java watch: %v\n%s", err, p.all.String())
+	}
 }
 
 // testStall: while a Java holder holds a lock, the sidecar is stopped

@@ -151,6 +151,28 @@ public final class BatonClient implements AutoCloseable {
      */
     public LockStatus inspect(String object) throws IOException {
         Map<String, Object> v = answer(check(send("GET", "/v1/locks/" + escape(object), null, REQUEST_TIMEOUT_MS)));
+        return lockStatus(v);
+    }
+
+    /**
+     * Waits for a change of the object's holder or queue ({@code GET /v1/locks/{object}?wait=change},
+     * etcd's Election.Observe): with version null or empty the current state at once; with the
+     * version of an earlier answer the state after it, waiting up to timeoutMs (at most 600000) for
+     * one, else the current state with {@code changed() == false}. Passing each answer's version
+     * back, a caller sees every state the sidecar saw, in order. Every watch of an object through
+     * one sidecar shares one ZooKeeper watch.
+     */
+    public LockWatch waitChange(String object, String version, long timeoutMs) throws IOException {
+        if (timeoutMs < 0 || timeoutMs > MAX_WAIT_MS) {
+            throw new IllegalArgumentException("timeoutMs " + timeoutMs + " is not between 0 and " + MAX_WAIT_MS);
+        }
+        String q = "?wait=change&timeout_ms=" + timeoutMs;
+        if (version != null && !version.isEmpty()) q += "&version=" + escape(version);
+        Map<String, Object> v = answer(check(send("GET", "/v1/locks/" + escape(object) + q, null, timeoutMs + REQUEST_TIMEOUT_MS)));
+        return new LockWatch(lockStatus(v), Json.str(v, "version"), Json.bool(v, "changed"));
+    }
+
+    private static LockStatus lockStatus(Map<String, Object> v) {
         List<Holder> waiters = new ArrayList<>();
         if (v.get("waiters") instanceof List<?> ws) {
             for (Object w : ws) {

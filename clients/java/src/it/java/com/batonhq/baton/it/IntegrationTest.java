@@ -22,6 +22,7 @@ import com.batonhq.baton.InstanceLockException;
 import com.batonhq.baton.Lease;
 import com.batonhq.baton.LockLostException;
 import com.batonhq.baton.LockStatus;
+import com.batonhq.baton.LockWatch;
 import com.batonhq.baton.LockTypes;
 import com.batonhq.baton.KeeperException;
 import com.batonhq.baton.Op;
@@ -46,10 +47,40 @@ public final class IntegrationTest {
             case "ops" -> ops(args[1], args[2]);
             case "hold-and-exit" -> holdAndExit(args[1]);
             case "stall" -> stall(args[1]);
+            case "watch" -> watch(args[1]);
             default -> fail("unknown scenario " + args[0]);
         }
         System.out.flush();
         System.exit(0);
+    }
+
+    /**
+     * Watches object from its current state (free) and prints each holder it sees: "WATCH FREE
+     * version=V", then "WATCH HELD token=T info=I" for each state with a holder (the Go side takes and
+     * hands over the lock), until the object is free again: "WATCH FREE". An unchanged answer after
+     * the timeout must carry the version asked after.
+     */
+    static void watch(String object) throws Exception {
+        LockWatch w = client.waitChange(object, null, 0);
+        if (!w.changed() || w.status().holder() != null) fail("first watch answer " + w + ", want free and changed");
+        say("WATCH FREE version=" + w.version());
+        boolean held = false;
+        while (true) {
+            LockWatch next = client.waitChange(object, w.version(), 30_000);
+            if (!next.changed()) {
+                if (!next.version().equals(w.version())) fail("unchanged answer " + next + " after version " + w.version());
+                continue;
+            }
+            w = next;
+            Holder h = w.status().holder();
+            if (h != null) {
+                held = true;
+                say("WATCH HELD token=" + h.token() + " info=" + h.info());
+            } else if (held && w.status().waiters().isEmpty()) {
+                say("WATCH FREE");
+                return;
+            }
+        }
     }
 
     static void say(String line) {
