@@ -202,7 +202,9 @@ func (g *Grant) lose(cause error) {
 	if g.finish(Lost, fmt.Errorf("%w: %w", ErrLockLost, cause)) {
 		// our child still blocks the queue while the session lives;
 		// privateLock, if still ours, too
-		g.s.addCleanup(g.releaseCleanup())
+		c := g.releaseCleanup()
+		c.lost = true
+		g.s.addCleanup(c)
 	}
 }
 
@@ -397,7 +399,7 @@ func (g *Grant) Release(ctx context.Context) error {
 	plv := g.plVersion
 	g.mu.Unlock()
 	_, err := zcall(ctx, func() ([]zk.MultiResponse, error) {
-		return g.s.conn.Multi(releaseOps(g.objPath, g.node, g.objVersion, plv)...)
+		return g.s.conn.Multi(releaseOps(g.objPath, g.node, g.objVersion, plv, g.token)...)
 	}, func(_ []zk.MultiResponse, err error) {
 		if err != nil && (isConnErr(err) || notSent(err) || gone(err)) {
 			g.s.addCleanup(g.releaseCleanup())
@@ -419,11 +421,11 @@ func (g *Grant) Release(ctx context.Context) error {
 		if gerr == nil && st.Czxid == g.token && st.EphemeralOwner == g.s.sessionID() {
 			// privateLock is ours (at a newer version, or our node was
 			// deleted by someone else)
-			if _, err := g.s.conn.Multi(releaseOps(g.objPath, g.node, g.objVersion, st.Version)...); err == nil {
+			if _, err := g.s.conn.Multi(releaseOps(g.objPath, g.node, g.objVersion, st.Version, g.token)...); err == nil {
 				g.finish(Released, nil)
 				return nil
 			}
-			if err := g.s.deleteOwnPL(g.objPath, g.objVersion, g.token); err == nil {
+			if err := g.s.deleteOwnPL(g.objPath, g.objVersion, g.token, true); err == nil {
 				g.s.addCleanup(cleanup{kind: cleanChild, objPath: g.objPath, node: g.node, reqID: g.reqID})
 				g.finish(Released, nil)
 				return nil

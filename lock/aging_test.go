@@ -1,0 +1,142 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/lock"
+)
+
+type fgGrant struct {
+	seq, token int64
+}
+
+func nodeSeq(t testing.TB, node string) int64 {
+	t.Helper()
+	i := strings.LastIndexByte(node, '-')
+	v, err := strconv.ParseInt(node[i+1:], 10, 64)
+	if err != nil {
+		t.Fatalf("node %q: %v", node, err)
+	}
+	return v
+}
+
+// agingRun runs a foreground stream that keeps at least one foreground
+// request waiting at every handoff (three callers on two engines, each
+// acquiring again right after its release) and one background request on
+// an engine with the given aging bound. It returns the background grant
+// (or its error), the foreground grants, and whether Inspect showed the
+// background waiter aged.
+func agingRun(t *testing.T, maxWait, bgWait time.Duration) (bg *lock.Grant, bgErr error, fg []fgGrant, sawAged bool, chk *overlapChecker) {
+	root := testRoot(t, zkServer)
+	e1 := newEngine(t, zkServer.Servers(), root)
+	e2 := newEngine(t, zkServer.Servers(), root)
+	eb := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.BackgroundMaxWait = maxWait })
+	chk = &overlapChecker{}
+	var mu sync.Mutex
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for i, e := range []*lock.Engine{e1, e1, e2} {
+		wg.Go(func() {
+			for !stop.Load() {
+				g, err := e.Acquire(context.Background(), "AG", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
+				if err != nil {
+					t.Errorf("foreground %d: %v", i, err)
+					return
+				}
+				chk.enter(g.Token())
+				mu.Lock()
+				fg = append(fg, fgGrant{seq: nodeSeq(t, g.Node()), token: g.Token()})
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+				chk.leave()
+				if err := g.Release(context.Background()); err != nil {
+					t.Errorf("release: %v", err)
+					return
+				}
+			}
+		})
+	}
+	waitFor(t, 10*time.Second, "stream running", func() bool { mu.Lock(); defer mu.Unlock(); return len(fg) >= 10 })
+	done := make(chan struct{})
+	wg.Go(func() {
+		defer close(done)
+		bg, bgErr = eb.Acquire(context.Background(), "AG", lock.Background, lock.AcquireOptions{Wait: bgWait})
+		if bgErr == nil {
+			chk.enter(bg.Token())
+			time.Sleep(20 * time.Millisecond)
+			chk.leave()
+			if err := bg.Release(context.Background()); err != nil {
+				t.Errorf("background release: %v", err)
+			}
+		}
+	})
+	for wait := true; wait; {
+		select {
+		case <-done:
+			wait = false
+		case <-time.After(20 * time.Millisecond):
+			st, err := e2.Inspect(context.Background(), "AG")
+			if err != nil {
+				continue
+			}
+			for _, w := range st.Waiters {
+				if w.Type == "background" && w.Aged {
+					sawAged = true
+				}
+			}
+		}
+	}
+	// Let foreground requests that arrived after the background one finish.
+	mu.Lock()
+	n := len(fg)
+	mu.Unlock()
+	waitFor(t, 10*time.Second, "more foreground grants", func() bool { mu.Lock(); defer mu.Unlock(); return len(fg) >= n+6 })
+	stop.Store(true)
+	wg.Wait()
+	return bg, bgErr, fg, sawAged, chk
+}
+
+// Aging: under a foreground stream that never leaves the queue without a
+// foreground waiter, a background request with aging is granted before
+// foreground requests that arrived after it aged (later sequence numbers,
+// granted after it), and Inspect shows it aged while it waits.
+func TestAgingServesBackground(t *testing.T) {
+	bg, err, fg, sawAged, chk := agingRun(t, 300*time.Millisecond, 20*time.Second)
+	if err != nil {
+		t.Fatalf("background request with aging: %v", err)
+	}
+	bseq := nodeSeq(t, bg.Node())
+	later := 0
+	for _, f := range fg {
+		if f.seq > bseq && f.token > bg.Token() {
+			later++
+		}
+	}
+	t.Logf("background waited %v; %d foreground grants in all, %d arrived after it and were granted after it", bg.Waited(), len(fg), later)
+	if later == 0 || !sawAged {
+		t.Fatalf("foreground requests arrived after the background one and granted after it: %d (want > 0); Inspect showed it aged: %v", later, sawAged)
+	}
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Fatalf("overlaps %d, bad tokens %d", chk.overlaps, chk.badToken)
+	}
+}
+
+// Without aging the same stream starves the background request: its wait
+// runs out.
+func TestAgingOffStarves(t *testing.T) {
+	_, err, _, sawAged, chk := agingRun(t, 0, 3*time.Second)
+	var ile *lock.InstanceLockError
+	if !errors.As(err, &ile) || sawAged {
+		t.Fatalf("background request without aging: %v (aged shown: %v); want InstanceLockError", err, sawAged)
+	}
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Fatalf("overlaps %d, bad tokens %d", chk.overlaps, chk.badToken)
+	}
+}
