@@ -154,6 +154,7 @@ type acquireOptions struct {
 	preempt     bool
 	preemptWait time.Duration
 	forceful    bool
+	lockDelay   *time.Duration // WithLockDelay (delay.go)
 }
 
 // WithPreemptible lets a foreground request with WithPreempt ask this lock
@@ -252,6 +253,10 @@ func (c *Client) Acquire(ctx context.Context, object string, opts ...Option) (*L
 	if o.preempt && o.preemptWait > 0 {
 		ms := ceilMS(o.preemptWait)
 		req.PreemptWaitMS = &ms
+	}
+	if o.lockDelay != nil {
+		ms := ceilMS(*o.lockDelay)
+		req.LockDelayMS = &ms
 	}
 	if o.waitSet {
 		ms := ceilMS(o.wait)

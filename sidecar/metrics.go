@@ -194,6 +194,7 @@ func (s *Server) registerMetrics(reg prometheus.Registerer, own bool) error {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_acquires_in_flight", Help: "API acquires in progress (counted against sidecar.max.waiters)."},
 			func() float64 { return float64(s.waiters.Load()) }),
 		waitersByType{s},
+		lockDelaysMetric(s), // delay.go
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_lease_polls_in_flight", Help: "Lease long-polls (GET /v1/leases/{id}?wait=lost) in progress."},
 			func() float64 { return float64(s.polls.Load()) }),
 	}

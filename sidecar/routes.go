@@ -325,6 +325,9 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
 		// try once; the engine's default wait bounds waiting for a connection
 		opts.TryOnce, opts.Wait = true, 0
 	}
+	if opts.LockDelay, err = lockDelayOf(req.LockDelayMS, cfg); err != nil { // delay.go
+		return err
+	}
 
 	start := time.Now()
 	result := resError
@@ -627,7 +630,7 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	for _, n := range st.Waiters {
-		out.Waiters = append(out.Waiters, api.Waiter{Node: n.Name, Type: n.Type, Info: n.Info, Sidecar: n.Sidecar, Since: api.NewTime(n.Since)})
+		out.Waiters = append(out.Waiters, api.Waiter{Node: n.Name, Type: n.Type, Info: n.Info, Sidecar: n.Sidecar, Since: api.NewTime(n.Since), Aged: n.Aged})
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
