@@ -13,13 +13,13 @@ import (
 	"github.com/batonhq/baton/testenv"
 )
 
-// Lock-delay: a holder whose session ends without a release (cut off from
-// ZooKeeper until the server expires it) is followed by the next grant no
-// earlier than the delay after the waiter saw privateLock gone; a waiter
-// whose own wait is shorter fails with InstanceLockError; a request that
-// turns the delay off (negative) is not delayed. The checker sees no
-// overlap and increasing tokens.
-func TestLockDelayAfterVanish(t *testing.T) {
+// Lock-delay (one of make chaos's): a holder whose session ends without a
+// release (cut off from ZooKeeper until the server expires it) is followed
+// by the next grant no earlier than the delay after the waiter saw
+// privateLock gone; a waiter whose own wait is shorter fails with
+// InstanceLockError; a request that turns the delay off (negative) is not
+// delayed. The checker sees no overlap and increasing tokens.
+func TestLockDelayBlackHoledHolder(t *testing.T) {
 	root := testRoot(t, zkServer)
 	const delay = 2 * time.Second
 	waiter := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.LockDelay = delay })
