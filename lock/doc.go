@@ -144,15 +144,18 @@
 // with InstanceLockError as always. With a delay, only a fast-path
 // prediction (nobody created a node since our own clean release) skips
 // this check: create-then-verify and the foreground shortcut are off for
-// such requests.
+// such requests. Cost, for requests with a delay only: a read of the
+// object node before each grant, and of privateLock per listing that shows
+// one.
 //
 // Limits: the plugin's holders record no release, so a plugin holder's
 // clean release is delayed like a vanish (the safe side) — when the waiter
 // saw its privateLock; one that came and went between a waiter's listings
 // is not. The plugin's waiters do not honour the delay: during a migration
 // the delay holds only among Baton requests. An engine closed with grants
-// held (their holders told lost) counts as vanished. The object node's data
-// is Baton's: the plugin never reads it.
+// held (their holders told lost) counts as vanished, and so does a release
+// by an older Baton that writes no record (during an upgrade). The object
+// node's data is Baton's: the plugin never reads it.
 //
 // # Aging
 //
