@@ -10,11 +10,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/batonhq/baton/lock"
 )
 
 type fgGrant struct {
-	seq, token int64
+	seq, token, ctime int64 // ctime: the node's creation time (ZooKeeper's clock, ms)
+}
+
+// ctimeOf reads a granted request's node's creation time.
+func ctimeOf(t testing.TB, conn *zk.Conn, root string, g *lock.Grant) int64 {
+	name, _ := lock.EscapeObject(g.Object())
+	_, st, err := conn.Exists(root + "/" + name + "/" + g.Node())
+	if err != nil || st == nil {
+		t.Errorf("stat of %s: %v", g.Node(), err)
+		return 0
+	}
+	return st.Ctime
 }
 
 func nodeSeq(t testing.TB, node string) int64 {
@@ -33,8 +46,9 @@ func nodeSeq(t testing.TB, node string) int64 {
 // an engine with the given aging bound. It returns the background grant
 // (or its error), the foreground grants, and whether Inspect showed the
 // background waiter aged.
-func agingRun(t *testing.T, maxWait, bgWait time.Duration) (bg *lock.Grant, bgErr error, fg []fgGrant, sawAged bool, chk *overlapChecker) {
+func agingRun(t *testing.T, maxWait, bgWait time.Duration) (bg *lock.Grant, bgCtime int64, bgErr error, fg []fgGrant, sawAged bool, chk *overlapChecker) {
 	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
 	e1 := newEngine(t, zkServer.Servers(), root)
 	e2 := newEngine(t, zkServer.Servers(), root)
 	eb := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.BackgroundMaxWait = maxWait })
@@ -51,8 +65,9 @@ func agingRun(t *testing.T, maxWait, bgWait time.Duration) (bg *lock.Grant, bgEr
 					return
 				}
 				chk.enter(g.Token())
+				ct := ctimeOf(t, conn, root, g)
 				mu.Lock()
-				fg = append(fg, fgGrant{seq: nodeSeq(t, g.Node()), token: g.Token()})
+				fg = append(fg, fgGrant{seq: nodeSeq(t, g.Node()), token: g.Token(), ctime: ct})
 				mu.Unlock()
 				time.Sleep(20 * time.Millisecond)
 				chk.leave()
@@ -70,6 +85,7 @@ func agingRun(t *testing.T, maxWait, bgWait time.Duration) (bg *lock.Grant, bgEr
 		bg, bgErr = eb.Acquire(context.Background(), "AG", lock.Background, lock.AcquireOptions{Wait: bgWait})
 		if bgErr == nil {
 			chk.enter(bg.Token())
+			bgCtime = ctimeOf(t, conn, root, bg)
 			time.Sleep(20 * time.Millisecond)
 			chk.leave()
 			if err := bg.Release(context.Background()); err != nil {
@@ -100,28 +116,35 @@ func agingRun(t *testing.T, maxWait, bgWait time.Duration) (bg *lock.Grant, bgEr
 	waitFor(t, 10*time.Second, "more foreground grants", func() bool { mu.Lock(); defer mu.Unlock(); return len(fg) >= n+6 })
 	stop.Store(true)
 	wg.Wait()
-	return bg, bgErr, fg, sawAged, chk
+	return bg, bgCtime, bgErr, fg, sawAged, chk
 }
 
 // Aging: under a foreground stream that never leaves the queue without a
 // foreground waiter, a background request with aging is granted before
-// foreground requests that arrived after it aged (later sequence numbers,
-// granted after it), and Inspect shows it aged while it waits.
+// foreground requests that arrived after it aged (created, on ZooKeeper's
+// clock, more than the bound after it; granted after it), never after one
+// that arrived after it aged; Inspect shows it aged while it waits.
 func TestAgingServesBackground(t *testing.T) {
-	bg, err, fg, sawAged, chk := agingRun(t, 300*time.Millisecond, 20*time.Second)
+	const bound = 300 * time.Millisecond
+	bg, bct, err, fg, sawAged, chk := agingRun(t, bound, 20*time.Second)
 	if err != nil {
 		t.Fatalf("background request with aging: %v", err)
 	}
-	bseq := nodeSeq(t, bg.Node())
-	later := 0
+	agedAt := bct + bound.Milliseconds()
+	before, after := 0, 0 // foreground requests that arrived after it aged, granted before / after it
 	for _, f := range fg {
-		if f.seq > bseq && f.token > bg.Token() {
-			later++
+		if f.ctime > agedAt {
+			if f.token < bg.Token() {
+				before++
+			} else {
+				after++
+			}
 		}
 	}
-	t.Logf("background waited %v; %d foreground grants in all, %d arrived after it and were granted after it", bg.Waited(), len(fg), later)
-	if later == 0 || !sawAged {
-		t.Fatalf("foreground requests arrived after the background one and granted after it: %d (want > 0); Inspect showed it aged: %v", later, sawAged)
+	t.Logf("background waited %v (bound %v); %d foreground grants in all; of those that arrived after it aged, %d granted before it, %d after",
+		bg.Waited(), bound, len(fg), before, after)
+	if after == 0 || before != 0 || !sawAged {
+		t.Fatalf("foreground requests arriving after it aged: %d granted before it (want 0), %d after (want > 0); Inspect showed it aged: %v", before, after, sawAged)
 	}
 	if chk.overlaps != 0 || chk.badToken != 0 {
 		t.Fatalf("overlaps %d, bad tokens %d", chk.overlaps, chk.badToken)
@@ -131,7 +154,7 @@ func TestAgingServesBackground(t *testing.T) {
 // Without aging the same stream starves the background request: its wait
 // runs out.
 func TestAgingOffStarves(t *testing.T) {
-	_, err, _, sawAged, chk := agingRun(t, 0, 3*time.Second)
+	_, _, err, _, sawAged, chk := agingRun(t, 0, 3*time.Second)
 	var ile *lock.InstanceLockError
 	if !errors.As(err, &ile) || sawAged {
 		t.Fatalf("background request without aging: %v (aged shown: %v); want InstanceLockError", err, sawAged)
