@@ -95,10 +95,15 @@ func (c cleanup) run(s *session) error {
 
 // releaseOps deletes privateLock and our child in one multi that applies
 // only while no other Baton grant has happened on the object since ours,
-// and records the release in the object node (see markRelease).
-func releaseOps(objPath, node string, objVersion, plv int32, token int64) []any {
+// and, with mark, records the release in the object node (see
+// markRelease; Grant.Abandon does not).
+func releaseOps(objPath, node string, objVersion, plv int32, token int64, mark bool) []any {
+	var guard any = &zk.CheckVersionRequest{Path: objPath, Version: objVersion}
+	if mark {
+		guard = markRelease(objPath, objVersion, token)
+	}
 	return []any{
-		markRelease(objPath, objVersion, token),
+		guard,
 		&zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: plv},
 		&zk.DeleteRequest{Path: objPath + "/" + node, Version: -1},
 	}

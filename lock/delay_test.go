@@ -189,3 +189,36 @@ func TestLockDelayPluginHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Abandon (a grant ended without its holder's release: a lease that
+// expired, a holder process that exited) is a vanish for a waiter with a
+// lock-delay; Release just before is not.
+func TestLockDelayAfterAbandon(t *testing.T) {
+	root := testRoot(t, zkServer)
+	const delay = 700 * time.Millisecond
+	holder := newEngine(t, zkServer.Servers(), root)
+	waiter := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.LockDelay = delay })
+	conn := rawConn(t, zkServer.Servers())
+	for _, abandon := range []bool{false, true} {
+		g := acquire(t, holder, "LD4", lock.Foreground, lock.AcquireOptions{})
+		done := make(chan *lock.Grant)
+		go func() { done <- acquire(t, waiter, "LD4", lock.Foreground, lock.AcquireOptions{}) }()
+		waitFor(t, 10*time.Second, "queued", func() bool { return len(children(t, conn, root, "LD4")) == 3 })
+		before := waiter.Health().LockDelays
+		end := g.Release
+		if abandon {
+			end = g.Abandon
+		}
+		if err := end(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		ended := time.Now()
+		g2 := <-done
+		n, after := waiter.Health().LockDelays-before, g2.AcquiredAt().Sub(ended)
+		t.Logf("abandon %v: granted %v later, %d lock delays", abandon, after, n)
+		if abandon && (n != 1 || after < delay-100*time.Millisecond) || !abandon && n != 0 { // the waiter may see the delete a little before Abandon returns
+			t.Fatalf("abandon %v: %d lock delays, granted %v later; want %d", abandon, n, after, map[bool]int{false: 0, true: 1}[abandon])
+		}
+		release(t, g2)
+	}
+}

@@ -126,8 +126,11 @@
 // grant multi sets that data to nil, so the object node always describes
 // its last Baton grant: token = its mzxid (the grant's multi wrote it last)
 // and not released, or released with the token named. A session that ends,
-// a lost grant's cleanup (its holder may not know), the audit,
-// Engine.FreeOrphan and an operator's delete write nothing: vanished.
+// a lost grant's cleanup (its holder may not know), Grant.Abandon (a grant
+// ended without its holder's release: the sidecar uses it for an expired
+// lease, a holder process that exited, a revocation, the end of a drain),
+// the audit, Engine.FreeOrphan and an operator's delete write nothing:
+// vanished.
 //
 // A request with a delay that is first in order and finds no privateLock
 // reads the object node, privateLock and the object node again. The holder

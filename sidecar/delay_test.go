@@ -134,3 +134,27 @@ func TestLockStatusShowsAged(t *testing.T) {
 	l2 := <-leases
 	a.release(l2.LeaseID)
 }
+
+// A lease that expires (its holder stopped renewing: it may be paused, not
+// gone) is not a release: a waiter with lock_delay_ms waits out the delay.
+func TestLockDelayAfterLeaseExpiry(t *testing.T) {
+	root := testRoot(t)
+	conn := rawConn(t)
+	holder := start(t, testConfig(t, root, "sc-h"))
+	waiter := start(t, testConfig(t, root, "sc-w"))
+	t.Cleanup(func() { assertNoLeftovers(t, conn, root) })
+	holder.acquire("ld3", `{"lease_ms":500}`)
+	ok, _, ev, err := conn.ExistsW(root + "/ld3/privateLock")
+	if err != nil || !ok {
+		t.Fatalf("privateLock: %v %v", ok, err)
+	}
+	got := make(chan api.Lease, 1)
+	go func() { got <- waiter.acquire("ld3", `{"lock_delay_ms":1000,"wait_ms":30000}`) }()
+	<-ev // the lease expired and its sidecar freed the lock
+	gone := time.Now()
+	l := <-got
+	if after := l.AcquiredAt.Sub(gone); after < 900*time.Millisecond || waiter.metric("baton_lock_delays_total") != 1 {
+		t.Fatalf("granted %v after the expired lease's lock was freed, %v lock delays; want ≥ 1 s and 1", after, waiter.metric("baton_lock_delays_total"))
+	}
+	waiter.release(l.LeaseID)
+}
