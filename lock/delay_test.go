@@ -221,4 +221,19 @@ func TestLockDelayAfterAbandon(t *testing.T) {
 		}
 		release(t, g2)
 	}
+	// Alone on the object, the waiter's engine has a fast-path prediction
+	// from its own release; after an Abandon it has none: its next acquire
+	// looks at how the grant ended and waits out the delay.
+	release(t, acquire(t, waiter, "LD4", lock.Foreground, lock.AcquireOptions{}))
+	g := acquire(t, waiter, "LD4", lock.Foreground, lock.AcquireOptions{})
+	before := waiter.Health().LockDelays
+	if err := g.Abandon(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ended := time.Now()
+	g = acquire(t, waiter, "LD4", lock.Foreground, lock.AcquireOptions{})
+	if n, after := waiter.Health().LockDelays-before, g.AcquiredAt().Sub(ended); n != 1 || after < delay {
+		t.Fatalf("own acquire after its Abandon: %d lock delays, granted %v later; want 1 and ≥ %v", n, after, delay)
+	}
+	release(t, g)
 }

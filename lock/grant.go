@@ -39,6 +39,7 @@ type Grant struct {
 	state     State    // Held while not finished; Lost or Released when done
 	cause     error
 	releasing bool
+	abandoned bool            // ended by Abandon: leaves no fast-path prediction (its end is a vanish)
 	ctx       context.Context // cancelled, with the cause, when the grant ends
 	cancel    context.CancelCauseFunc
 	armTimer  *time.Timer // arms the holder watch after HolderWatchDelay
@@ -182,12 +183,13 @@ func (g *Grant) finish(st State, cause error) bool {
 	if g.armTimer != nil {
 		g.armTimer.Stop()
 	}
+	abandoned := g.abandoned
 	g.mu.Unlock()
 	g.cancel(cause)
 	g.s.unregister(g)
 	g.e.held.Add(-1)
 	next := int64(-1)
-	if st == Released {
+	if st == Released && !abandoned { // after Abandon, a later acquire must look at how it ended
 		next = g.next
 	}
 	g.e.objLeave(g.name, next, g.s.gen, g.objCzxid)
@@ -400,7 +402,7 @@ func (g *Grant) end(ctx context.Context, mark bool) error {
 		g.mu.Unlock()
 		return ErrNoNode
 	}
-	g.releasing = true
+	g.releasing, g.abandoned = true, !mark
 	g.mu.Unlock()
 	if g.s.isLost() {
 		g.lose(g.s.lostCause())
