@@ -163,3 +163,56 @@ func TestAgingOffStarves(t *testing.T) {
 		t.Fatalf("overlaps %d, bad tokens %d", chk.overlaps, chk.badToken)
 	}
 }
+
+// An open foreground stream at about 80 % of what the object serves: the
+// service time S of one holder (20 ms of work plus the handoff) is
+// measured first, then a request arrives every S/0.8. Logged for the
+// README (the background request's wait with and without aging); it fails
+// only if the background request with aging is not granted.
+func TestAgingOpenStream(t *testing.T) {
+	for _, maxWait := range []time.Duration{0, 300 * time.Millisecond} {
+		root := testRoot(t, zkServer)
+		e1 := newEngine(t, zkServer.Servers(), root)
+		eb := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.BackgroundMaxWait = maxWait })
+		hold := func() bool {
+			g, err := e1.Acquire(context.Background(), "AO", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
+			if err != nil {
+				t.Errorf("foreground: %v", err)
+				return false
+			}
+			time.Sleep(20 * time.Millisecond)
+			_ = g.Release(context.Background())
+			return true
+		}
+		start := time.Now()
+		for range 20 {
+			hold()
+		}
+		service := time.Since(start) / 20
+		var stop atomic.Bool
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			tick := time.NewTicker(service * 5 / 4)
+			defer tick.Stop()
+			for !stop.Load() {
+				<-tick.C
+				wg.Go(func() { hold() })
+			}
+		})
+		time.Sleep(time.Second)
+		g, err := eb.Acquire(context.Background(), "AO", lock.Background, lock.AcquireOptions{Wait: 10 * time.Second})
+		if err == nil {
+			_ = g.Release(context.Background())
+		}
+		stop.Store(true)
+		wg.Wait()
+		if err != nil {
+			if maxWait > 0 {
+				t.Fatalf("background with aging %v: %v", maxWait, err)
+			}
+			t.Logf("open stream at ~80%% (service %v, a request every %v), no aging: background not granted within 10 s", service, service*5/4)
+			continue
+		}
+		t.Logf("open stream at ~80%% (service %v, a request every %v), aging bound %v: background waited %v", service, service*5/4, maxWait, g.Waited())
+	}
+}
