@@ -187,7 +187,10 @@
 // then engines can disagree on the nodes created around the step, which
 // costs a wait, never exclusion). The plugin's waiters order by name;
 // every waiter of either kind watches a node before it in this order, so
-// no two wait for each other. Exclusion never depends on the order:
+// no two wait for each other. A plugin foreground request that arrived
+// after an aged Baton background one does not know it should wait: both
+// find themselves first and race for privateLock (aging is best effort
+// against the plugin's requests during a migration). Exclusion never depends on the order:
 // privateLock decides. "Waited longer" is measured on ZooKeeper's clock; a
 // background request is granted, at the latest, after the foreground
 // requests that arrived before it aged (and the holder).
