@@ -190,7 +190,8 @@
 // no two wait for each other. A plugin foreground request that arrived
 // after an aged Baton background one does not know it should wait: both
 // find themselves first and race for privateLock (aging is best effort
-// against the plugin's requests during a migration). Exclusion never depends on the order:
+// against the plugin's requests during a migration). An older Baton, which
+// orders by name, behaves like the plugin here. Exclusion never depends on the order:
 // privateLock decides. "Waited longer" is measured on ZooKeeper's clock; a
 // background request is granted, at the latest, after the foreground
 // requests that arrived before it aged (and the holder).
