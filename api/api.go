@@ -144,6 +144,11 @@ type AcquireRequest struct {
 	Preempt       bool   `json:"preempt,omitempty"`
 	PreemptWaitMS *int64 `json:"preempt_wait_ms,omitempty"`
 	Forceful      bool   `json:"forceful,omitempty"`
+	// LockDelayMS overrides zookeeper.lock.delay for this request: after a
+	// holder vanished without releasing (its session expired, its sidecar
+	// was killed), the request is not granted until this many ms after it
+	// saw the holder gone; 0 = no delay (0..600000).
+	LockDelayMS *int64 `json:"lock_delay_ms,omitempty"`
 }
 
 // RevokeRequest is the body of POST /v1/locks/{object}/revoke (any
@@ -288,6 +293,10 @@ type Waiter struct {
 	Info    string `json:"info"`
 	Sidecar string `json:"sidecar"`
 	Since   Time   `json:"since"`
+	// Aged (background waiters, zookeeper.background.max.wait): it has
+	// waited past its bound and goes before at least one foreground
+	// waiter that arrived after that. Absent when false.
+	Aged bool `json:"aged,omitempty"`
 }
 
 // LockStatus is the answer of GET /v1/locks/{object}: cluster-wide, in grant

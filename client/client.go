@@ -157,6 +157,7 @@ type acquireOptions struct {
 
 	stopGrace    time.Duration // Lock only
 	stopGraceSet bool
+	lockDelay    *time.Duration // WithLockDelay (delay.go)
 }
 
 // WithStopGrace sets the grace of Lock's stop-by signal (Lease.StopBy):
@@ -266,6 +267,10 @@ func (c *Client) Acquire(ctx context.Context, object string, opts ...Option) (*L
 	if o.preempt && o.preemptWait > 0 {
 		ms := ceilMS(o.preemptWait)
 		req.PreemptWaitMS = &ms
+	}
+	if o.lockDelay != nil {
+		ms := ceilMS(*o.lockDelay)
+		req.LockDelayMS = &ms
 	}
 	if o.waitSet {
 		ms := ceilMS(o.wait)

@@ -43,6 +43,17 @@ type request struct {
 	// this instant (after our child's create was answered, and after the
 	// last wake-up).
 	listAfter time.Time
+
+	// Lock-delay (see delay.go): delay is this request's; sawPL the
+	// creation zxid of the newest privateLock it saw; vanishKey/vanishAt
+	// the vanished holder it is waiting out and when it saw the absence;
+	// guard, when ≥ 0, the object node's data version the grant multi
+	// requires (-1: any).
+	delay     time.Duration
+	sawPL     int64
+	vanishKey int64
+	vanishAt  time.Time
+	guard     int32
 }
 
 // grantOps creates privateLock with its data (the setData's Stat carries the
@@ -52,7 +63,7 @@ func (r *request) grantOps() []any {
 	return []any{
 		&zk.CreateRequest{Path: r.plPath, Data: r.data, Acl: r.e.acl, Flags: zk.FlagEphemeral},
 		&zk.SetDataRequest{Path: r.plPath, Data: r.data, Version: 0},
-		&zk.SetDataRequest{Path: r.objPath, Data: nil, Version: -1},
+		&zk.SetDataRequest{Path: r.objPath, Data: nil, Version: r.guard},
 	}
 }
 
@@ -74,7 +85,9 @@ func (r *request) run(ctx context.Context, p prediction) (*Grant, error) {
 }
 
 func (r *request) acquire(ctx context.Context, p prediction) (*Grant, error) {
-	if p.seq >= 0 || !p.contended {
+	// With a lock-delay only a prediction (nobody created anything since our
+	// own clean release) skips the check of how the last holder ended.
+	if p.seq >= 0 || !p.contended && r.delay <= 0 {
 		g, err, done := r.direct(ctx, p)
 		if done {
 			return g, err
@@ -156,7 +169,7 @@ func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool
 		// Someone sorts ahead of us (or the listing failed): give
 		// privateLock back without granting and wait in line.
 		if _, gerr := zcall(context.WithoutCancel(ctx), func() (struct{}, error) {
-			return struct{}{}, r.s.giveBackPL(r.objPath, obj.Version)
+			return struct{}{}, r.s.giveBackPL(r.objPath, obj.Version, st.Czxid)
 		}, nil); gerr != nil {
 			r.s.addCleanup(cleanup{kind: cleanPL, objPath: r.objPath, objVersion: obj.Version, token: st.Czxid})
 		}
@@ -235,6 +248,19 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 		}
 		r.objCzxid = l.czxid
 		queue, locked := l.queue, l.locked
+		if locked && r.delay > 0 {
+			// Note whose privateLock it is: the plugin's holders leave no
+			// release record, so their end counts as a vanish (delay.go).
+			if err := r.notePL(ctx); err != nil {
+				if retry(err) {
+					if err := r.s.waitConnected(ctx); err != nil {
+						return nil, r.fail(ctx, err)
+					}
+					continue
+				}
+				return nil, r.fail(ctx, err)
+			}
+		}
 		idx := slices.Index(queue, r.node)
 		if idx < 0 { // our node was deleted by someone else: queue again
 			r.e.log.Warn("our lock node vanished; queueing again", "object", r.object, "node", r.node)
@@ -242,7 +268,24 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 			continue
 		}
 		if idx == 0 && !locked {
+			if r.delay > 0 {
+				v, err := r.lockDelay(ctx)
+				if err != nil {
+					if retry(err) {
+						if err := r.s.waitConnected(ctx); err != nil {
+							return nil, r.fail(ctx, err)
+						}
+						continue
+					}
+					return nil, r.fail(ctx, err)
+				}
+				if v < 0 {
+					continue
+				}
+				r.guard = v
+			}
 			g, err := r.takePrivateLock(ctx, len(queue) == 1, false)
+			r.guard = -1
 			if err != nil {
 				return nil, r.fail(ctx, err)
 			}
@@ -258,10 +301,17 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 		if idx > 0 {
 			target = queue[idx-1]
 		}
+		var plCzxid int64
 		ev, err := zcall(ctx, func() (<-chan zk.Event, error) {
-			_, _, ev, err := r.s.conn.GetW(r.objPath + "/" + target)
+			_, st, ev, err := r.s.conn.GetW(r.objPath + "/" + target)
+			if err == nil && target == privateLock {
+				plCzxid = st.Czxid // read only when zcall returned f's answer
+			}
 			return ev, err
 		}, nil)
+		if err == nil {
+			r.sawPL = max(r.sawPL, plCzxid)
+		}
 		if err != nil {
 			if errors.Is(err, zk.ErrNoNode) {
 				continue
@@ -293,7 +343,8 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 		// Also when the latest listing this engine has shows that every
 		// other child ahead of ours is one this engine has since deleted
 		// (local handoffs on a long queue: no listing per handoff).
-		for r.typ == Foreground && (idx <= 1 || r.e.firstAfter(r.name, r.s.gen, r.node, target)) {
+		// Not with a lock-delay: how the holder ended is read before a grant.
+		for r.typ == Foreground && r.delay <= 0 && (idx <= 1 || r.e.firstAfter(r.name, r.s.gen, r.node, target)) {
 			g, err := r.takePrivateLock(ctx, false, true)
 			if err != nil {
 				if errors.Is(err, errNotFirst) {
@@ -437,6 +488,8 @@ func (r *request) takePrivateLock(ctx context.Context, alone, checkOwn bool) (*G
 		}
 		return r.grant(ctx, r.node, r.seq, res[off+1].Stat, res[off+2].Stat.Version, next)
 	case errors.Is(err, zk.ErrNodeExists):
+		return nil, nil
+	case errors.Is(err, zk.ErrBadVersion): // r.guard: a grant or release happened since we read
 		return nil, nil
 	case checkOwn && errors.Is(err, zk.ErrNoNode):
 		return nil, errNotFirst

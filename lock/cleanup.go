@@ -35,6 +35,10 @@ type cleanup struct {
 	objVersion int32  // object node's data version at our grant: cleanPL, cleanRelease
 	token      int64  // privateLock's creation zxid: cleanPL, cleanRelease
 	reqID      string // cleanChild, cleanRelease, cleanSweep
+	// lost (cleanRelease): the grant was lost, not released; its
+	// privateLock goes without a release marker, so that waiters with a
+	// lock-delay treat its end as a vanish (its holder may not know).
+	lost bool
 }
 
 type cleanupKind int
@@ -74,12 +78,12 @@ func (c cleanup) run(s *session) error {
 	case cleanChild:
 		return s.deleteOwnChild(c.objPath+"/"+c.node, c.reqID)
 	case cleanPL:
-		return s.deleteOwnPL(c.objPath, c.objVersion, c.token)
+		return s.deleteOwnPL(c.objPath, c.objVersion, c.token, true) // never reported granted
 	case cleanRelease:
 		// A release whose outcome is unknown (its reply was lost, or it
 		// was never sent): what is still ours is deleted, each after a
 		// read that shows it is ours.
-		if err := s.deleteOwnPL(c.objPath, c.objVersion, c.token); err != nil {
+		if err := s.deleteOwnPL(c.objPath, c.objVersion, c.token, !c.lost); err != nil {
 			return err
 		}
 		return s.deleteOwnChild(c.objPath+"/"+c.node, c.reqID)
@@ -90,10 +94,16 @@ func (c cleanup) run(s *session) error {
 }
 
 // releaseOps deletes privateLock and our child in one multi that applies
-// only while no other Baton grant has happened on the object since ours.
-func releaseOps(objPath, node string, objVersion, plv int32) []any {
+// only while no other Baton grant has happened on the object since ours,
+// and, with mark, records the release in the object node (see
+// markRelease; Grant.Abandon does not).
+func releaseOps(objPath, node string, objVersion, plv int32, token int64, mark bool) []any {
+	var guard any = &zk.CheckVersionRequest{Path: objPath, Version: objVersion}
+	if mark {
+		guard = markRelease(objPath, objVersion, token)
+	}
 	return []any{
-		&zk.CheckVersionRequest{Path: objPath, Version: objVersion},
+		guard,
 		&zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: plv},
 		&zk.DeleteRequest{Path: objPath + "/" + node, Version: -1},
 	}
@@ -109,7 +119,10 @@ func releaseOps(objPath, node string, objVersion, plv int32) []any {
 // up silently would leave privateLock — ephemeral, of our live session —
 // blocking the object until the session ends (issue 23); past that it is an
 // error, and the caller keeps the cleanup queued.
-func (s *session) deleteOwnPL(objPath string, objVersion int32, token int64) error {
+//
+// mark records a clean end (markRelease): every deletion but a lost
+// grant's, whose holder may not know it lost.
+func (s *session) deleteOwnPL(objPath string, objVersion int32, token int64, mark bool) error {
 	for range 10 {
 		_, st, err := s.conn.Get(objPath + "/" + privateLock)
 		if gone(err) {
@@ -121,10 +134,11 @@ func (s *session) deleteOwnPL(objPath string, objVersion int32, token int64) err
 		if st.Czxid != token || st.EphemeralOwner != s.sessionID() {
 			return nil // not ours
 		}
-		_, err = s.conn.Multi(
-			&zk.CheckVersionRequest{Path: objPath, Version: objVersion},
-			&zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: st.Version},
-		)
+		var guard any = &zk.CheckVersionRequest{Path: objPath, Version: objVersion}
+		if mark {
+			guard = markRelease(objPath, objVersion, token)
+		}
+		_, err = s.conn.Multi(guard, &zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: st.Version})
 		if errors.Is(err, zk.ErrBadVersion) {
 			continue // read again: still ours at a newer version, or not ours
 		}
@@ -140,9 +154,9 @@ func (s *session) deleteOwnPL(objPath string, objVersion int32, token int64) err
 // reply in hand, its child still under the object so the node cannot have
 // been reaped): the multi's version checks suffice. On any error the caller
 // queues a cleanPL, which reads first.
-func (s *session) giveBackPL(objPath string, objVersion int32) error {
+func (s *session) giveBackPL(objPath string, objVersion int32, token int64) error {
 	_, err := s.conn.Multi(
-		&zk.CheckVersionRequest{Path: objPath, Version: objVersion},
+		markRelease(objPath, objVersion, token),
 		&zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: plVersion},
 	)
 	if errors.Is(err, zk.ErrNoNode) {
@@ -201,8 +215,8 @@ func (s *session) sweep(objPath, reqID string) error {
 			// Ours: no other grant can have happened since ours, so the
 			// object's version read before is current unless someone
 			// deleted ours and was granted meanwhile (then: read again).
-			_, err := s.conn.Multi(
-				&zk.CheckVersionRequest{Path: objPath, Version: ost.Version},
+			_, err := s.conn.Multi( // never reported granted: a clean end
+				markRelease(objPath, ost.Version, pst.Czxid),
 				&zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: pst.Version},
 			)
 			if errors.Is(err, zk.ErrBadVersion) {

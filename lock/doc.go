@@ -8,8 +8,8 @@
 // empty objects are reaped). A request creates an ephemeral-sequential child
 // "<prefix>-<10 digits>": prefix "A" for foreground work, "B" for background
 // work. Children other than "privateLock" are sorted by name, so every
-// foreground request precedes every background one, then by sequence. The
-// first in that order that finds no "privateLock" creates it (ephemeral) and
+// foreground request precedes every background one, then by sequence
+// (unless a background request aged: see "Aging"). The first in that order that finds no "privateLock" creates it (ephemeral) and
 // holds the lock; its fencing token is privateLock's creation zxid, taken
 // from the multi that created it. Waiters watch only what can unblock them:
 // their predecessor, or privateLock when they are first. Release deletes the
@@ -108,6 +108,99 @@
 // acquire in progress nor a grant held (a create in flight is owned by its
 // live request). Inspect shows a Baton privateLock without its holder's
 // child as an orphan; Engine.FreeOrphan deletes one from any engine.
+//
+// # Lock-delay
+//
+// Options.LockDelay (per request AcquireOptions.LockDelay; Chubby's and
+// Consul's lock-delay): after a holder vanished — its session ended, or its
+// privateLock was deleted by anyone but its release — the object is not
+// granted again by a request with a delay until that delay has passed since
+// the request saw the holder gone. A clean release is not delayed.
+//
+// How a vanish is told from a release, from any engine: every Baton
+// deletion of its own privateLock that is not a loss — the release multi, a
+// give-back of a privateLock never reported granted, the cleanup of a
+// release whose reply was lost, a sweep — writes the object node's data in
+// the same multi: {"released":"<token>"}, guarded by the object's data
+// version our grant set (it replaces the CheckVersion the multi had). The
+// grant multi sets that data to nil, so the object node always describes
+// its last Baton grant: token = its mzxid (the grant's multi wrote it last)
+// and not released, or released with the token named. A session that ends,
+// a lost grant's cleanup (its holder may not know), Grant.Abandon (a grant
+// ended without its holder's release: the sidecar uses it for an expired
+// lease, a holder process that exited, a revocation, the end of a drain),
+// the audit, Engine.FreeOrphan and an operator's delete write nothing:
+// vanished.
+//
+// A request with a delay that is first in order and finds no privateLock
+// reads the object node, privateLock and the object node again. The holder
+// vanished when privateLock was absent between two identical reads and
+// either the last Baton grant has no release recorded, or the newest
+// privateLock the request saw itself (it notes privateLock's czxid whenever
+// its listing shows one) is newer than every Baton grant — the plugin's,
+// whose releases are never recorded. Then the request waits the delay on
+// its own monotonic clock from that second answer (at or after the vanish:
+// conservative; once per vanished holder, not again on every listing) and
+// looks again. Its grant multi requires the object node's data version it
+// read (a grant or release in between fails it: list again). A try-once
+// request fails instead, and a wait that runs out inside the delay fails
+// with InstanceLockError as always. With a delay, only a fast-path
+// prediction (nobody created a node since our own clean release) skips
+// this check: create-then-verify and the foreground shortcut are off for
+// such requests. Cost, for requests with a delay only: a read of the
+// object node before each grant, and of privateLock per listing that shows
+// one.
+//
+// Limits: the plugin's holders record no release, so a plugin holder's
+// clean release is delayed like a vanish (the safe side) — when the waiter
+// saw its privateLock; one that came and went between a waiter's listings
+// is not. The plugin's waiters do not honour the delay: during a migration
+// the delay holds only among Baton requests. An engine closed with grants
+// held (their holders told lost) counts as vanished, and so does a release
+// by an older Baton that writes no record (during an upgrade). The object
+// node's data is Baton's: the plugin never reads it.
+//
+// # Aging
+//
+// Options.BackgroundMaxWait W: a background request that has waited longer
+// than W is served before foreground requests that arrive later. Every
+// engine must order the children the same way (a waiter watches its
+// predecessor in its own order; two orders that disagree could have two
+// waiters watch each other), so the rule uses only what ZooKeeper stores:
+//
+//   - A background node records its creator's W in its data ("age_ms"); it
+//     ages at t = ctime + age_ms, ctime being ZooKeeper's creation time
+//     (stamped by the leader).
+//   - An ageable background node b precedes a foreground node a iff a was
+//     created after b (higher sequence number: A- and B- children share
+//     the parent's counter) and after b aged (a.ctime > t). Otherwise every
+//     foreground node precedes every background node, as before.
+//     Foreground nodes keep their order; ageable background nodes go by
+//     (t, sequence) — with one W everywhere, by sequence.
+//   - Background nodes that do not age (no age_ms: the plugin's, or from an
+//     engine with aging off) go after every ageable one, by sequence. The
+//     plugin's nodes never age.
+//
+// The relation of two nodes depends on those two nodes only, so it never
+// changes while they exist, and engines listing at different times agree
+// (as long as the leader's clock does not step back between two creates;
+// then engines can disagree on the nodes created around the step, which
+// costs a wait, never exclusion). The plugin's waiters order by name;
+// every waiter of either kind watches a node before it in this order, so
+// no two wait for each other. A plugin foreground request that arrived
+// after an aged Baton background one does not know it should wait: both
+// find themselves first and race for privateLock (aging is best effort
+// against the plugin's requests during a migration). An older Baton, which
+// orders by name, behaves like the plugin here. Exclusion never depends on the order:
+// privateLock decides. "Waited longer" is measured on ZooKeeper's clock; a
+// background request is granted, at the latest, after the foreground
+// requests that arrived before it aged (and the holder).
+//
+// Cost: a listing reads (once per engine and child, cached) the background
+// children and the foreground children created after an ageable one, only
+// when a background node is not alone at the end of the queue. Inspect
+// shows Node.Aged for an ageable waiter ordered before at least one
+// foreground waiter.
 //
 // # Holder watch
 //

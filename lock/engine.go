@@ -55,6 +55,7 @@ type Engine struct {
 	held    atomic.Int64
 	lists   atomic.Int64 // getChildren requests of the acquire path (listShared), for tests
 	watch   watchSet     // watched objects (watch.go)
+	delays  atomic.Int64 // vanished holders waited out (lock-delay)
 
 	dialMu   sync.Mutex
 	dialErr  string    // last connection error, "" after a success
@@ -105,6 +106,8 @@ type objState struct {
 	predict   int64                // sequence number the next create gets if nobody else creates; -1 unknown
 	gen       uint64               // session generation the prediction was made in
 	czxid     int64                // creation zxid of the object node the prediction belongs to
+	info      map[string]childInfo // children read for the aging order (see ordered)
+	infoCzxid int64                // the object node incarnation info belongs to
 }
 
 // prediction is what objEnter hands to one request.
@@ -224,6 +227,7 @@ type Health struct {
 	CleanupPending int           // deletes waiting for a reconnect
 	Syncs          int64         // syncs the keeper sent in this session (see TickTime)
 	LastError      string        // the last connection error while it keeps failing; "" once connected
+	LockDelays     int64         // vanished holders acquires have waited out (see "Lock-delay")
 }
 
 // Health reports the current session's state.
@@ -244,6 +248,7 @@ func (e *Engine) Health() Health {
 	h.Waiting = int(e.waiting.Load())
 	h.CleanupPending = int(s.pending.Load())
 	h.Syncs = s.syncs.Load()
+	h.LockDelays = e.delays.Load()
 	e.dialMu.Lock()
 	h.LastError = e.dialErr
 	e.dialMu.Unlock()
@@ -269,6 +274,9 @@ type AcquireOptions struct {
 	// (Engine.Ask returns it in Node.Preemptible and Node.Cleanup).
 	Preemptible bool
 	Cleanup     time.Duration
+	// LockDelay overrides Options.LockDelay for this request: 0 means the
+	// engine's, negative means none (see "Lock-delay" in the package doc).
+	LockDelay time.Duration
 }
 
 type nodeData struct {
@@ -282,6 +290,10 @@ type nodeData struct {
 	Cleanup *int64 `json:"cleanup_ms,omitempty"`
 	// Asks are the standing asks (preemptions) not withdrawn: see Engine.Ask.
 	Asks []Signal `json:"asks,omitempty"`
+	// AgeMs (background children only) is the aging bound of the sidecar
+	// that created the node, Options.BackgroundMaxWait; every engine orders
+	// the node by it (see "Aging").
+	AgeMs int64 `json:"age_ms,omitempty"`
 }
 
 func newRequestID() string {
@@ -310,6 +322,13 @@ func (e *Engine) Acquire(ctx context.Context, object string, typ Type, o Acquire
 	if o.Wait < 0 {
 		return nil, fmt.Errorf("lock: wait %v is negative", o.Wait)
 	}
+	if o.LockDelay > MaxLockDelay {
+		return nil, fmt.Errorf("lock: lock-delay %v is over %v", o.LockDelay, MaxLockDelay)
+	}
+	delay := e.opts.LockDelay
+	if o.LockDelay != 0 {
+		delay = max(o.LockDelay, 0)
+	}
 	wait := o.Wait
 	if wait == 0 {
 		wait = e.opts.ForegroundWait
@@ -337,11 +356,14 @@ func (e *Engine) Acquire(ctx context.Context, object string, typ Type, o Acquire
 		ms := o.Cleanup.Milliseconds()
 		nd.Cleanup = &ms
 	}
+	if typ == Background && e.opts.BackgroundMaxWait > 0 {
+		nd.AgeMs = max(e.opts.BackgroundMaxWait.Milliseconds(), 1)
+	}
 	data, _ := json.Marshal(nd)
 	r := &request{
 		e: e, s: s, object: object, name: name, typ: typ, info: o.Info, reqID: o.RequestID,
 		start: start, objPath: e.root + "/" + name, prefix: prefix, data: data, tryOnce: o.TryOnce,
-		onSignal: o.OnSignal,
+		onSignal: o.OnSignal, delay: delay, guard: -1,
 	}
 	r.plPath = r.objPath + "/" + privateLock
 	g, err := r.run(wctx, e.objEnter(name, s.gen))
@@ -400,7 +422,7 @@ func (e *Engine) objLeave(name string, next int64, gen uint64, czxid int64) {
 		st.predict, st.gen, st.czxid, st.contended = next, gen, czxid, false
 	}
 	if st.active == 0 {
-		st.list, st.gone = nil, nil // only active requests use them
+		st.list, st.gone, st.info = nil, nil, nil // only active requests use them
 		if st.predict < 0 && !st.contended {
 			delete(e.objs, name)
 		}

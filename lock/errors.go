@@ -46,6 +46,10 @@ type Node struct {
 	// Session lives. Its own engine's audit deletes it; Engine.FreeOrphan
 	// frees it from anywhere.
 	Orphan bool
+	// Aged (waiters only, from Inspect): a background request that has
+	// waited past its aging bound and is now ordered before at least one
+	// foreground request that arrived after that (see "Aging").
+	Aged bool
 }
 
 // InstanceLockError reports an acquire that gave up before the grant: its wait

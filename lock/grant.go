@@ -39,6 +39,7 @@ type Grant struct {
 	state     State    // Held while not finished; Lost or Released when done
 	cause     error
 	releasing bool
+	abandoned bool            // ended by Abandon: leaves no fast-path prediction (its end is a vanish)
 	ctx       context.Context // cancelled, with the cause, when the grant ends
 	cancel    context.CancelCauseFunc
 	armTimer  *time.Timer // arms the holder watch after HolderWatchDelay
@@ -182,12 +183,13 @@ func (g *Grant) finish(st State, cause error) bool {
 	if g.armTimer != nil {
 		g.armTimer.Stop()
 	}
+	abandoned := g.abandoned
 	g.mu.Unlock()
 	g.cancel(cause)
 	g.s.unregister(g)
 	g.e.held.Add(-1)
 	next := int64(-1)
-	if st == Released {
+	if st == Released && !abandoned { // after Abandon, a later acquire must look at how it ended
 		next = g.next
 	}
 	g.e.objLeave(g.name, next, g.s.gen, g.objCzxid)
@@ -202,12 +204,21 @@ func (g *Grant) lose(cause error) {
 	if g.finish(Lost, fmt.Errorf("%w: %w", ErrLockLost, cause)) {
 		// our child still blocks the queue while the session lives;
 		// privateLock, if still ours, too
-		g.s.addCleanup(g.releaseCleanup())
+		c := g.releaseCleanup()
+		c.lost = true
+		g.s.addCleanup(c)
 	}
 }
 
 func (g *Grant) releaseCleanup() cleanup {
 	return cleanup{kind: cleanRelease, objPath: g.objPath, node: g.node, objVersion: g.objVersion, token: g.token, reqID: g.reqID}
+}
+
+// endCleanup is releaseCleanup for Release (mark) or Abandon.
+func (g *Grant) endCleanup(mark bool) cleanup {
+	c := g.releaseCleanup()
+	c.lost = !mark
+	return c
 }
 
 // watch follows privateLock while the grant lasts: deletion by anyone else,
@@ -367,7 +378,16 @@ func (g *Grant) isReleasing() bool {
 // completes after the reconnect (or with the session). It returns ErrNoNode
 // for a grant already released and an error wrapping ErrLockLost for a grant
 // lost before Release.
-func (g *Grant) Release(ctx context.Context) error {
+func (g *Grant) Release(ctx context.Context) error { return g.end(ctx, true) }
+
+// Abandon ends the grant as Release does, but records no release: a waiter
+// with a lock-delay treats the object as if its holder had vanished (see
+// "Lock-delay"). For grants that end without their holder's release: a
+// lease that expired, a holder process that exited, a revocation.
+func (g *Grant) Abandon(ctx context.Context) error { return g.end(ctx, false) }
+
+// end is Release (mark: record the release in the object node) or Abandon.
+func (g *Grant) end(ctx context.Context, mark bool) error {
 	g.mu.Lock()
 	switch g.state {
 	case Released:
@@ -382,14 +402,14 @@ func (g *Grant) Release(ctx context.Context) error {
 		g.mu.Unlock()
 		return ErrNoNode
 	}
-	g.releasing = true
+	g.releasing, g.abandoned = true, !mark
 	g.mu.Unlock()
 	if g.s.isLost() {
 		g.lose(g.s.lostCause())
 		return g.Err()
 	}
 	if ctx.Err() != nil { // nothing sent: the session completes it
-		g.s.addCleanup(g.releaseCleanup())
+		g.s.addCleanup(g.endCleanup(mark))
 		g.finish(Released, nil)
 		return nil
 	}
@@ -397,10 +417,10 @@ func (g *Grant) Release(ctx context.Context) error {
 	plv := g.plVersion
 	g.mu.Unlock()
 	_, err := zcall(ctx, func() ([]zk.MultiResponse, error) {
-		return g.s.conn.Multi(releaseOps(g.objPath, g.node, g.objVersion, plv)...)
+		return g.s.conn.Multi(releaseOps(g.objPath, g.node, g.objVersion, plv, g.token, mark)...)
 	}, func(_ []zk.MultiResponse, err error) {
 		if err != nil && (isConnErr(err) || notSent(err) || gone(err)) {
-			g.s.addCleanup(g.releaseCleanup())
+			g.s.addCleanup(g.endCleanup(mark))
 		}
 	})
 	switch {
@@ -419,11 +439,11 @@ func (g *Grant) Release(ctx context.Context) error {
 		if gerr == nil && st.Czxid == g.token && st.EphemeralOwner == g.s.sessionID() {
 			// privateLock is ours (at a newer version, or our node was
 			// deleted by someone else)
-			if _, err := g.s.conn.Multi(releaseOps(g.objPath, g.node, g.objVersion, st.Version)...); err == nil {
+			if _, err := g.s.conn.Multi(releaseOps(g.objPath, g.node, g.objVersion, st.Version, g.token, mark)...); err == nil {
 				g.finish(Released, nil)
 				return nil
 			}
-			if err := g.s.deleteOwnPL(g.objPath, g.objVersion, g.token); err == nil {
+			if err := g.s.deleteOwnPL(g.objPath, g.objVersion, g.token, mark); err == nil {
 				g.s.addCleanup(cleanup{kind: cleanChild, objPath: g.objPath, node: g.node, reqID: g.reqID})
 				g.finish(Released, nil)
 				return nil
@@ -435,7 +455,7 @@ func (g *Grant) Release(ctx context.Context) error {
 		// completes in the background (cleanup queued by the orphan
 		// handler, or here when the call returned)
 		if isConnErr(err) || notSent(err) {
-			g.s.addCleanup(g.releaseCleanup())
+			g.s.addCleanup(g.endCleanup(mark))
 		}
 		g.finish(Released, nil)
 		return nil

@@ -94,6 +94,18 @@ func (e *Engine) describe(ctx context.Context, s *session, objPath string, child
 			return nil, fmt.Errorf("lock: inspect %s/%s: %w", objPath, names[i], r.err)
 		}
 	}
+	// Grant order with aging, from the reads just made.
+	byName := make(map[string]nodeRead, len(queue))
+	for i, n := range queue {
+		byName[n] = reads[len(names)-len(queue)+i]
+	}
+	order, aged, _ := ageOrder(queue, e.opts.ForegroundPrefix, e.opts.BackgroundPrefix, func(n string) (childInfo, bool, error) {
+		r := byName[n]
+		if r.err != nil {
+			return childInfo{}, false, nil
+		}
+		return infoOf(r.data, r.stat), true, nil
+	})
 	out := &Status{}
 	var holderReq string
 	if locked {
@@ -105,12 +117,13 @@ func (e *Engine) describe(ctx context.Context, s *session, objPath string, child
 		}
 		reads = reads[1:]
 	}
-	for i, n := range queue {
-		r := reads[i]
+	for _, n := range order {
+		r := byName[n]
 		if r.err != nil { // gone meanwhile
 			continue
 		}
 		node := toNode(n, r.data, r.stat)
+		node.Aged = aged[n]
 		if out.Holder != nil && out.Holder.Name == "" && holderReq != "" && node.RequestID == holderReq && node.Session == out.Holder.Session {
 			out.Holder.Name = n
 			continue

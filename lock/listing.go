@@ -42,6 +42,7 @@ func (e *Engine) listShared(ctx context.Context, s *session, name, objPath strin
 			if err == nil {
 				l.queue, l.locked = sortedQueue(c)
 				l.czxid = stat.Czxid
+				l.queue, err = e.ordered(s, name, objPath, stat.Czxid, l.queue) // aging
 			}
 			l.err = err
 			close(l.done)

@@ -65,6 +65,15 @@ type Options struct {
 	// off. Each audit costs a listing per object touched since the last
 	// one (or still held) and a read per child there.
 	AuditInterval time.Duration
+	// LockDelay: after a holder vanished without releasing (its session
+	// ended, its privateLock was deleted by anyone but its release), the
+	// object is granted again no earlier than LockDelay after a waiter saw
+	// it gone; default 0 (off), at most MaxLockDelay. See "Lock-delay".
+	LockDelay time.Duration
+	// BackgroundMaxWait: a background request waiting longer than this is
+	// ordered before foreground requests that arrive after that (aging);
+	// default 0 (off). Recorded in the request's node: see "Aging".
+	BackgroundMaxWait time.Duration
 	// Dialer opens TCP connections; default net.DialTimeout.
 	Dialer func(network, addr string, timeout time.Duration) (net.Conn, error)
 	// TLS, when set, runs every connection over TLS (the servers'
@@ -134,6 +143,12 @@ func (o *Options) setDefaults() error {
 	}
 	if o.ForegroundWait < 0 || o.BackgroundWait < 0 {
 		return fmt.Errorf("lock: Options.ForegroundWait/BackgroundWait: negative")
+	}
+	if o.LockDelay < 0 || o.LockDelay > MaxLockDelay {
+		return fmt.Errorf("lock: Options.LockDelay: %v is not within 0..%v", o.LockDelay, MaxLockDelay)
+	}
+	if o.BackgroundMaxWait < 0 {
+		return fmt.Errorf("lock: Options.BackgroundMaxWait: %v is negative", o.BackgroundMaxWait)
 	}
 	if o.AuthDigest != "" && !strings.Contains(o.AuthDigest, ":") {
 		return fmt.Errorf("lock: Options.AuthDigest: not user:password")

@@ -30,6 +30,8 @@ type Config struct {
 	BackgroundPrefix  string        // zookeeper.background.lock.prefix; ForegroundPrefix+"-" < BackgroundPrefix+"-"
 	ForegroundTimeout time.Duration // zookeeper.foreground.task.timeout
 	BackgroundTimeout time.Duration // zookeeper.background.task.timeout
+	LockDelay         time.Duration // zookeeper.lock.delay: 0 = off
+	BackgroundMaxWait time.Duration // zookeeper.background.max.wait: 0 = no aging
 	RetryCount        int           // elastic.request.retry.count: retries after the first attempt
 	LockRoot          string        // zookeeper.lock.root: absolute path inside the chroot
 	ObjectNode        string        // zookeeper.object.node: "container" or "persistent"

@@ -22,6 +22,8 @@ var specDefaults = []struct {
 	{"zookeeper.background.lock.prefix", "B", Restart},
 	{"zookeeper.foreground.task.timeout", "2000", Next},
 	{"zookeeper.background.task.timeout", "2000", Next},
+	{"zookeeper.lock.delay", "0", Next},
+	{"zookeeper.background.max.wait", "0", Restart},
 	{"elastic.request.retry.count", "5", Next},
 	{"zookeeper.lock.root", "/baton/locks", Restart},
 	{"zookeeper.object.node", "container", Restart},

@@ -61,6 +61,8 @@ func TestEachKeyFromFile(t *testing.T) {
 		{"zookeeper.background.lock.prefix", "bg", func(c Config) bool { return c.BackgroundPrefix == "bg" }},
 		{"zookeeper.foreground.task.timeout", "0", func(c Config) bool { return c.ForegroundTimeout == 0 }},
 		{"zookeeper.background.task.timeout", "90000", func(c Config) bool { return c.BackgroundTimeout == 90*time.Second }},
+		{"zookeeper.lock.delay", "15000", func(c Config) bool { return c.LockDelay == 15*time.Second }},
+		{"zookeeper.background.max.wait", "60000", func(c Config) bool { return c.BackgroundMaxWait == time.Minute }},
 		{"elastic.request.retry.count", "0", func(c Config) bool { return c.RetryCount == 0 }},
 		{"zookeeper.lock.root", "/locks", func(c Config) bool { return c.LockRoot == "/locks" }},
 		{"zookeeper.object.node", "persistent", func(c Config) bool { return c.ObjectNode == "persistent" }},

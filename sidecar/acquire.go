@@ -38,6 +38,9 @@ type acquireSpec struct {
 	forceful    bool           // preempt forcefully: only with preempt, and the caller may (an admin action)
 	preemptWait time.Duration  // preempt_wait_ms, else wait
 	preemptGiv  *time.Duration // preempt_wait_ms when given (preemptWaits)
+	// lockDelay is the engine's AcquireOptions.LockDelay: lock_delay_ms, else
+	// zookeeper.lock.delay; -1 none (lockDelayOf, delay.go).
+	lockDelay time.Duration
 }
 
 // keyForegroundTimeout names the default wait of a foreground acquire (the
@@ -96,6 +99,9 @@ func parseAcquire(r *http.Request, cfg *props.Config) (acquireSpec, error) {
 			return sp, err
 		}
 		sp.reenterLength = sp.length
+	}
+	if sp.lockDelay, err = lockDelayOf(req.LockDelayMS, cfg); err != nil {
+		return sp, err
 	}
 	if req.LeaseID != "" {
 		sp.leaseID = req.LeaseID
@@ -160,7 +166,7 @@ func (sp *acquireSpec) canWaitFor(cleanup time.Duration) error {
 // default (its Wait 0) never applies to an API acquire. With asked (a
 // non-forceful preemption ask stands), the wait is cut to preempt_wait_ms.
 func (sp *acquireSpec) lockOptions(asked bool, onSignal func(lock.Signal)) lock.AcquireOptions {
-	o := lock.AcquireOptions{Info: sp.info, Wait: sp.wait, OnSignal: onSignal}
+	o := lock.AcquireOptions{Info: sp.info, Wait: sp.wait, OnSignal: onSignal, LockDelay: sp.lockDelay}
 	if sp.preemptible { // recorded in the nodes for a preempting requester (preemptWaits)
 		o.Preemptible, o.Cleanup = true, sp.cleanup
 	}

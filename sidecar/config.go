@@ -67,5 +67,8 @@ func EngineOptions(cfg props.Config, logger *slog.Logger) (lock.Options, error) 
 		AuthDigest:       digest,
 		NodeID:           cfg.NodeID,
 		Logger:           logger,
+		// delay.go: lock-delay (also passed per acquire) and aging
+		LockDelay:         cfg.LockDelay,
+		BackgroundMaxWait: cfg.BackgroundMaxWait,
 	}, nil
 }

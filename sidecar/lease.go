@@ -86,7 +86,8 @@ type tombRef struct {
 func (t *leaseTable) releaseGrant(g *lock.Grant) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	if err := g.Release(ctx); err != nil && !errors.Is(err, lock.ErrLockLost) && !errors.Is(err, lock.ErrNoNode) {
+	// Abandon: not the holder's release, a vanish for lock-delay (delay.go).
+	if err := g.Abandon(ctx); err != nil && !errors.Is(err, lock.ErrLockLost) && !errors.Is(err, lock.ErrNoNode) {
 		t.log.Error("release failed; the lock is freed when the session ends", "object", g.Object(), "token", g.Token(), "err", err)
 	}
 }

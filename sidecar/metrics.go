@@ -207,6 +207,7 @@ func (m *metrics) register(s *Server, own bool) error {
 			Help: "API acquires in progress (counted against sidecar.max.waiters)."},
 			func() float64 { return float64(s.waiters.Load()) }),
 		waitersByType{s},
+		lockDelaysMetric(s), // delay.go
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_lease_polls_in_flight",
 			Help: "Lease long-polls (GET /v1/leases/{id}?wait=lost) in progress."},
 			func() float64 { return float64(s.polls.Load()) }),

@@ -181,7 +181,7 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	for _, n := range st.Waiters {
-		out.Waiters = append(out.Waiters, api.Waiter{Node: n.Name, Type: n.Type, Info: n.Info, Sidecar: n.Sidecar, Since: api.NewTime(n.Since)})
+		out.Waiters = append(out.Waiters, api.Waiter{Node: n.Name, Type: n.Type, Info: n.Info, Sidecar: n.Sidecar, Since: api.NewTime(n.Since), Aged: n.Aged})
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -54,6 +54,8 @@ type lockFlags struct {
 	preemptWait  time.Duration
 	forceful     bool
 	verbose      bool
+	lockDelay    time.Duration // --lock-delay, sent when lockDelaySet
+	lockDelaySet bool
 }
 
 func newLockCmd(g *globals) *cobra.Command {
@@ -143,6 +145,7 @@ Exit status:
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.waitSet = cmd.Flags().Changed("wait")
+			f.lockDelaySet = cmd.Flags().Changed("lock-delay")
 			obj, argv, err := lockArgs(cmd.ArgsLenAtDash(), args)
 			if err != nil {
 				return err
@@ -165,6 +168,7 @@ Exit status:
 	fl.BoolVar(&f.preempt, "preempt", false, "(foreground) ask a preemptible holder, on any sidecar, to yield")
 	fl.DurationVar(&f.preemptWait, "preempt-wait", 0, "with --preempt: how long to wait for the holder to yield before giving up, at least its cleanup + 1s (default: --wait)")
 	fl.BoolVar(&f.forceful, "forceful", false, "with --preempt: take the lock from a holder that did not yield in time")
+	fl.DurationVar(&f.lockDelay, "lock-delay", 0, "after a holder vanished without releasing, wait this long before taking the lock (0 = none); default: zookeeper.lock.delay")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "say on stderr what the wait is for (who holds the lock, how many wait); on by default when stderr is a terminal")
 	return cmd
 }
@@ -297,6 +301,9 @@ func acquireForLock(ctx context.Context, c *client.Client, obj string, f lockFla
 	if f.preempt {
 		opts = append(opts, client.WithPreempt(f.preemptWait, f.forceful))
 	}
+	if f.lockDelaySet {
+		opts = append(opts, client.WithLockDelay(f.lockDelay))
+	}
 	if id := os.Getenv(envLeaseID); id != "" && os.Getenv(envObject) == obj {
 		// Run by a baton lock (or an op handler) already holding obj:
 		// re-enter its lease instead of waiting on ourselves.
@@ -379,7 +386,7 @@ func acquireExit(err error, f lockFlags) error {
 
 // lockFlagOf maps the fields of an acquire request the sidecar may reject
 // to the flags of `baton lock` that set them.
-var lockFlagOf = map[string]string{"lease_ms": "--lease", "wait_ms": "--wait", "type": "--type", "info": "--info"}
+var lockFlagOf = map[string]string{"lease_ms": "--lease", "wait_ms": "--wait", "type": "--type", "info": "--info", "lock_delay_ms": "--lock-delay"}
 
 // flagProblem says what the sidecar found wrong with a flag's value: for
 // a millisecond field out of range, the bounds its answer gives.
@@ -393,6 +400,8 @@ func flagProblem(ae *client.APIError, f lockFlags) string {
 		return fmt.Sprintf("%v is not between %v and %v (the sidecar's sidecar.lease.max)", f.lease, lo, hi)
 	case "wait_ms":
 		return fmt.Sprintf("%v is not between %v and %v", f.wait, lo, hi)
+	case "lock_delay_ms":
+		return fmt.Sprintf("%v is not between %v and %v", f.lockDelay, lo, hi)
 	}
 	return fmt.Sprintf("not between %v and %v", lo, hi)
 }

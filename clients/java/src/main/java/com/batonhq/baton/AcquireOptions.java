@@ -16,6 +16,7 @@ public final class AcquireOptions {
     Duration lease;
     boolean renew = true;
     Boolean bindProcess;
+    Duration lockDelay;
 
     /** Foreground, no info, the sidecar's defaults, renewed in the background. */
     public static AcquireOptions defaults() {
@@ -63,6 +64,19 @@ public final class AcquireOptions {
      */
     public AcquireOptions bindToProcess(boolean on) {
         this.bindProcess = on;
+        return this;
+    }
+
+    /**
+     * Lock-delay for this request ({@code lock_delay_ms}, at most 10 minutes): when the previous
+     * holder vanished without releasing (its sidecar was killed, its ZooKeeper session expired), the
+     * lock is not granted until this long after the request saw the holder gone; a clean release is
+     * not delayed. {@code Duration.ZERO} turns it off for this request; null = the sidecar's
+     * {@code zookeeper.lock.delay}.
+     */
+    public AcquireOptions lockDelay(Duration d) {
+        if (d != null && d.isNegative()) throw new IllegalArgumentException("lockDelay: negative");
+        this.lockDelay = d;
         return this;
     }
 

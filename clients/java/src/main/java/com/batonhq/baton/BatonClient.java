@@ -112,6 +112,7 @@ public final class BatonClient implements AutoCloseable {
             timeout = ms + ANSWER_MARGIN_MS;
         }
         if (o.lease != null) req.put("lease_ms", AcquireOptions.ceilMillis(o.lease));
+        if (o.lockDelay != null) req.put("lock_delay_ms", AcquireOptions.ceilMillis(o.lockDelay));
         if (o.bindProcess != null ? o.bindProcess : BIND_PROCESS_DEFAULT) req.put("bind", "process");
         long sent = System.nanoTime();
         UnixHttp.Response r;
