@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/dlq"
 	"github.com/batonhq/baton/queue"
 )
@@ -300,8 +301,8 @@ func (d *Dispatcher) warnUnsendable(op queue.Op, err error) {
 func (d *Dispatcher) letter(op queue.Op) dlq.Letter {
 	return dlq.Letter{
 		ID: op.ID, Object: op.Object, Info: op.Info, Payload: op.Payload, Seq: op.Seq,
-		AcceptedAt: op.AcceptedAt, Attempts: op.Attempts, LastError: op.LastError,
-		ErrorClass: op.ErrorClass, FirstAttemptAt: op.FirstAttemptAt, Sidecar: d.nodeID,
+		AcceptedAt: api.NewTime(op.AcceptedAt), Attempts: op.Attempts, LastError: op.LastError,
+		ErrorClass: op.ErrorClass, FirstAttemptAt: api.NewTime(op.FirstAttemptAt), Sidecar: d.nodeID,
 	}
 }
 

@@ -274,8 +274,8 @@ func newReplayer(c *client.Client, max int) *replayer {
 // the letter was written.
 func superseded(op *api.Op, lt dlq.Letter) bool {
 	acc := op.AcceptedAt.Time
-	if !acc.IsZero() && !lt.AcceptedAt.IsZero() && !acc.Equal(lt.AcceptedAt) {
-		return acc.After(lt.AcceptedAt)
+	if !acc.IsZero() && !lt.AcceptedAt.IsZero() && !acc.Equal(lt.AcceptedAt.Time) {
+		return acc.After(lt.AcceptedAt.Time)
 	}
 	return uint64(op.Seq) > lt.Seq
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/dlq"
 	"github.com/batonhq/baton/props"
 	"github.com/batonhq/baton/testenv"
@@ -42,7 +43,7 @@ func TestDLQOverTLSAndSASL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pub.Close()
-	if err := pub.Publish(context.Background(), dlq.Letter{ID: "tls-op", Object: "o", Payload: []byte(`1`), Seq: 1, AcceptedAt: time.Now()}); err != nil {
+	if err := pub.Publish(context.Background(), dlq.Letter{ID: "tls-op", Object: "o", Payload: []byte(`1`), Seq: 1, AcceptedAt: api.NewTime(time.Now())}); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
