@@ -45,7 +45,7 @@ type PublisherOptions struct {
 	// Logger receives kafka-go's messages at debug level and its errors at
 	// warn level. Nil discards.
 	Logger *slog.Logger
-	// Security is TLS and SASL (see [SecurityOf]); zero = plaintext.
+	// Security is TLS and SASL (see [NewSecurity]); zero = plaintext.
 	Security Security
 }
 

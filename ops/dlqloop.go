@@ -9,6 +9,7 @@ import (
 
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/dlq"
+	"github.com/batonhq/baton/props"
 	"github.com/batonhq/baton/queue"
 )
 
@@ -331,5 +332,23 @@ func (d *Dispatcher) purgeLoop() {
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// DLQSecurity maps the kafka.tls.* and kafka.sasl.* properties to the
+// options of the dead-letter clients' [dlq.Security]: the one place where
+// they become dlq settings (the dispatcher's publisher and `baton dlq`).
+func DLQSecurity(cfg props.Config) dlq.SecurityOptions {
+	return dlq.SecurityOptions{
+		TLS:          cfg.KafkaTLSEnabled == "true",
+		CAFile:       cfg.KafkaTLSCAFile,
+		CertFile:     cfg.KafkaTLSCertFile,
+		KeyFile:      cfg.KafkaTLSKeyFile,
+		ServerName:   cfg.KafkaTLSServerName,
+		Mechanism:    cfg.KafkaSASLMechanism,
+		Username:     cfg.KafkaSASLUsername,
+		Password:     cfg.KafkaSASLPassword,
+		PasswordFile: cfg.KafkaSASLPasswordFile,
+		PasswordEnv:  props.EnvName("kafka.sasl.password"),
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/client"
 	"github.com/batonhq/baton/dlq"
+	"github.com/batonhq/baton/ops"
 	"github.com/batonhq/baton/props"
 )
 
@@ -41,7 +42,7 @@ func loadForDLQ(g *globals) (*props.Loaded, *dlq.Reader, error) {
 	for _, w := range l.Warnings {
 		fmt.Fprintf(g.stderr, "baton: warning: %s\n", w)
 	}
-	sec, err := dlq.SecurityOf(l.Config)
+	sec, err := dlq.NewSecurity(ops.DLQSecurity(l.Config))
 	if err != nil {
 		return nil, nil, exitWith(exitFailure, err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/dlq"
+	"github.com/batonhq/baton/ops"
 	"github.com/batonhq/baton/props"
 	"github.com/batonhq/baton/testenv"
 )
@@ -34,7 +35,7 @@ func TestDLQOverTLSAndSASL(t *testing.T) {
 	cfg := props.Defaults()
 	cfg.KafkaTLSEnabled, cfg.KafkaTLSCAFile = "true", caFile
 	cfg.KafkaSASLMechanism, cfg.KafkaSASLUsername, cfg.KafkaSASLPassword = "PLAIN", "baton", "pw-1"
-	sec, err := dlq.SecurityOf(cfg)
+	sec, err := dlq.NewSecurity(ops.DLQSecurity(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
