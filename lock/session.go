@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/batonhq/baton/internal/notify"
 )
 
 // session is one ZooKeeper session (one zk.Conn). It tracks the validity
@@ -36,7 +38,7 @@ type session struct {
 	// handshake (see settle); requests wait for it.
 	settled   bool
 	settleGen int
-	changed   chan struct{} // closed and replaced on every state or ack change
+	changed   notify.Broadcast // every state or ack change; guarded by mu
 	lostErr   error
 	cleanups  []cleanup
 	cleanWake chan struct{}
@@ -63,7 +65,6 @@ func newSession(e *Engine, gen uint64) (*session, error) {
 		e:         e,
 		gen:       gen,
 		log:       e.log.With("session_gen", gen),
-		changed:   make(chan struct{}),
 		lost:      make(chan struct{}),
 		cleanWake: make(chan struct{}, 1),
 		state:     zk.StateDisconnected,
@@ -127,22 +128,16 @@ func tlsClient(c net.Conn, addr string, timeout time.Duration, base *tls.Config)
 	return tc, nil
 }
 
-// notifyLocked wakes everyone waiting on a change. s.mu must be held.
-func (s *session) notifyLocked() {
-	close(s.changed)
-	s.changed = make(chan struct{})
-}
-
 func (s *session) handshake(id int64, timeout time.Duration, sent time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if id == 0 || timeout <= 0 {
-		s.notifyLocked()
+		s.changed.Notify()
 		go s.fail(fmt.Errorf("%w: expired by the server", ErrSessionLost))
 		return
 	}
 	if s.id != 0 && s.id != id {
-		s.notifyLocked()
+		s.changed.Notify()
 		go s.fail(fmt.Errorf("%w: replaced by session 0x%x", ErrSessionLost, id))
 		return
 	}
@@ -181,11 +176,11 @@ func (s *session) handshake(id int64, timeout time.Duration, sent time.Time) {
 	if !old.IsZero() && s.deadlineLocked().Before(old) {
 		// The server shortened the session timeout on a reconnect: a
 		// valid_until already told could outlast the server's expiry.
-		s.notifyLocked()
+		s.changed.Notify()
 		go s.fail(fmt.Errorf("%w: negotiated session timeout shrank to %v on reconnect", ErrSessionLost, timeout))
 		return
 	}
-	s.notifyLocked()
+	s.changed.Notify()
 }
 
 // settle marks the connection of handshake gen settled (see handshake).
@@ -193,7 +188,7 @@ func (s *session) settle(gen int) {
 	s.mu.Lock()
 	if s.settleGen == gen && !s.settled {
 		s.settled = true
-		s.notifyLocked()
+		s.changed.Notify()
 	}
 	s.mu.Unlock()
 }
@@ -251,7 +246,7 @@ func (s *session) acked(sent, at time.Time, leader bool) {
 	}
 	if b := s.touches[k].sent; b.After(s.base) {
 		s.base = b
-		s.notifyLocked()
+		s.changed.Notify()
 	}
 	s.touches = append(s.touches[:0], s.touches[k:]...)
 }
@@ -262,7 +257,7 @@ func (s *session) onEvent(ev zk.Event) {
 	}
 	s.mu.Lock()
 	s.state = ev.State
-	s.notifyLocked()
+	s.changed.Notify()
 	s.mu.Unlock()
 	s.e.observe(func(o Observer) { o.SessionState(ev.State.String()) })
 	switch ev.State {
@@ -329,7 +324,7 @@ func (s *session) waitConnected(ctx context.Context) error {
 	for {
 		s.mu.Lock()
 		ok := s.id != 0 && s.state == zk.StateHasSession && s.settled
-		ch := s.changed
+		ch := s.changed.Wait()
 		s.mu.Unlock()
 		if ok {
 			return nil
@@ -361,7 +356,7 @@ func (s *session) fail(cause error) {
 		s.lostErr = cause
 		s.cleanups = nil
 		s.pending.Store(0)
-		s.notifyLocked()
+		s.changed.Notify()
 		grants := make([]*Grant, 0, len(s.grants))
 		for g := range s.grants {
 			grants = append(grants, g)
@@ -396,7 +391,7 @@ func (s *session) monitor() {
 			// leader-path request and moves it first.
 			d = time.Time{}
 		}
-		ch := s.changed
+		ch := s.changed.Wait()
 		s.mu.Unlock()
 		if !d.IsZero() {
 			wait := time.Until(d)
@@ -432,7 +427,7 @@ func (s *session) register(g *Grant) error {
 		return errNoValidity
 	}
 	s.grants[g] = struct{}{}
-	s.notifyLocked() // the keeper and the monitor watch the grant count
+	s.changed.Notify() // the keeper and the monitor watch the grant count
 	return nil
 }
 
@@ -525,7 +520,7 @@ func (s *session) keeper() {
 		s.mu.Lock()
 		ok := s.id != 0 && s.state == zk.StateHasSession && s.settled && s.lostErr == nil
 		busy := len(s.grants) > 0 || s.waiters > 0
-		ch := s.changed
+		ch := s.changed.Wait()
 		wait := s.keepInterval(s.timeout)
 		s.mu.Unlock()
 		if ok && busy {
@@ -557,7 +552,7 @@ func (s *session) addWaiter(d int) {
 	s.mu.Lock()
 	s.waiters += d
 	if d > 0 {
-		s.notifyLocked()
+		s.changed.Notify()
 	}
 	s.mu.Unlock()
 }
@@ -576,7 +571,7 @@ func (s *session) closeConn() {
 	defer deadline.Stop()
 	for {
 		s.mu.Lock()
-		st, settled, ch := s.state, s.settled, s.changed
+		st, settled, ch := s.state, s.settled, s.changed.Wait()
 		s.mu.Unlock()
 		if st == zk.StateHasSession && settled || st == zk.StateExpired {
 			break

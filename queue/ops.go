@@ -165,14 +165,14 @@ func (s *Store) settle(e *entry, q *objQueue, commitErr error, size int64) {
 	s.pendBytes -= size
 	if commitErr != nil {
 		s.sched.remove(e)
-		s.notifyLocked()
+		s.changed.Notify()
 		return
 	}
 	s.bytes += size
 	e.state = Queued
 	s.sched.entries[e.id] = e
 	s.sched.reschedule(q)
-	s.notifyLocked()
+	s.changed.Notify()
 }
 
 // Claim marks the next runnable op running (durably) and returns it with its
@@ -231,7 +231,7 @@ func (s *Store) NextWhen(ctx context.Context, ready func() bool, poll time.Durat
 		} else {
 			s.mu.Lock()
 			closed := s.closed
-			changed = s.changed
+			changed = s.changed.Wait()
 			s.mu.Unlock()
 			if closed {
 				return Op{}, ErrClosed
@@ -294,7 +294,7 @@ func (s *Store) tryClaim(now time.Time) (op Op, ok bool, changed <-chan struct{}
 		s.sched.reschedule(q)
 	}
 	if e == nil {
-		changed = s.changed
+		changed = s.changed.Wait()
 		s.mu.Unlock()
 		return Op{}, false, changed, wait, nil
 	}
@@ -503,7 +503,7 @@ func (s *Store) transition(ctx context.Context, id string, from, to State, mutat
 			s.sched.reschedule(q)
 		}
 	}
-	s.notifyLocked()
+	s.changed.Notify()
 	return nil
 }
 
