@@ -546,8 +546,6 @@ func (s *Store) enter() error {
 
 func (s *Store) leave() { s.calls.Done() }
 
-// lockID waits until no other call works on id, then marks it busy. The
-// returned func releases it.
 // enterID enters the store (enter) and takes op id's lock (lockID): the
 // start of every change to one op. done releases both.
 func (s *Store) enterID(ctx context.Context, id string) (done func(), err error) {
@@ -562,6 +560,8 @@ func (s *Store) enterID(ctx context.Context, id string) (done func(), err error)
 	return func() { unlock(); s.leave() }, nil
 }
 
+// lockID waits until no other call works on id, then marks it busy. The
+// returned func releases it.
 func (s *Store) lockID(ctx context.Context, id string) (func(), error) {
 	for {
 		s.mu.Lock()
