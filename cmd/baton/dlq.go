@@ -102,7 +102,7 @@ Exit status 0; 69 when Kafka cannot be reached.`,
 				c := client.New(l.Config.SocketPath)
 				defer c.Close()
 				st = &letterStatus{c: c, committed: committed, ops: map[string]*api.Op{}, g: g}
-				tw = tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+				tw = newTable(g.stdout)
 				fmt.Fprintln(tw, "OFFSET\tKEY\tID\tCLASS\tATTEMPTS\tREPLAYED\tOP\tLAST_ERROR")
 			}
 			var werr error

@@ -99,16 +99,8 @@ accept time and per-object sequence. Finished ops are kept for
 queue.retention. Exit status 1 for an unknown op.`,
 		Args: argsNamed("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withClient(g, cmd, func(ctx context.Context, c *client.Client) error {
-				op, err := c.Op(ctx, args[0])
-				if err != nil {
-					return clientExit(c, err)
-				}
-				if asJSON {
-					return writeJSON(g.stdout, op)
-				}
-				return printOp(g.stdout, op)
-			})
+			send := func(ctx context.Context, c *client.Client) (*api.Op, error) { return c.Op(ctx, args[0]) }
+			return request(g, cmd, asJSON, send, printOp)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON answer")
@@ -158,15 +150,9 @@ one that is not dead_lettered (409: an op still to be delivered is never
 dropped).`,
 		Args: argsNamed("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withClient(g, cmd, func(ctx context.Context, c *client.Client) error {
-				d, err := c.Discard(ctx, args[0])
-				if err != nil {
-					return clientExit(c, err)
-				}
-				if asJSON {
-					return writeJSON(g.stdout, d)
-				}
-				_, err = fmt.Fprintf(g.stdout, "%s discarded: %s (payload sha256 %s)\n", d.ID, d.Message, d.PayloadSHA256)
+			send := func(ctx context.Context, c *client.Client) (*api.OpDiscarded, error) { return c.Discard(ctx, args[0]) }
+			return request(g, cmd, asJSON, send, func(w io.Writer, d *api.OpDiscarded) error {
+				_, err := fmt.Fprintf(w, "%s discarded: %s (payload sha256 %s)\n", d.ID, d.Message, d.PayloadSHA256)
 				return err
 			})
 		},
@@ -176,7 +162,7 @@ dropped).`,
 }
 
 func printOp(w io.Writer, op *api.Op) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintf(tw, "id\t%s\n", printable(op.ID))
 	fmt.Fprintf(tw, "object\t%s\n", printable(op.Object))
 	fmt.Fprintf(tw, "state\t%s\n", op.State)
@@ -242,7 +228,7 @@ be reached.`,
 			return withClient(g, cmd, func(ctx context.Context, c *client.Client) error {
 				var tw *tabwriter.Writer
 				if !asJSON {
-					tw = tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+					tw = newTable(g.stdout)
 					fmt.Fprintln(tw, "ID\tOBJECT\tSTATE\tSEQ\tATTEMPTS\tREPLAYS\tACCEPTED\tLAST_ERROR")
 				}
 				n := 0
