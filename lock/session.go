@@ -592,3 +592,12 @@ type zkLogger struct{ log *slog.Logger }
 func (l zkLogger) Printf(format string, args ...any) {
 	l.log.Debug(fmt.Sprintf(format, args...), "component", "go-zookeeper")
 }
+
+// get reads the node at path (zk.ErrNoNode when there is none), giving up
+// when ctx ends.
+func (s *session) get(ctx context.Context, path string) (nodeRead, error) {
+	return zcall(ctx, func() (nodeRead, error) {
+		d, st, err := s.conn.Get(path)
+		return nodeRead{d, st, err}, err
+	}, nil)
+}
