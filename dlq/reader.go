@@ -55,22 +55,11 @@ func NewReader(opts ReaderOptions) (*Reader, error) {
 	if opts.Timeout < 0 || opts.IdleTimeout < 0 || opts.MaxWait < 0 {
 		return nil, errors.New("dlq: ReaderOptions durations must not be negative")
 	}
-	if opts.Topic == "" {
-		opts.Topic = DefaultTopic
-	}
-	if opts.Timeout == 0 {
-		opts.Timeout = 10 * time.Second
-	}
-	if opts.IdleTimeout == 0 {
-		opts.IdleTimeout = 30 * time.Second
-	}
-	if opts.MaxWait == 0 {
-		opts.MaxWait = 500 * time.Millisecond
-	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	defaultTo(&opts.Topic, DefaultTopic)
+	defaultTo(&opts.Timeout, 10*time.Second)
+	defaultTo(&opts.IdleTimeout, 30*time.Second)
+	defaultTo(&opts.MaxWait, 500*time.Millisecond)
+	defaultTo(&opts.Logger, slog.New(slog.DiscardHandler))
 	t := opts.Security.apply(&kafka.Transport{
 		Dial:        (&net.Dialer{Timeout: opts.Timeout}).DialContext,
 		DialTimeout: opts.Timeout,
@@ -80,7 +69,7 @@ func NewReader(opts ReaderOptions) (*Reader, error) {
 		opts:      opts,
 		client:    &kafka.Client{Addr: kafka.TCP(opts.Brokers...), Timeout: opts.Timeout, Transport: t},
 		transport: t,
-		log:       log.With("component", "dlq", "topic", opts.Topic),
+		log:       opts.Logger.With("component", "dlq", "topic", opts.Topic),
 	}, nil
 }
 
