@@ -166,7 +166,8 @@ func (s *session) handshake(id int64, timeout time.Duration, sent time.Time) {
 		time.AfterFunc(100*time.Millisecond, func() { s.settle(g) })
 	}
 	if usable := timeout - s.margin(timeout) - s.e.opts.TickTime - 2*s.keepInterval(timeout); first && usable <= 0 {
-		s.log.Error("the negotiated session timeout leaves no validity for grants: raise zookeeper.session.timeout (and the servers' maxSessionTimeout), or check zookeeper.tick.time",
+		s.log.Error("the negotiated session timeout leaves no validity for grants: "+
+			"raise zookeeper.session.timeout (and the servers' maxSessionTimeout), or check zookeeper.tick.time",
 			"timeout_negotiated", timeout, "tick_time", s.e.opts.TickTime)
 	}
 	if sent.After(s.base) {
@@ -413,7 +414,8 @@ func (s *session) monitor() {
 }
 
 // errNoValidity: a grant answered after the session's deadline.
-var errNoValidity = fmt.Errorf("%w: granted with no validity left (is the negotiated session timeout longer than zookeeper.tick.time plus the margin?)", ErrSessionLost)
+var errNoValidity = fmt.Errorf("%w: granted with no validity left "+
+	"(is the negotiated session timeout longer than zookeeper.tick.time plus the margin?)", ErrSessionLost)
 
 // register adds a grant to the session, unless the session is lost or its
 // deadline has passed (then the grant would be valid for no time at all).

@@ -132,7 +132,8 @@ func (e *preemptedError) Error() string {
 	if e.sig.Kind == signalRevoke {
 		return fmt.Sprintf("revoked by an operator (%s, through sidecar %s): %s", e.sig.Who, e.sig.From, e.sig.Reason)
 	}
-	return fmt.Sprintf("preempted by a foreground request through sidecar %s (%s): the delivery was cancelled after sidecar.app.preempt.cleanup", e.sig.From, e.sig.Reason)
+	return fmt.Sprintf("preempted by a foreground request through sidecar %s (%s): the delivery was cancelled after "+
+		"sidecar.app.preempt.cleanup", e.sig.From, e.sig.Reason)
 }
 
 // preemptStands reports whether a preemption ask (lock.Engine.Ask) still
@@ -203,7 +204,8 @@ func (d *Dispatcher) deliver(op queue.Op, g *lock.Grant, set *settings, preempt 
 				}
 				// Every preemption was withdrawn (its requester gave
 				// up): the delivery goes on; a later one starts anew.
-				d.log.Info("preemption withdrawn before the delivery's cleanup ended: the delivery goes on", "op_id", op.ID, "object", op.Object, "token", g.Token())
+				d.log.Info("preemption withdrawn before the delivery's cleanup ended: the delivery goes on",
+					"op_id", op.ID, "object", op.Object, "token", g.Token())
 				cut = nil
 			}
 		}

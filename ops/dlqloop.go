@@ -167,7 +167,8 @@ func (d *Dispatcher) publishPending() (int, error) {
 			}
 			note := ""
 			if l := letters[i]; l.Elided {
-				note = fmt.Sprintf("%s (%d bytes, sha256 %s): too large for the topic's %d-byte message limit; this sidecar keeps the only whole copy, past queue.retention, until it is replayed by id (baton ops replay %s) or discarded (baton ops discard %s)",
+				note = fmt.Sprintf("%s (%d bytes, sha256 %s): too large for the topic's %d-byte message limit; this sidecar keeps the only whole copy, past "+
+					"queue.retention, until it is replayed by id (baton ops replay %s) or discarded (baton ops discard %s)",
 					queue.ElidedNotePrefix, l.PayloadBytes, l.PayloadSHA256, limit, op.ID, op.ID)
 				d.m.dlqElided.Inc()
 				d.log.Warn("dead letter too large for the topic: published without its payload; the op is kept until replayed or discarded", "op_id", op.ID,

@@ -122,7 +122,8 @@ Exit status 0; 69 when Kafka cannot be reached.`,
 				}
 				lt := m.Letter
 				replayed, state := st.of(cmd.Context(), m)
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", pos, printable(lt.Object), printable(lt.ID), orDash(printable(lt.ErrorClass)), lt.Attempts, replayed, state, quoteCut(lt.LastError))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", pos, printable(lt.Object), printable(lt.ID), orDash(printable(lt.ErrorClass)),
+					lt.Attempts, replayed, state, quoteCut(lt.LastError))
 				return nil
 			})
 			if werr != nil {
@@ -309,7 +310,8 @@ func (rp *replayer) replay(ctx context.Context, lt dlq.Letter) (string, error) {
 	}
 	if cur != nil && superseded(cur, lt) {
 		rc.superseded++
-		return fmt.Sprintf("skipped %s (object %s): letter of seq %d, the op was accepted again since (seq %d) and dead-lettered again: its newer letter counts",
+		return fmt.Sprintf("skipped %s (object %s): letter of seq %d, the op was accepted again since (seq %d) and dead-lettered again: "+
+			"its newer letter counts",
 			lt.ID, lt.Object, lt.Seq, cur.Seq), nil
 	}
 	if n := rp.replayed[lt.ID]; n >= rp.max {
@@ -361,7 +363,8 @@ func replayAll(ctx context.Context, g *globals, r *dlq.Reader, rp *replayer, ro 
 	counts, err = r.Replay(ctx, ro, func(lt dlq.Letter) error {
 		if ro.DryRun {
 			rp.rc.wouldDo++
-			_, werr := fmt.Fprintf(g.stdout, "would replay %s (object %s, %s, %s)\n", printable(lt.ID), printable(lt.Object), count(lt.Attempts, "attempt"), orDash(printable(lt.ErrorClass)))
+			_, werr := fmt.Fprintf(g.stdout, "would replay %s (object %s, %s, %s)\n",
+				printable(lt.ID), printable(lt.Object), count(lt.Attempts, "attempt"), orDash(printable(lt.ErrorClass)))
 			return werr
 		}
 		msg, err := rp.replay(ctx, lt)
@@ -373,8 +376,10 @@ func replayAll(ctx context.Context, g *globals, r *dlq.Reader, rp *replayer, ro 
 		return werr
 	})
 	rc := rp.rc
-	fmt.Fprintf(g.stdout, "read %d, replayed %d (%d queued again, %d submitted anew), already handled %d, superseded %d, capped %d, other objects %d, would replay %d, committed %d\n",
-		counts.Read, rc.requeued+rc.submitted, rc.requeued, rc.submitted, rc.already, rc.superseded, rc.capped, counts.Skipped, rc.wouldDo, counts.Committed)
+	fmt.Fprintf(g.stdout, "read %d, replayed %d (%d queued again, %d submitted anew), already handled %d, superseded %d, capped %d, "+
+		"other objects %d, would replay %d, committed %d\n",
+		counts.Read, rc.requeued+rc.submitted, rc.requeued, rc.submitted, rc.already, rc.superseded, rc.capped,
+		counts.Skipped, rc.wouldDo, counts.Committed)
 	return counts, refused, err
 }
 

@@ -87,7 +87,8 @@ func printLocks(w io.Writer, ll api.LockList) error {
 	fmt.Fprintln(tw, "OBJECT\tHOLDER\tTYPE\tSIDECAR\tTOKEN\tSINCE\tWAITERS\tINFO")
 	for _, l := range locks {
 		if h := l.Holder; h != nil {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", printable(l.Object), printable(h.Node), orDash(printable(h.Type)), orDash(printable(h.Sidecar)), h.Token, since(h.Since), l.Waiters, strconv.Quote(h.Info))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", printable(l.Object), printable(h.Node), orDash(printable(h.Type)),
+				orDash(printable(h.Sidecar)), h.Token, since(h.Since), l.Waiters, strconv.Quote(h.Info))
 		} else {
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%d\t\n", printable(l.Object), l.Waiters)
 		}
@@ -114,7 +115,8 @@ func printLock(w io.Writer, st *api.LockStatus) error {
 	tw = newTable(w)
 	fmt.Fprintln(tw, "  #\tNODE\tTYPE\tSIDECAR\tSINCE\tINFO")
 	for i, wt := range st.Waiters {
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", i+1, printable(wt.Node), orDash(printable(wt.Type)), orDash(printable(wt.Sidecar)), since(wt.Since), strconv.Quote(wt.Info))
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", i+1, printable(wt.Node), orDash(printable(wt.Type)), orDash(printable(wt.Sidecar)),
+			since(wt.Since), strconv.Quote(wt.Info))
 	}
 	return tw.Flush()
 }
