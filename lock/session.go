@@ -456,15 +456,24 @@ func (s *session) addCleanup(cs ...cleanup) {
 	}
 }
 
+// woken waits for wake or tick (nil: never) and reports true, or false
+// once the session is over (lost, or the engine closing): the wait of the
+// session's background loops.
+func (s *session) woken(wake <-chan struct{}, tick <-chan time.Time) bool {
+	select {
+	case <-s.lost:
+		return false
+	case <-s.e.closing:
+		return false
+	case <-wake:
+		return true
+	case <-tick:
+		return true
+	}
+}
+
 func (s *session) cleaner() {
-	for {
-		select {
-		case <-s.lost:
-			return
-		case <-s.e.closing:
-			return
-		case <-s.cleanWake:
-		}
+	for s.woken(s.cleanWake, nil) {
 		// Like every request, wait until the connection is settled
 		// (see handshake): the cleaner is woken at the reconnect, before
 		// go-zookeeper has written its setWatches.
