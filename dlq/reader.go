@@ -258,6 +258,9 @@ func (r *Reader) Replay(ctx context.Context, ro ReplayOptions, fn func(Letter) e
 	return c, r.opts.Security.explain(err)
 }
 
+// replay is Replay without the explanation of a TLS or SASL error: it reads
+// the partitions' spans and the group's committed offsets, then each
+// partition's letters from there, calling fn and committing as Replay says.
 func (r *Reader) replay(ctx context.Context, ro ReplayOptions, fn func(Letter) error) (Counts, error) {
 	var c Counts
 	if ro.Group == "" {

@@ -53,6 +53,8 @@ func loadForDLQ(g *globals) (*props.Loaded, *dlq.Reader, error) {
 	return l, r, nil
 }
 
+// newDLQLsCmd is `baton dlq ls`: the dead letters on the topic, each with
+// what became of its op on this sidecar (or the raw letters with --json).
 func newDLQLsCmd(g *globals) *cobra.Command {
 	var (
 		maxN   int

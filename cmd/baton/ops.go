@@ -190,6 +190,8 @@ func printOp(w io.Writer, op *api.Op) error {
 	return tw.Flush()
 }
 
+// newOpsLsCmd is `baton ops ls`: the ops of this sidecar's queue, page by
+// page, filtered by state and object (see its help).
 func newOpsLsCmd(g *globals) *cobra.Command {
 	var (
 		o      client.OpsOptions
