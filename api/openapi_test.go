@@ -10,7 +10,6 @@ import (
 	"go/token"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -295,17 +294,16 @@ func startStack(t *testing.T) *stack {
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = d.Run(ctx) })
 	wg.Go(func() { _ = srv.Run(ctx) })
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var dl net.Dialer
-		return dl.DialContext(ctx, "unix", cfg.SocketPath)
-	}, MaxIdleConnsPerHost: 8}
+	hc := testenv.UnixHTTP(cfg.SocketPath)
+	hc.Transport.(*http.Transport).MaxIdleConnsPerHost = 8
+	hc.Timeout = 30 * time.Second
 	t.Cleanup(func() {
 		cancel()
 		wg.Wait()
 		d.Close()
-		tr.CloseIdleConnections()
+		hc.CloseIdleConnections()
 	})
-	s := &stack{cfg: cfg, hc: &http.Client{Transport: tr, Timeout: 30 * time.Second}, app: app, kafka: k, srv: srv}
+	s := &stack{cfg: cfg, hc: hc, app: app, kafka: k, srv: srv}
 	testenv.WaitFor(t, 30*time.Second, "sidecar ready", func() bool {
 		resp, err := s.do("GET", "/readyz", "")
 		if err != nil {

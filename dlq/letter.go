@@ -8,10 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 	"unicode/utf8"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/batonhq/baton/api"
 )
 
 // Header names of a dead-letter message.
@@ -28,26 +29,23 @@ const (
 // last_error carries the full message.
 const MaxHeaderErrorBytes = 4 << 10
 
-// timeLayout is RFC 3339 UTC with milliseconds, as in the API.
-const timeLayout = "2006-01-02T15:04:05.000Z07:00"
-
 // ErrInvalidLetter is wrapped by every error of [Decode].
 var ErrInvalidLetter = errors.New("dlq: invalid dead letter")
 
 // Letter is the value of a dead-letter message: the op as accepted plus
 // what became of it. Times are encoded as RFC 3339 UTC with milliseconds;
-// a zero FirstAttemptAt is encoded as null.
+// a zero FirstAttemptAt is encoded as null (see [api.Time]).
 type Letter struct {
 	ID             string          `json:"id"`
 	Object         string          `json:"object"`
 	Info           string          `json:"info"`
 	Payload        json.RawMessage `json:"payload"`
 	Seq            uint64          `json:"seq"`
-	AcceptedAt     time.Time       `json:"accepted_at"`
+	AcceptedAt     api.Time        `json:"accepted_at"`
 	Attempts       int             `json:"attempts"`
 	LastError      string          `json:"last_error"`
 	ErrorClass     string          `json:"error_class"`
-	FirstAttemptAt time.Time       `json:"first_attempt_at"`
+	FirstAttemptAt api.Time        `json:"first_attempt_at"`
 	Sidecar        string          `json:"sidecar"`
 	// Elided says the letter did not fit the topic's message limit with
 	// its payload: Payload is null and PayloadBytes / PayloadSHA256 name
@@ -59,88 +57,23 @@ type Letter struct {
 	PayloadSHA256 string `json:"payload_sha256,omitempty"`
 }
 
-// letterJSON is Letter's wire shape (times as strings).
-type letterJSON struct {
-	ID             string          `json:"id"`
-	Object         string          `json:"object"`
-	Info           string          `json:"info"`
-	Payload        json.RawMessage `json:"payload"`
-	Seq            uint64          `json:"seq"`
-	AcceptedAt     *string         `json:"accepted_at"`
-	Attempts       int             `json:"attempts"`
-	LastError      string          `json:"last_error"`
-	ErrorClass     string          `json:"error_class"`
-	FirstAttemptAt *string         `json:"first_attempt_at"`
-	Sidecar        string          `json:"sidecar"`
-	Elided         bool            `json:"payload_elided,omitempty"`
-	PayloadBytes   int             `json:"payload_bytes,omitempty"`
-	PayloadSHA256  string          `json:"payload_sha256,omitempty"`
-}
-
-func fmtTime(t time.Time) *string {
-	if t.IsZero() {
-		return nil
-	}
-	s := t.UTC().Format(timeLayout)
-	return &s
-}
-
-func parseTime(field string, s *string) (time.Time, error) {
-	if s == nil {
-		return time.Time{}, nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, *s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("%s: %w", field, err)
-	}
-	return t.UTC(), nil
-}
-
-// MarshalJSON encodes l with RFC 3339 millisecond UTC times and without
-// HTML escaping: '<', '>' and '&' stay one byte each (json.Marshal would
-// make each a 6-byte \u escape, multiplying an HTML-like payload by up to
-// six). Note that json.Marshal(l) re-escapes this output; [Letter.Encode]
-// calls MarshalJSON directly.
+// MarshalJSON encodes l without HTML escaping: '<', '>' and '&' stay one
+// byte each (json.Marshal would make each a 6-byte \u escape, multiplying an
+// HTML-like payload by up to six). An empty payload is encoded as null. Note
+// that json.Marshal(l) re-escapes this output; [Letter.Encode] calls
+// MarshalJSON directly.
 func (l Letter) MarshalJSON() ([]byte, error) {
-	payload := l.Payload
-	if len(bytes.TrimSpace(payload)) == 0 {
-		payload = json.RawMessage("null")
+	if len(bytes.TrimSpace(l.Payload)) == 0 {
+		l.Payload = json.RawMessage("null")
 	}
+	type plain Letter // Letter's fields without its methods
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	err := enc.Encode(letterJSON{
-		ID: l.ID, Object: l.Object, Info: l.Info, Payload: payload, Seq: l.Seq,
-		AcceptedAt: fmtTime(l.AcceptedAt), Attempts: l.Attempts, LastError: l.LastError,
-		ErrorClass: l.ErrorClass, FirstAttemptAt: fmtTime(l.FirstAttemptAt), Sidecar: l.Sidecar,
-		Elided: l.Elided, PayloadBytes: l.PayloadBytes, PayloadSHA256: l.PayloadSHA256,
-	})
-	if err != nil {
+	if err := enc.Encode(plain(l)); err != nil {
 		return nil, err
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
-}
-
-// UnmarshalJSON decodes the wire shape; it accepts any RFC 3339 time.
-func (l *Letter) UnmarshalJSON(b []byte) error {
-	var w letterJSON
-	if err := json.Unmarshal(b, &w); err != nil {
-		return err
-	}
-	acc, err := parseTime("accepted_at", w.AcceptedAt)
-	if err != nil {
-		return err
-	}
-	first, err := parseTime("first_attempt_at", w.FirstAttemptAt)
-	if err != nil {
-		return err
-	}
-	*l = Letter{
-		ID: w.ID, Object: w.Object, Info: w.Info, Payload: w.Payload, Seq: w.Seq, AcceptedAt: acc,
-		Attempts: w.Attempts, LastError: w.LastError, ErrorClass: w.ErrorClass, FirstAttemptAt: first, Sidecar: w.Sidecar,
-		Elided: w.Elided, PayloadBytes: w.PayloadBytes, PayloadSHA256: w.PayloadSHA256,
-	}
-	return nil
 }
 
 // Encode returns the Kafka message of l: key = object, value = JSON, and the

@@ -10,6 +10,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/dlq"
 )
 
@@ -18,11 +19,11 @@ func sampleLetter(id, object string) dlq.Letter {
 		ID: id, Object: object, Info: "reindex " + object,
 		Payload:        json.RawMessage(`{"doc":{"title":"héllo","n":[1,2.5]}}`),
 		Seq:            7,
-		AcceptedAt:     time.Date(2025, 1, 2, 3, 4, 5, 678_000_000, time.UTC),
+		AcceptedAt:     api.NewTime(time.Date(2025, 1, 2, 3, 4, 5, 678_000_000, time.UTC)),
 		Attempts:       6,
 		LastError:      "app answered HTTP 503: busy",
 		ErrorClass:     "HTTP503",
-		FirstAttemptAt: time.Date(2025, 1, 2, 3, 4, 6, 0, time.UTC),
+		FirstAttemptAt: api.NewTime(time.Date(2025, 1, 2, 3, 4, 6, 0, time.UTC)),
 		Sidecar:        "node-1",
 	}
 }
@@ -62,7 +63,7 @@ func TestLetterEncoding(t *testing.T) {
 		t.Errorf("Decode(Encode(l)) = %+v, want %+v", got, l)
 	}
 	// A letter of an op that never started: first_attempt_at is null.
-	l.FirstAttemptAt = time.Time{}
+	l.FirstAttemptAt = api.Time{}
 	l.Payload = nil
 	m, _ = l.Encode()
 	if !strings.Contains(string(m.Value), `"first_attempt_at":null`) || !strings.Contains(string(m.Value), `"payload":null`) {
@@ -126,7 +127,7 @@ func FuzzLetter(f *testing.F) {
 			Attempts: attempts, LastError: lastErr, ErrorClass: class, Sidecar: sidecar,
 		}
 		if accMs > 0 && accMs < 253402300799000 {
-			l.AcceptedAt = time.UnixMilli(accMs).UTC()
+			l.AcceptedAt = api.NewTime(time.UnixMilli(accMs))
 		}
 		m, err := l.Encode()
 		if err != nil {

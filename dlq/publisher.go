@@ -45,7 +45,7 @@ type PublisherOptions struct {
 	// Logger receives kafka-go's messages at debug level and its errors at
 	// warn level. Nil discards.
 	Logger *slog.Logger
-	// Security is TLS and SASL (see [SecurityOf]); zero = plaintext.
+	// Security is TLS and SASL (see [NewSecurity]); zero = plaintext.
 	Security Security
 }
 
@@ -90,29 +90,14 @@ func NewPublisher(opts PublisherOptions) (*Publisher, error) {
 	if opts.MaxMessageBytes < 0 {
 		return nil, errors.New("dlq: PublisherOptions.MaxMessageBytes must not be negative")
 	}
-	if opts.MaxMessageBytes == 0 {
-		opts.MaxMessageBytes = DefaultMaxMessageBytes
-	}
-	if opts.Topic == "" {
-		opts.Topic = DefaultTopic
-	}
-	if opts.BatchTimeout == 0 {
-		opts.BatchTimeout = 5 * time.Millisecond
-	}
-	if opts.Timeout == 0 {
-		opts.Timeout = 10 * time.Second
-	}
-	if opts.DialTimeout == 0 {
-		opts.DialTimeout = 5 * time.Second
-	}
-	if opts.MaxAttempts == 0 {
-		opts.MaxAttempts = 3
-	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	log = log.With("component", "dlq", "topic", opts.Topic)
+	defaultTo(&opts.MaxMessageBytes, DefaultMaxMessageBytes)
+	defaultTo(&opts.Topic, DefaultTopic)
+	defaultTo(&opts.BatchTimeout, 5*time.Millisecond)
+	defaultTo(&opts.Timeout, 10*time.Second)
+	defaultTo(&opts.DialTimeout, 5*time.Second)
+	defaultTo(&opts.MaxAttempts, 3)
+	defaultTo(&opts.Logger, slog.New(slog.DiscardHandler))
+	log := opts.Logger.With("component", "dlq", "topic", opts.Topic)
 	t := opts.Security.apply(&kafka.Transport{
 		Dial:        (&net.Dialer{Timeout: opts.DialTimeout}).DialContext,
 		DialTimeout: opts.DialTimeout,
@@ -340,5 +325,14 @@ func slogPrintf(log *slog.Logger, level slog.Level) kafka.LoggerFunc {
 		if log.Enabled(context.Background(), level) {
 			log.Log(context.Background(), level, fmt.Sprintf(format, args...))
 		}
+	}
+}
+
+// defaultTo sets *v to def when it is the zero value: an option's
+// documented default.
+func defaultTo[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
 	}
 }

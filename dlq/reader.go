@@ -33,7 +33,7 @@ type ReaderOptions struct {
 	// Logger receives kafka-go's messages at debug level and its errors at
 	// warn level. Nil discards.
 	Logger *slog.Logger
-	// Security is TLS and SASL (see [SecurityOf]); zero = plaintext.
+	// Security is TLS and SASL (see [NewSecurity]); zero = plaintext.
 	Security Security
 }
 
@@ -55,22 +55,11 @@ func NewReader(opts ReaderOptions) (*Reader, error) {
 	if opts.Timeout < 0 || opts.IdleTimeout < 0 || opts.MaxWait < 0 {
 		return nil, errors.New("dlq: ReaderOptions durations must not be negative")
 	}
-	if opts.Topic == "" {
-		opts.Topic = DefaultTopic
-	}
-	if opts.Timeout == 0 {
-		opts.Timeout = 10 * time.Second
-	}
-	if opts.IdleTimeout == 0 {
-		opts.IdleTimeout = 30 * time.Second
-	}
-	if opts.MaxWait == 0 {
-		opts.MaxWait = 500 * time.Millisecond
-	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	defaultTo(&opts.Topic, DefaultTopic)
+	defaultTo(&opts.Timeout, 10*time.Second)
+	defaultTo(&opts.IdleTimeout, 30*time.Second)
+	defaultTo(&opts.MaxWait, 500*time.Millisecond)
+	defaultTo(&opts.Logger, slog.New(slog.DiscardHandler))
 	t := opts.Security.apply(&kafka.Transport{
 		Dial:        (&net.Dialer{Timeout: opts.Timeout}).DialContext,
 		DialTimeout: opts.Timeout,
@@ -80,7 +69,7 @@ func NewReader(opts ReaderOptions) (*Reader, error) {
 		opts:      opts,
 		client:    &kafka.Client{Addr: kafka.TCP(opts.Brokers...), Timeout: opts.Timeout, Transport: t},
 		transport: t,
-		log:       log.With("component", "dlq", "topic", opts.Topic),
+		log:       opts.Logger.With("component", "dlq", "topic", opts.Topic),
 	}, nil
 }
 
@@ -269,6 +258,9 @@ func (r *Reader) Replay(ctx context.Context, ro ReplayOptions, fn func(Letter) e
 	return c, r.opts.Security.explain(err)
 }
 
+// replay is Replay without the explanation of a TLS or SASL error: it reads
+// the partitions' spans and the group's committed offsets, then each
+// partition's letters from there, calling fn and committing as Replay says.
 func (r *Reader) replay(ctx context.Context, ro ReplayOptions, fn func(Letter) error) (Counts, error) {
 	var c Counts
 	if ro.Group == "" {

@@ -17,7 +17,6 @@ import (
 	"github.com/segmentio/kafka-go/sasl/scram"
 
 	"github.com/batonhq/baton/internal/tlsfiles"
-	"github.com/batonhq/baton/props"
 )
 
 // Security is how the dead-letter clients (publisher, reader, the topic
@@ -65,15 +64,30 @@ func (s trackedSM) Next(ctx context.Context, challenge []byte) (bool, []byte, er
 	return done, b, err
 }
 
-// SecurityOf builds the Security of the kafka.tls.* and kafka.sasl.* keys:
-// it loads the PEM files and reads kafka.sasl.password.file (one trailing
-// newline is not part of the password). Errors name the key at fault and
-// never hold the password.
-func SecurityOf(c props.Config) (Security, error) {
+// SecurityOptions are the kafka.tls.* and kafka.sasl.* settings of a
+// [Security] (the edge maps the properties to them: ops.DLQSecurity).
+type SecurityOptions struct {
+	TLS        bool   // kafka.tls.enabled; the other TLS fields matter only when it is true
+	CAFile     string // kafka.tls.ca.file; empty: the system roots
+	CertFile   string // kafka.tls.cert.file (with KeyFile: a client certificate)
+	KeyFile    string // kafka.tls.key.file
+	ServerName string // kafka.tls.server.name; empty: each broker's host
+
+	Mechanism    string // kafka.sasl.mechanism: "" (no SASL), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
+	Username     string // kafka.sasl.username
+	Password     string // kafka.sasl.password — secret, never in an error
+	PasswordFile string // kafka.sasl.password.file; when set, its content is the password
+	PasswordEnv  string // the environment variable that sets kafka.sasl.password, named in errors
+}
+
+// NewSecurity builds the Security of o: it loads the PEM files and reads
+// PasswordFile (one trailing newline is not part of the password). Errors
+// name the key at fault and never hold the password.
+func NewSecurity(o SecurityOptions) (Security, error) {
 	var s Security
-	if c.KafkaTLSEnabled == "true" {
+	if o.TLS {
 		cfg, err := tlsfiles.Files{
-			CA: c.KafkaTLSCAFile, Cert: c.KafkaTLSCertFile, Key: c.KafkaTLSKeyFile, ServerName: c.KafkaTLSServerName,
+			CA: o.CAFile, Cert: o.CertFile, Key: o.KeyFile, ServerName: o.ServerName,
 			CAKey: "kafka.tls.ca.file", CertKey: "kafka.tls.cert.file", KeyKey: "kafka.tls.key.file",
 			ServerNameKey: "kafka.tls.server.name",
 		}.Config()
@@ -82,38 +96,38 @@ func SecurityOf(c props.Config) (Security, error) {
 		}
 		s.TLS = cfg
 	}
-	if c.KafkaSASLMechanism == "" {
+	if o.Mechanism == "" {
 		return s, nil
 	}
-	if c.KafkaSASLUsername == "" {
-		return Security{}, fmt.Errorf("dlq: kafka.sasl.username is empty: kafka.sasl.mechanism %s needs a user", c.KafkaSASLMechanism)
+	if o.Username == "" {
+		return Security{}, fmt.Errorf("dlq: kafka.sasl.username is empty: kafka.sasl.mechanism %s needs a user", o.Mechanism)
 	}
-	pass, passKey := c.KafkaSASLPassword, "kafka.sasl.password ("+props.EnvName("kafka.sasl.password")+")"
-	if c.KafkaSASLPasswordFile != "" {
-		b, err := os.ReadFile(c.KafkaSASLPasswordFile)
+	pass, passKey := o.Password, "kafka.sasl.password ("+o.PasswordEnv+")"
+	if o.PasswordFile != "" {
+		b, err := os.ReadFile(o.PasswordFile)
 		if err != nil {
 			return Security{}, fmt.Errorf("dlq: kafka.sasl.password.file: %w", err)
 		}
 		pass, passKey = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"), "kafka.sasl.password.file"
 		if pass == "" {
-			return Security{}, fmt.Errorf("dlq: kafka.sasl.password.file: %s is empty", c.KafkaSASLPasswordFile)
+			return Security{}, fmt.Errorf("dlq: kafka.sasl.password.file: %s is empty", o.PasswordFile)
 		}
 	}
 	if pass == "" {
 		return Security{}, fmt.Errorf("dlq: kafka.sasl.mechanism %s needs a password: set kafka.sasl.password.file or %s",
-			c.KafkaSASLMechanism, props.EnvName("kafka.sasl.password"))
+			o.Mechanism, o.PasswordEnv)
 	}
-	s.passKey, s.user = passKey, c.KafkaSASLUsername
+	s.passKey, s.user = passKey, o.Username
 	var err error
-	switch c.KafkaSASLMechanism {
+	switch o.Mechanism {
 	case "PLAIN":
-		s.SASL = plain.Mechanism{Username: c.KafkaSASLUsername, Password: pass}
+		s.SASL = plain.Mechanism{Username: o.Username, Password: pass}
 	case "SCRAM-SHA-256":
-		s.SASL, err = scram.Mechanism(scram.SHA256, c.KafkaSASLUsername, pass)
+		s.SASL, err = scram.Mechanism(scram.SHA256, o.Username, pass)
 	case "SCRAM-SHA-512":
-		s.SASL, err = scram.Mechanism(scram.SHA512, c.KafkaSASLUsername, pass)
+		s.SASL, err = scram.Mechanism(scram.SHA512, o.Username, pass)
 	default:
-		return Security{}, fmt.Errorf("dlq: kafka.sasl.mechanism: %q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", c.KafkaSASLMechanism)
+		return Security{}, fmt.Errorf("dlq: kafka.sasl.mechanism: %q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", o.Mechanism)
 	}
 	if err != nil {
 		return Security{}, fmt.Errorf("dlq: kafka.sasl.username / password: %v", err) // scram's error never holds the password

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/dlq"
-	"github.com/batonhq/baton/props"
 	"github.com/batonhq/baton/testenv"
 )
 
@@ -32,11 +31,11 @@ func writeFile(t *testing.T, dir, name string, b []byte) string {
 }
 
 // secureConfig is the configuration of a client of startSecureKafka.
-func secureConfig(caFile, mech, user, passFile string) props.Config {
-	c := props.Defaults()
-	c.KafkaTLSEnabled, c.KafkaTLSCAFile = "true", caFile
-	c.KafkaSASLMechanism, c.KafkaSASLUsername, c.KafkaSASLPasswordFile = mech, user, passFile
-	return c
+func secureConfig(caFile, mech, user, passFile string) dlq.SecurityOptions {
+	return dlq.SecurityOptions{
+		TLS: true, CAFile: caFile,
+		Mechanism: mech, Username: user, PasswordFile: passFile, PasswordEnv: "BATON_KAFKA_SASL_PASSWORD",
+	}
 }
 
 // Dead letters go over TLS with each SASL mechanism, through kafka-go's own
@@ -53,7 +52,7 @@ func TestTLSAndSASL(t *testing.T) {
 		{"SCRAM-SHA-512", "carol", "carol-pw"},
 	} {
 		t.Run(tc.mech, func(t *testing.T) {
-			sec, err := dlq.SecurityOf(secureConfig(caFile, tc.mech, tc.user, writeFile(t, dir, tc.user, []byte(tc.pass+"\n"))))
+			sec, err := dlq.NewSecurity(secureConfig(caFile, tc.mech, tc.user, writeFile(t, dir, tc.user, []byte(tc.pass+"\n"))))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,7 +93,7 @@ func TestSecurityErrorsNameTheKey(t *testing.T) {
 	right := writeFile(t, dir, "right", []byte("bob-pw"))
 	for _, tc := range []struct {
 		name string
-		cfg  props.Config
+		cfg  dlq.SecurityOptions
 		want string
 	}{
 		{"wrong password", secureConfig(caFile, "SCRAM-SHA-256", "bob", wrong),
@@ -103,14 +102,14 @@ func TestSecurityErrorsNameTheKey(t *testing.T) {
 			`kafka.sasl.password.file: the broker refused the SASL credentials of kafka.sasl.username "alice" (PLAIN)`},
 		{"untrusted certificate", secureConfig(otherCA, "SCRAM-SHA-256", "bob", right),
 			`kafka.tls.ca.file: the broker's certificate is not trusted`},
-		{"wrong server name", func() props.Config {
+		{"wrong server name", func() dlq.SecurityOptions {
 			c := secureConfig(caFile, "SCRAM-SHA-256", "bob", right)
-			c.KafkaTLSServerName = "kafka.example"
+			c.ServerName = "kafka.example"
 			return c
 		}(), `kafka.tls.server.name: the broker's certificate does not carry the expected name`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sec, err := dlq.SecurityOf(tc.cfg)
+			sec, err := dlq.NewSecurity(tc.cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -135,15 +134,15 @@ func TestSecurityErrorsNameTheKey(t *testing.T) {
 	}
 }
 
-// Files named by the keys are read by SecurityOf: a missing, empty or
+// Files named by the keys are read by NewSecurity: a missing, empty or
 // non-PEM file is an error naming its key, before any connection.
-func TestSecurityOfFiles(t *testing.T) {
+func TestNewSecurityFiles(t *testing.T) {
 	dir := t.TempDir()
 	empty := writeFile(t, dir, "empty", []byte("\n"))
 	notPEM := writeFile(t, dir, "ca.pem", []byte("hello"))
 	for _, tc := range []struct {
 		name string
-		cfg  props.Config
+		cfg  dlq.SecurityOptions
 		want string
 	}{
 		{"empty password file", secureConfig("", "PLAIN", "u", empty), "dlq: kafka.sasl.password.file: " + empty + " is empty"},
@@ -151,16 +150,16 @@ func TestSecurityOfFiles(t *testing.T) {
 		{"CA not PEM", secureConfig(notPEM, "", "", ""), "dlq: kafka.tls.ca.file: " + notPEM + " holds no PEM certificate"},
 		{"no password", secureConfig("", "SCRAM-SHA-512", "u", ""), "dlq: kafka.sasl.mechanism SCRAM-SHA-512 needs a password: set kafka.sasl.password.file or BATON_KAFKA_SASL_PASSWORD"},
 	} {
-		if _, err := dlq.SecurityOf(tc.cfg); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+		if _, err := dlq.NewSecurity(tc.cfg); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want prefix %q", tc.name, err, tc.want)
 		}
 	}
-	c := props.Defaults()
-	if s, err := dlq.SecurityOf(c); err != nil || s.TLS != nil || s.SASL != nil {
+	var c dlq.SecurityOptions
+	if s, err := dlq.NewSecurity(c); err != nil || s.TLS != nil || s.SASL != nil {
 		t.Errorf("defaults: %+v, %v; want plaintext without SASL", s, err)
 	}
-	c.KafkaSASLMechanism, c.KafkaSASLUsername, c.KafkaSASLPassword = "PLAIN", "u", "from-env"
-	if s, err := dlq.SecurityOf(c); err != nil || s.SASL == nil || s.SASL.Name() != "PLAIN" {
+	c.Mechanism, c.Username, c.Password = "PLAIN", "u", "from-env"
+	if s, err := dlq.NewSecurity(c); err != nil || s.SASL == nil || s.SASL.Name() != "PLAIN" {
 		t.Errorf("password from kafka.sasl.password: %+v, %v", s, err)
 	}
 }

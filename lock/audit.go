@@ -156,15 +156,7 @@ func (s *session) auditor() {
 	}
 	t := time.NewTimer(every)
 	defer t.Stop()
-	for {
-		select {
-		case <-s.lost:
-			return
-		case <-s.e.closing:
-			return
-		case <-s.auditWake:
-		case <-t.C:
-		}
+	for s.woken(s.auditWake, t.C) {
 		s.audit()
 		t.Reset(every)
 	}

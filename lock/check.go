@@ -24,15 +24,10 @@ import (
 // An error wraps ErrUnavailable when ZooKeeper could not be read in time, or
 // ErrInvalidObject for a bad object name.
 func (e *Engine) Check(ctx context.Context, object string, token int64) (current bool, holder int64, err error) {
-	name, err := EscapeObject(object)
+	s, objPath, err := e.objectPath(ctx, object)
 	if err != nil {
 		return false, 0, err
 	}
-	s, err := e.connectedSession(ctx)
-	if err != nil {
-		return false, 0, err
-	}
-	objPath := e.root + "/" + name
 	if _, err := zcall(ctx, func() (string, error) { return s.conn.Sync(objPath) }, nil); err != nil && !errors.Is(err, zk.ErrNoNode) {
 		return false, 0, checkErr(ctx, objPath, "sync", err)
 	}

@@ -224,15 +224,7 @@ func (g *Grant) endCleanup(mark bool) cleanup {
 // watch follows privateLock while the grant lasts: deletion by anyone else,
 // or the session's end, loses the grant.
 func (g *Grant) watch() {
-	for {
-		select {
-		case <-g.ctx.Done():
-			return
-		case <-g.s.lost:
-			g.lose(g.s.lostCause())
-			return
-		default:
-		}
+	for !g.over() {
 		data, st, ev, err := g.s.conn.GetW(g.plPath)
 		if err == nil && st.Czxid == g.token {
 			g.noteData(data, st.Version)
@@ -262,17 +254,28 @@ func (g *Grant) watch() {
 			continue
 		}
 		select {
-		case <-g.ctx.Done():
-			return
-		case <-g.s.lost:
-			g.lose(g.s.lostCause())
-			return
+		case <-g.ctx.Done(): // over
+		case <-g.s.lost: // over
 		case e := <-ev:
 			if e.Type == zk.EventNodeDeleted && !g.isReleasing() {
 				g.lose(errors.New("privateLock was deleted by someone else"))
 				return
 			}
 		}
+	}
+}
+
+// over reports whether the grant has ended or its session is lost (then it
+// loses the grant), for watch.
+func (g *Grant) over() bool {
+	select {
+	case <-g.ctx.Done():
+		return true
+	case <-g.s.lost:
+		g.lose(g.s.lostCause())
+		return true
+	default:
+		return false
 	}
 }
 

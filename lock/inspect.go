@@ -23,15 +23,11 @@ type Status struct {
 // Inspect returns the object's holder and waiters in grant order. Nodes Baton
 // did not create are listed with Known false.
 func (e *Engine) Inspect(ctx context.Context, object string) (*Status, error) {
-	name, err := EscapeObject(object)
+	s, objPath, err := e.objectPath(ctx, object)
 	if err != nil {
 		return nil, err
 	}
-	s, err := e.connectedSession(ctx)
-	if err != nil {
-		return nil, err
-	}
-	st, err := e.inspect(ctx, s, e.root+"/"+name, 0)
+	st, err := e.inspect(ctx, s, objPath, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -35,45 +35,39 @@ func (e *Engine) orphanCheck(ctx context.Context, s *session, objPath string, ho
 		c, _, err := s.conn.Children(objPath)
 		return c, err
 	}, nil)
-	if errors.Is(err, zk.ErrNoNode) {
-		return orphanUnsure, nil, nil
-	}
 	if err != nil {
-		return orphanUnsure, nil, err
+		return unsureOf(err)
 	}
 	// In the plugin's order: the holder was first when granted, and only
 	// foreground children created since can sort ahead of it, so a live
 	// holder's child is met at once (the order does not change the verdict).
 	queue, _ := sortedQueue(kids)
 	for _, k := range queue {
-		r, err := zcall(ctx, func() (nodeRead, error) {
-			d, st, err := s.conn.Get(objPath + "/" + k)
-			return nodeRead{d, st, err}, err
-		}, nil)
-		if errors.Is(err, zk.ErrNoNode) {
-			return orphanUnsure, nil, nil
-		}
+		r, err := s.get(ctx, objPath+"/"+k)
 		if err != nil {
-			return orphanUnsure, nil, err
+			return unsureOf(err)
 		}
 		if r.stat.EphemeralOwner == holder.Session && reqOf(r.data) == holder.RequestID {
 			return notOrphan, nil, nil
 		}
 	}
-	r, err := zcall(ctx, func() (nodeRead, error) {
-		d, st, err := s.conn.Get(objPath + "/" + privateLock)
-		return nodeRead{d, st, err}, err
-	}, nil)
-	if errors.Is(err, zk.ErrNoNode) {
-		return orphanUnsure, nil, nil
-	}
+	r, err := s.get(ctx, objPath+"/"+privateLock)
 	if err != nil {
-		return orphanUnsure, nil, err
+		return unsureOf(err)
 	}
 	if r.stat.Czxid != holder.Token {
 		return orphanUnsure, nil, nil
 	}
 	return isOrphan, r.stat, nil
+}
+
+// unsureOf is orphanCheck's verdict after a failed read: unsure, with the
+// error unless the node was gone.
+func unsureOf(err error) (orphanVerdict, *zk.Stat, error) {
+	if errors.Is(err, zk.ErrNoNode) {
+		return orphanUnsure, nil, nil
+	}
+	return orphanUnsure, nil, err
 }
 
 // FreeOrphan deletes the object's privateLock if it is an orphan (see
@@ -85,54 +79,36 @@ func (e *Engine) orphanCheck(ctx context.Context, s *session, objPath string, ho
 // holder is a grant, an acquire in progress or not Baton's. Safe for
 // concurrent use.
 func (e *Engine) FreeOrphan(ctx context.Context, object string, token int64) (*Node, error) {
-	name, err := EscapeObject(object)
-	if err != nil {
-		return nil, err
-	}
-	s, err := e.connectedSession(ctx)
-	if err != nil {
-		return nil, err
-	}
-	objPath := e.root + "/" + name
-	for range 5 {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		ost, _, pst, holder, err := readHolder(s, objPath, token)
-		if errors.Is(err, ErrNoNode) {
-			return nil, ErrNoNode
-		}
-		if err != nil {
-			return nil, fmt.Errorf("lock: free orphan of %q: %w", object, err)
-		}
-		if !holder.Known || pst.Version < plVersion {
-			return &holder, ErrNotOrphan
+	op := fmt.Sprintf("free orphan of %q", object)
+	return e.onHolder(ctx, object, token, op, func(s *session, objPath string, h holderRead) (*Node, bool, error) {
+		holder := h.holder
+		if !holder.Known || h.pl.Version < plVersion {
+			return &holder, false, ErrNotOrphan
 		}
 		verdict, last, err := e.orphanCheck(ctx, s, objPath, &holder)
 		if err != nil {
-			return nil, fmt.Errorf("lock: free orphan of %q: %w", object, err)
+			return nil, false, fmt.Errorf("lock: %s: %w", op, err)
 		}
 		switch verdict {
 		case notOrphan:
-			return &holder, ErrNotOrphan
+			return &holder, false, ErrNotOrphan
 		case orphanUnsure:
-			continue // changed meanwhile: look again
+			return nil, true, nil // changed meanwhile: look again
 		}
 		holder.Orphan = true
 		_, err = s.conn.Multi(
-			&zk.CheckVersionRequest{Path: objPath, Version: ost.Version},
+			&zk.CheckVersionRequest{Path: objPath, Version: h.obj.Version},
 			&zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: last.Version},
 		)
 		switch {
 		case err == nil:
 			e.log.Warn("orphan privateLock freed", "object", object, "token", holder.Token,
 				"session", fmt.Sprintf("0x%x", holder.Session), "request_id", holder.RequestID, "sidecar", holder.Sidecar)
-			return &holder, nil
+			return &holder, false, nil
 		case gone(err):
-			continue // changed meanwhile: look again
+			return nil, true, nil // changed meanwhile: look again
 		default:
-			return nil, fmt.Errorf("lock: free orphan of %q: %w", object, err)
+			return nil, false, fmt.Errorf("lock: %s: %w", op, err)
 		}
-	}
-	return nil, fmt.Errorf("lock: free orphan of %q: privateLock kept changing", object)
+	})
 }

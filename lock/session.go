@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/batonhq/baton/internal/notify"
 )
 
 // session is one ZooKeeper session (one zk.Conn). It tracks the validity
@@ -40,7 +42,7 @@ type session struct {
 	// handshake (see settle); requests wait for it.
 	settled   bool
 	settleGen int
-	changed   chan struct{} // closed and replaced on every state or ack change
+	changed   notify.Broadcast // every state or ack change; guarded by mu
 	lostErr   error
 	cleanups  []cleanup
 	cleanWake chan struct{}
@@ -68,7 +70,6 @@ func newSession(e *Engine, gen uint64) (*session, error) {
 		e:         e,
 		gen:       gen,
 		log:       e.log.With("session_gen", gen),
-		changed:   make(chan struct{}),
 		lost:      make(chan struct{}),
 		cleanWake: make(chan struct{}, 1),
 		state:     zk.StateDisconnected,
@@ -132,22 +133,16 @@ func tlsClient(c net.Conn, addr string, timeout time.Duration, base *tls.Config)
 	return tc, nil
 }
 
-// notifyLocked wakes everyone waiting on a change. s.mu must be held.
-func (s *session) notifyLocked() {
-	close(s.changed)
-	s.changed = make(chan struct{})
-}
-
 func (s *session) handshake(id int64, timeout time.Duration, sent time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if id == 0 || timeout <= 0 {
-		s.notifyLocked()
+		s.changed.Notify()
 		go s.fail(fmt.Errorf("%w: expired by the server", ErrSessionLost))
 		return
 	}
 	if s.id != 0 && s.id != id {
-		s.notifyLocked()
+		s.changed.Notify()
 		go s.fail(fmt.Errorf("%w: replaced by session 0x%x", ErrSessionLost, id))
 		return
 	}
@@ -176,7 +171,8 @@ func (s *session) handshake(id int64, timeout time.Duration, sent time.Time) {
 		time.AfterFunc(100*time.Millisecond, func() { s.settle(g) })
 	}
 	if usable := timeout - s.margin(timeout) - s.e.opts.TickTime - 2*s.keepInterval(timeout); first && usable <= 0 {
-		s.log.Error("the negotiated session timeout leaves no validity for grants: raise zookeeper.session.timeout (and the servers' maxSessionTimeout), or check zookeeper.tick.time",
+		s.log.Error("the negotiated session timeout leaves no validity for grants: "+
+			"raise zookeeper.session.timeout (and the servers' maxSessionTimeout), or check zookeeper.tick.time",
 			"timeout_negotiated", timeout, "tick_time", s.e.opts.TickTime)
 	}
 	if sent.After(s.base) {
@@ -186,11 +182,11 @@ func (s *session) handshake(id int64, timeout time.Duration, sent time.Time) {
 	if !old.IsZero() && s.deadlineLocked().Before(old) {
 		// The server shortened the session timeout on a reconnect: a
 		// valid_until already told could outlast the server's expiry.
-		s.notifyLocked()
+		s.changed.Notify()
 		go s.fail(fmt.Errorf("%w: negotiated session timeout shrank to %v on reconnect", ErrSessionLost, timeout))
 		return
 	}
-	s.notifyLocked()
+	s.changed.Notify()
 }
 
 // settle marks the connection of handshake gen settled (see handshake).
@@ -198,7 +194,7 @@ func (s *session) settle(gen int) {
 	s.mu.Lock()
 	if s.settleGen == gen && !s.settled {
 		s.settled = true
-		s.notifyLocked()
+		s.changed.Notify()
 	}
 	s.mu.Unlock()
 }
@@ -259,7 +255,7 @@ func (s *session) acked(sent, at time.Time, leader bool) {
 	}
 	if b := s.touches[k].sent; b.After(s.base) {
 		s.base = b
-		s.notifyLocked()
+		s.changed.Notify()
 	}
 	s.touches = append(s.touches[:0], s.touches[k:]...)
 }
@@ -270,7 +266,7 @@ func (s *session) onEvent(ev zk.Event) {
 	}
 	s.mu.Lock()
 	s.state = ev.State
-	s.notifyLocked()
+	s.changed.Notify()
 	s.mu.Unlock()
 	s.e.observe(func(o Observer) { o.SessionState(ev.State.String()) })
 	switch ev.State {
@@ -337,7 +333,7 @@ func (s *session) waitConnected(ctx context.Context) error {
 	for {
 		s.mu.Lock()
 		ok := s.id != 0 && s.state == zk.StateHasSession && s.settled
-		ch := s.changed
+		ch := s.changed.Wait()
 		s.mu.Unlock()
 		if ok {
 			return nil
@@ -369,7 +365,7 @@ func (s *session) fail(cause error) {
 		s.lostErr = cause
 		s.cleanups = nil
 		s.pending.Store(0)
-		s.notifyLocked()
+		s.changed.Notify()
 		grants := make([]*Grant, 0, len(s.grants))
 		for g := range s.grants {
 			grants = append(grants, g)
@@ -404,7 +400,7 @@ func (s *session) monitor() {
 			// leader-path request and moves it first.
 			d = time.Time{}
 		}
-		ch := s.changed
+		ch := s.changed.Wait()
 		s.mu.Unlock()
 		if !d.IsZero() {
 			wait := time.Until(d)
@@ -426,7 +422,8 @@ func (s *session) monitor() {
 }
 
 // errNoValidity: a grant answered after the session's deadline.
-var errNoValidity = fmt.Errorf("%w: granted with no validity left (is the negotiated session timeout longer than zookeeper.tick.time plus the margin?)", ErrSessionLost)
+var errNoValidity = fmt.Errorf("%w: granted with no validity left "+
+	"(is the negotiated session timeout longer than zookeeper.tick.time plus the margin?)", ErrSessionLost)
 
 // register adds a grant to the session, unless the session is lost or its
 // deadline has passed (then the grant would be valid for no time at all).
@@ -440,7 +437,7 @@ func (s *session) register(g *Grant) error {
 		return errNoValidity
 	}
 	s.grants[g] = struct{}{}
-	s.notifyLocked() // the keeper and the monitor watch the grant count
+	s.changed.Notify() // the keeper and the monitor watch the grant count
 	return nil
 }
 
@@ -467,15 +464,24 @@ func (s *session) addCleanup(cs ...cleanup) {
 	}
 }
 
+// woken waits for wake or tick (nil: never) and reports true, or false
+// once the session is over (lost, or the engine closing): the wait of the
+// session's background loops.
+func (s *session) woken(wake <-chan struct{}, tick <-chan time.Time) bool {
+	select {
+	case <-s.lost:
+		return false
+	case <-s.e.closing:
+		return false
+	case <-wake:
+		return true
+	case <-tick:
+		return true
+	}
+}
+
 func (s *session) cleaner() {
-	for {
-		select {
-		case <-s.lost:
-			return
-		case <-s.e.closing:
-			return
-		case <-s.cleanWake:
-		}
+	for s.woken(s.cleanWake, nil) {
 		// Like every request, wait until the connection is settled
 		// (see handshake): the cleaner is woken at the reconnect, before
 		// go-zookeeper has written its setWatches.
@@ -535,7 +541,7 @@ func (s *session) keeper() {
 		s.mu.Lock()
 		ok := s.id != 0 && s.state == zk.StateHasSession && s.settled && s.lostErr == nil
 		busy := len(s.grants) > 0 || s.waiters > 0
-		ch := s.changed
+		ch := s.changed.Wait()
 		wait := s.keepInterval(s.timeout)
 		quiet := wait - time.Since(s.leaderSent)
 		s.mu.Unlock()
@@ -575,7 +581,7 @@ func (s *session) addWaiter(d int) {
 	s.mu.Lock()
 	s.waiters += d
 	if d > 0 {
-		s.notifyLocked()
+		s.changed.Notify()
 	}
 	s.mu.Unlock()
 }
@@ -594,7 +600,7 @@ func (s *session) closeConn() {
 	defer deadline.Stop()
 	for {
 		s.mu.Lock()
-		st, settled, ch := s.state, s.settled, s.changed
+		st, settled, ch := s.state, s.settled, s.changed.Wait()
 		s.mu.Unlock()
 		if st == zk.StateHasSession && settled || st == zk.StateExpired {
 			break
@@ -614,4 +620,13 @@ type zkLogger struct{ log *slog.Logger }
 
 func (l zkLogger) Printf(format string, args ...any) {
 	l.log.Debug(fmt.Sprintf(format, args...), "component", "go-zookeeper")
+}
+
+// get reads the node at path (zk.ErrNoNode when there is none), giving up
+// when ctx ends.
+func (s *session) get(ctx context.Context, path string) (nodeRead, error) {
+	return zcall(ctx, func() (nodeRead, error) {
+		d, st, err := s.conn.Get(path)
+		return nodeRead{d, st, err}, err
+	}, nil)
 }

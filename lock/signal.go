@@ -144,50 +144,87 @@ func (e *Engine) stamp(sig *Signal) {
 // node's data version and privateLock's version; it reads again on a
 // conflict. change returns whether to write at all.
 func (e *Engine) update(ctx context.Context, object string, token int64, change func(d *nodeData, holder *Node) (bool, error)) (*Node, error) {
-	name, err := EscapeObject(object)
-	if err != nil {
-		return nil, err
-	}
-	s, err := e.connectedSession(ctx)
-	if err != nil {
-		return nil, err
-	}
-	objPath := e.root + "/" + name
-	for range 5 {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		ost, data, pst, holder, err := readHolder(s, objPath, token)
-		if errors.Is(err, ErrNoNode) {
-			return nil, ErrNoNode
-		}
-		if err != nil {
-			return nil, fmt.Errorf("lock: signal %q: %w", object, err)
-		}
+	op := fmt.Sprintf("signal %q", object)
+	return e.onHolder(ctx, object, token, op, func(s *session, objPath string, h holderRead) (*Node, bool, error) {
+		holder := h.holder
 		var d nodeData
-		if !holder.Known || json.Unmarshal(data, &d) != nil || pst.Version < plVersion {
-			return &holder, ErrNotSignallable
+		if !holder.Known || json.Unmarshal(h.data, &d) != nil || h.pl.Version < plVersion {
+			return &holder, false, ErrNotSignallable
 		}
 		write, err := change(&d, &holder)
 		if err != nil || !write {
-			return &holder, err
+			return &holder, false, err
 		}
 		nd, _ := json.Marshal(d)
 		_, err = s.conn.Multi(
-			&zk.CheckVersionRequest{Path: objPath, Version: ost.Version},
-			&zk.SetDataRequest{Path: objPath + "/" + privateLock, Data: nd, Version: pst.Version},
+			&zk.CheckVersionRequest{Path: objPath, Version: h.obj.Version},
+			&zk.SetDataRequest{Path: objPath + "/" + privateLock, Data: nd, Version: h.pl.Version},
 		)
 		switch {
 		case err == nil:
 			holder.Name = holderChild(s, objPath, d.Req)
-			return &holder, nil
+			return &holder, false, nil
 		case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNoNode):
-			continue // another grant or another signal meanwhile: read again
+			return nil, true, nil // another grant or another signal meanwhile: read again
 		default:
-			return nil, fmt.Errorf("lock: signal %q: %w", object, err)
+			return nil, false, fmt.Errorf("lock: %s: %w", op, err)
+		}
+	})
+}
+
+// objectPath checks the object's name and returns a connected session and
+// the object node's path: the start of every call on one object.
+func (e *Engine) objectPath(ctx context.Context, object string) (*session, string, error) {
+	name, err := EscapeObject(object)
+	if err != nil {
+		return nil, "", err
+	}
+	s, err := e.connectedSession(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	return s, e.root + "/" + name, nil
+}
+
+// holderRead is what readHolder read: the object node's stat, privateLock's
+// data and stat, and the holder they describe.
+type holderRead struct {
+	obj    *zk.Stat
+	data   []byte
+	pl     *zk.Stat
+	holder Node
+}
+
+// onHolder calls try with the object's holder as readHolder reads it (the
+// grant with token, when not 0), and reads again while try reports that
+// the holder or privateLock changed meanwhile (again), 5 times at most.
+// ErrNoNode: the object is not held (or not by that grant). op names the
+// call in errors ("lock: op: ..."); try's own errors are returned as they
+// are.
+func (e *Engine) onHolder(ctx context.Context, object string, token int64, op string,
+	try func(s *session, objPath string, h holderRead) (n *Node, again bool, err error)) (*Node, error) {
+	s, objPath, err := e.objectPath(ctx, object)
+	if err != nil {
+		return nil, err
+	}
+	for range 5 {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var h holderRead
+		h.obj, h.data, h.pl, h.holder, err = readHolder(s, objPath, token)
+		if errors.Is(err, ErrNoNode) {
+			return nil, ErrNoNode
+		}
+		if err != nil {
+			return nil, fmt.Errorf("lock: %s: %w", op, err)
+		}
+		n, again, err := try(s, objPath, h)
+		if !again {
+			return n, err
 		}
 	}
-	return nil, fmt.Errorf("lock: signal %q: privateLock kept changing", object)
+	return nil, fmt.Errorf("lock: %s: privateLock kept changing", op)
 }
 
 // holderChild returns the name of the child whose data names request req

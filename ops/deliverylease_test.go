@@ -127,7 +127,7 @@ func TestPreemptedDeliveryWithdrawn(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	answered := make(chan int, 1)
 	go func() {
-		st, _ := e.callCtx(ctx, "POST", "/v1/locks/pw/acquire", `{"preempt":true,"wait_ms":10000,"info":"user saves"}`)
+		st, _ := testenv.Call(ctx, e.hc, "POST", "/v1/locks/pw/acquire", `{"preempt":true,"wait_ms":10000,"info":"user saves"}`)
 		answered <- st
 	}()
 	waitFor(t, 10*time.Second, "the preemption asked", func() bool { return preemption() != "" })

@@ -180,7 +180,7 @@ func New(cfg props.Config, deps Deps) (*Dispatcher, error) {
 		return fail(fmt.Errorf("ops: sidecar.app.url: %w", err))
 	}
 	d.app = newAppClient(ep)
-	sec, err := dlq.SecurityOf(cfg)
+	sec, err := dlq.NewSecurity(DLQSecurity(cfg))
 	if err != nil {
 		return fail(fmt.Errorf("ops: %w", err))
 	}

@@ -7,7 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/dlq"
+	"github.com/batonhq/baton/props"
 	"github.com/batonhq/baton/queue"
 )
 
@@ -301,8 +303,8 @@ func (d *Dispatcher) warnUnsendable(op queue.Op, err error) {
 func (d *Dispatcher) letter(op queue.Op) dlq.Letter {
 	return dlq.Letter{
 		ID: op.ID, Object: op.Object, Info: op.Info, Payload: op.Payload, Seq: op.Seq,
-		AcceptedAt: op.AcceptedAt, Attempts: op.Attempts, LastError: op.LastError,
-		ErrorClass: op.ErrorClass, FirstAttemptAt: op.FirstAttemptAt, Sidecar: d.nodeID,
+		AcceptedAt: api.NewTime(op.AcceptedAt), Attempts: op.Attempts, LastError: op.LastError,
+		ErrorClass: op.ErrorClass, FirstAttemptAt: api.NewTime(op.FirstAttemptAt), Sidecar: d.nodeID,
 	}
 }
 
@@ -331,5 +333,23 @@ func (d *Dispatcher) purgeLoop() {
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// DLQSecurity maps the kafka.tls.* and kafka.sasl.* properties to the
+// options of the dead-letter clients' [dlq.Security]: the one place where
+// they become dlq settings (the dispatcher's publisher and `baton dlq`).
+func DLQSecurity(cfg props.Config) dlq.SecurityOptions {
+	return dlq.SecurityOptions{
+		TLS:          cfg.KafkaTLSEnabled == "true",
+		CAFile:       cfg.KafkaTLSCAFile,
+		CertFile:     cfg.KafkaTLSCertFile,
+		KeyFile:      cfg.KafkaTLSKeyFile,
+		ServerName:   cfg.KafkaTLSServerName,
+		Mechanism:    cfg.KafkaSASLMechanism,
+		Username:     cfg.KafkaSASLUsername,
+		Password:     cfg.KafkaSASLPassword,
+		PasswordFile: cfg.KafkaSASLPasswordFile,
+		PasswordEnv:  props.EnvName("kafka.sasl.password"),
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -68,7 +67,6 @@ type env struct {
 	app   *opstest.App
 	kafka *testenv.Kafka
 	hc    *http.Client
-	tr    *http.Transport
 
 	cancel  context.CancelFunc
 	srvDone chan error
@@ -184,11 +182,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	e.srvDone, e.runDone = make(chan error, 1), make(chan error, 1)
 	go func() { e.runDone <- d.Run(ctx) }()
 	go func() { e.srvDone <- srv.Run(ctx) }()
-	e.tr = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var dl net.Dialer
-		return dl.DialContext(ctx, "unix", cfg.SocketPath)
-	}}
-	e.hc = &http.Client{Transport: e.tr}
+	e.hc = testenv.UnixHTTP(cfg.SocketPath)
 	t.Cleanup(e.stop)
 	if !o.noWait {
 		waitFor(t, 20*time.Second, "sidecar ready", func() bool {
@@ -219,30 +213,11 @@ func (e *env) stop() {
 	if err := e.d.Close(); err != nil {
 		e.t.Errorf("Dispatcher.Close = %v", err)
 	}
-	e.tr.CloseIdleConnections()
+	e.hc.CloseIdleConnections()
 }
 
 func (e *env) call(method, path, body string) (int, []byte) {
-	return e.callCtx(context.Background(), method, path, body)
-}
-
-// callCtx is call ending when ctx does (the client goes away).
-func (e *env) callCtx(ctx context.Context, method, path, body string) (int, []byte) {
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://sidecar"+path, rd)
-	if err != nil {
-		return 0, []byte(err.Error())
-	}
-	resp, err := e.hc.Do(req)
-	if err != nil {
-		return 0, []byte(err.Error())
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return testenv.Call(context.Background(), e.hc, method, path, body)
 }
 
 func (e *env) mustCall(want int, method, path, body string) []byte {

@@ -20,13 +20,30 @@ type metrics struct {
 	attempts     prometheus.Histogram
 	delivery     *prometheus.HistogramVec
 	byState      *prometheus.Desc
-	dlqAge       *prometheus.Desc
-	queued       *prometheus.Desc
-	dlqPending   *prometheus.Desc
-	oldest       *prometheus.Desc
-	fileBytes    *prometheus.Desc
-	payloadBytes *prometheus.Desc
-	kept         *prometheus.Desc
+	gauges       []gauge
+}
+
+// gauge is one of the queue's gauges without labels: its value is computed
+// from the queue's Stats at scrape time.
+type gauge struct {
+	desc  *prometheus.Desc
+	value func(st queue.Stats) float64
+}
+
+func newGauge(name, help string, value func(st queue.Stats) float64) gauge {
+	return gauge{prometheus.NewDesc(name, help, nil, nil), value}
+}
+
+func newCounter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+// ageOf is the age of t in seconds at scrape time, 0 for a zero t.
+func ageOf(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return max(time.Since(t).Seconds(), 0)
 }
 
 // newMetrics makes the dispatcher's metrics (registered by New).
@@ -36,18 +53,12 @@ func newMetrics() *metrics {
 			Name: "baton_ops_total",
 			Help: "Background op state transitions, by the state entered (queued counts accepts, replays and ops given back uncounted).",
 		}, []string{"state"}),
-		dlqPublished: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "baton_dlq_published_total",
-			Help: "Dead letters published to the dead-letter topic and recorded as dead_lettered.",
-		}),
-		dlqElided: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "baton_dlq_payload_elided_total",
-			Help: "Dead letters published without their payload (with its size and SHA-256) because they did not fit the topic's message limit.",
-		}),
-		storeRetries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "baton_queue_write_retries_total",
-			Help: "Retries of failed queue state writes (each is retried with backoff until it succeeds).",
-		}),
+		dlqPublished: newCounter("baton_dlq_published_total",
+			"Dead letters published to the dead-letter topic and recorded as dead_lettered."),
+		dlqElided: newCounter("baton_dlq_payload_elided_total",
+			"Dead letters published without their payload (with its size and SHA-256) because they did not fit the topic's message limit."),
+		storeRetries: newCounter("baton_queue_write_retries_total",
+			"Retries of failed queue state writes (each is retried with backoff until it succeeds)."),
 		attempts: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "baton_op_attempts",
 			Help:    "Attempts an op took when it finished delivering (done) or failed for good (dlq_pending).",
@@ -60,20 +71,27 @@ func newMetrics() *metrics {
 		}, []string{"result"}),
 		byState: prometheus.NewDesc("baton_ops",
 			"Ops in the queue by state (done and dead_lettered: those still retained).", []string{"state"}, nil),
-		dlqAge: prometheus.NewDesc("baton_dlq_pending_age_seconds",
-			"Age since acceptance of the oldest op waiting to be published to the dead-letter topic; 0 when none waits.", nil, nil),
-		queued: prometheus.NewDesc("baton_ops_queued",
-			"Ops waiting for delivery or being delivered (queued, running, retrying).", nil, nil),
-		dlqPending: prometheus.NewDesc("baton_dlq_pending",
-			"Ops that failed for good and wait to be published to the dead-letter topic.", nil, nil),
-		oldest: prometheus.NewDesc("baton_op_oldest_age_seconds",
-			"Age of the oldest unfinished op (including dlq_pending); 0 when there is none.", nil, nil),
-		fileBytes: prometheus.NewDesc("baton_queue_file_bytes",
-			"Size of the queue's bbolt file (queue.dir/queue.db) in bytes.", nil, nil),
-		payloadBytes: prometheus.NewDesc("baton_queue_payload_bytes",
-			"Payload bytes the queue keeps (unfinished and dead_lettered ops), the figure queue.max.bytes bounds.", nil, nil),
-		kept: prometheus.NewDesc("baton_ops_kept",
-			"Dead-lettered ops whose letter went out without the payload, kept until replayed or discarded (baton ops discard).", nil, nil),
+		gauges: []gauge{
+			newGauge("baton_ops_queued", "Ops waiting for delivery or being delivered (queued, running, retrying).",
+				func(st queue.Stats) float64 {
+					return float64(st.ByState[queue.Queued] + st.ByState[queue.Running] + st.ByState[queue.Retrying])
+				}),
+			newGauge("baton_dlq_pending", "Ops that failed for good and wait to be published to the dead-letter topic.",
+				func(st queue.Stats) float64 { return float64(st.ByState[queue.DLQPending]) }),
+			newGauge("baton_op_oldest_age_seconds", "Age of the oldest unfinished op (including dlq_pending); 0 when there is none.",
+				func(st queue.Stats) float64 { return ageOf(st.OldestUnfinished) }),
+			newGauge("baton_queue_file_bytes", "Size of the queue's bbolt file (queue.dir/queue.db) in bytes.",
+				func(st queue.Stats) float64 { return float64(st.FileBytes) }),
+			newGauge("baton_dlq_pending_age_seconds",
+				"Age since acceptance of the oldest op waiting to be published to the dead-letter topic; 0 when none waits.",
+				func(st queue.Stats) float64 { return ageOf(st.OldestDLQPending) }),
+			newGauge("baton_queue_payload_bytes",
+				"Payload bytes the queue keeps (unfinished and dead_lettered ops), the figure queue.max.bytes bounds.",
+				func(st queue.Stats) float64 { return float64(st.PayloadBytes) }),
+			newGauge("baton_ops_kept",
+				"Dead-lettered ops whose letter went out without the payload, kept until replayed or discarded (baton ops discard).",
+				func(st queue.Stats) float64 { return float64(st.Kept) }),
+		},
 	}
 	for _, s := range queue.States {
 		m.ops.WithLabelValues(string(s))
@@ -95,47 +113,28 @@ func (m *metrics) register(r prometheus.Registerer) error {
 	return nil
 }
 
-// gauges collects the queue's gauges from one Stats call per scrape.
+// gauges collects the queue's gauges from one Stats call per scrape (all
+// 0 before the dispatcher has its queue).
 type gauges struct{ m *metrics }
 
 func (g gauges) Describe(ch chan<- *prometheus.Desc) {
-	ch <- g.m.queued
-	ch <- g.m.dlqPending
-	ch <- g.m.oldest
-	ch <- g.m.fileBytes
 	ch <- g.m.byState
-	ch <- g.m.dlqAge
-	ch <- g.m.payloadBytes
-	ch <- g.m.kept
+	for _, ga := range g.m.gauges {
+		ch <- ga.desc
+	}
 }
 
 func (g gauges) Collect(ch chan<- prometheus.Metric) {
-	var queued, pending, age, size, dlqAge, payload, kept float64
-	byState := map[queue.State]int{}
+	var st queue.Stats
 	if d := g.m.d; d != nil && d.store != nil {
-		st := d.store.Stats()
-		byState = st.ByState
-		if !st.OldestDLQPending.IsZero() {
-			dlqAge = max(time.Since(st.OldestDLQPending).Seconds(), 0)
-		}
-		queued = float64(st.ByState[queue.Queued] + st.ByState[queue.Running] + st.ByState[queue.Retrying])
-		pending = float64(st.ByState[queue.DLQPending])
-		size = float64(st.FileBytes)
-		payload, kept = float64(st.PayloadBytes), float64(st.Kept)
-		if !st.OldestUnfinished.IsZero() {
-			age = max(time.Since(st.OldestUnfinished).Seconds(), 0)
-		}
+		st = d.store.Stats()
 	}
-	ch <- prometheus.MustNewConstMetric(g.m.queued, prometheus.GaugeValue, queued)
-	ch <- prometheus.MustNewConstMetric(g.m.dlqPending, prometheus.GaugeValue, pending)
-	ch <- prometheus.MustNewConstMetric(g.m.oldest, prometheus.GaugeValue, age)
-	ch <- prometheus.MustNewConstMetric(g.m.fileBytes, prometheus.GaugeValue, size)
 	for _, s := range queue.States {
-		ch <- prometheus.MustNewConstMetric(g.m.byState, prometheus.GaugeValue, float64(byState[s]), string(s))
+		ch <- prometheus.MustNewConstMetric(g.m.byState, prometheus.GaugeValue, float64(st.ByState[s]), string(s))
 	}
-	ch <- prometheus.MustNewConstMetric(g.m.dlqAge, prometheus.GaugeValue, dlqAge)
-	ch <- prometheus.MustNewConstMetric(g.m.payloadBytes, prometheus.GaugeValue, payload)
-	ch <- prometheus.MustNewConstMetric(g.m.kept, prometheus.GaugeValue, kept)
+	for _, ga := range g.m.gauges {
+		ch <- prometheus.MustNewConstMetric(ga.desc, prometheus.GaugeValue, ga.value(st))
+	}
 }
 
 // deliveryResult labels one attempt for baton_op_delivery_seconds.

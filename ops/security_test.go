@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/dlq"
 	"github.com/batonhq/baton/ops"
 	"github.com/batonhq/baton/ops/opstest"
 	"github.com/batonhq/baton/props"
@@ -80,5 +81,23 @@ func TestSecurityFilesCheckedAtStart(t *testing.T) {
 	_, err := ops.New(cfg, ops.Deps{Engine: otherEngine(t, cfg)})
 	if err == nil || !strings.Contains(err.Error(), "kafka.sasl.password.file: open ") {
 		t.Errorf("ops.New = %v, want an error naming kafka.sasl.password.file", err)
+	}
+}
+
+// TestDLQSecurity: every kafka.tls.* and kafka.sasl.* property reaches the
+// dead-letter clients' options, and errors name the password's variable.
+func TestDLQSecurity(t *testing.T) {
+	c := props.Defaults()
+	c.KafkaTLSEnabled, c.KafkaTLSCAFile, c.KafkaTLSCertFile, c.KafkaTLSKeyFile, c.KafkaTLSServerName = "true", "ca", "cert", "key", "name"
+	c.KafkaSASLMechanism, c.KafkaSASLUsername, c.KafkaSASLPassword, c.KafkaSASLPasswordFile = "PLAIN", "u", "p", "pf"
+	want := dlq.SecurityOptions{
+		TLS: true, CAFile: "ca", CertFile: "cert", KeyFile: "key", ServerName: "name",
+		Mechanism: "PLAIN", Username: "u", Password: "p", PasswordFile: "pf", PasswordEnv: "BATON_KAFKA_SASL_PASSWORD",
+	}
+	if got := ops.DLQSecurity(c); got != want {
+		t.Errorf("DLQSecurity = %+v, want %+v", got, want)
+	}
+	if got := ops.DLQSecurity(props.Defaults()); got.TLS || got.Mechanism != "" {
+		t.Errorf("DLQSecurity(defaults) = %+v, want plaintext without SASL", got)
 	}
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -102,11 +100,11 @@ func (s *soakSidecar) start() {
 func (s *soakSidecar) kill9() {
 	s.cmd.Process.Kill()
 	s.cmd.Wait()
-	s.hc.Transport.(*http.Transport).CloseIdleConnections()
+	s.hc.CloseIdleConnections()
 }
 
 func (s *soakSidecar) stop() {
-	defer s.hc.Transport.(*http.Transport).CloseIdleConnections()
+	defer s.hc.CloseIdleConnections()
 	if s.cmd.ProcessState != nil {
 		return
 	}
@@ -122,21 +120,7 @@ func (s *soakSidecar) stop() {
 }
 
 func (s *soakSidecar) call(method, path, body string) (int, []byte) {
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, "http://sidecar"+path, rd)
-	if err != nil {
-		return 0, nil
-	}
-	resp, err := s.hc.Do(req)
-	if err != nil {
-		return 0, []byte(err.Error())
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return testenv.Call(context.Background(), s.hc, method, path, body)
 }
 
 // TestSoak (issue 15): 3 sidecar processes share 300 objects and take
@@ -182,12 +166,8 @@ func TestSoak(t *testing.T) {
 		cfg.RetryMax = time.Second
 		cfg.BackgroundTimeout = 5 * time.Second
 		cfg.LogLevel = slog.LevelWarn
-		sock := cfg.SocketPath
-		s := &soakSidecar{t: t, cfg: cfg, hc: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, "unix", sock)
-			}}}}
+		s := &soakSidecar{t: t, cfg: cfg, hc: testenv.UnixHTTP(cfg.SocketPath)}
+		s.hc.Timeout = 10 * time.Second
 		s.start()
 		t.Cleanup(s.stop)
 		sc[i] = s

@@ -84,7 +84,7 @@ type Config struct {
 	KafkaSASLMechanism    string // kafka.sasl.mechanism: "", "PLAIN", "SCRAM-SHA-256" or "SCRAM-SHA-512"
 	KafkaSASLUsername     string // kafka.sasl.username
 	KafkaSASLPassword     string // kafka.sasl.password — secret
-	KafkaSASLPasswordFile string // kafka.sasl.password.file (read when used: see dlq.SecurityOf)
+	KafkaSASLPasswordFile string // kafka.sasl.password.file (read when used: see dlq.NewSecurity)
 
 	LogLevel  slog.Level // log.level
 	LogFormat string     // log.format: "text" or "json"

@@ -71,7 +71,8 @@ var defs = []keyDef{
 		"ms session timeout requested (1000..600000); the negotiated value is logged and used", false,
 		setMS(func(c *Config) *time.Duration { return &c.ZKSessionTimeout }, 1000, 600000)},
 	{"zookeeper.tick.time", "2000", Restart,
-		"ms: the ZooKeeper servers' tickTime (zoo.cfg); validity is counted from requests acknowledged a tickTime before one the leader answered, so set it to at least the servers' value (100..60000)", false,
+		"ms: the ZooKeeper servers' tickTime (zoo.cfg); validity is counted from requests acknowledged a tickTime " +
+			"before one the leader answered, so set it to at least the servers' value (100..60000)", false,
 		setMS(func(c *Config) *time.Duration { return &c.ZKTickTime }, 100, 60000)},
 	{"zookeeper.connection.retry", "5", Live,
 		"with zookeeper.connection.delay: after retry × delay ms without a connection /readyz turns 503 (0..10000)", false,
@@ -160,13 +161,15 @@ var defs = []keyDef{
 		"open connections of one caller uid; beyond → 429 TooManyRequests; admins are exempt (1..10000000)", false,
 		setInt(func(c *Config) *int { return &c.MaxConnectionsPerUID }, 1, 10_000_000)},
 	{"sidecar.auth.admin.uids", "0", Live,
-		"comma-separated uids that may revoke, drain, replay and list ops and preempt forcefully (the sidecar's own uid always may); empty = only the sidecar's uid", false,
+		"comma-separated uids that may revoke, drain, replay and list ops and preempt forcefully (the sidecar's " +
+			"own uid always may); empty = only the sidecar's uid", false,
 		setIDs(func(c *Config) *[]uint32 { return &c.AuthAdminUIDs }, "uid")},
 	{"sidecar.auth.admin.gids", "", Live,
 		"comma-separated gids whose members (primary or supplementary group) are admins too", false,
 		setIDs(func(c *Config) *[]uint32 { return &c.AuthAdminGIDs }, "gid")},
 	{"sidecar.auth.client.uids", "", Live,
-		"comma-separated uids that may acquire, renew, release, inspect, submit and get ops; empty (with .gids empty) = anyone who can open the socket; admins always may", false,
+		"comma-separated uids that may acquire, renew, release, inspect, submit and get ops; empty (with .gids " +
+			"empty) = anyone who can open the socket; admins always may", false,
 		setIDs(func(c *Config) *[]uint32 { return &c.AuthClientUIDs }, "uid")},
 	{"sidecar.auth.client.gids", "", Live,
 		"comma-separated gids whose members are clients too", false,
@@ -180,10 +183,12 @@ var defs = []keyDef{
 		"ms one delivery may take; past it the attempt fails, retryably (1..86400000)", false,
 		setMS(func(c *Config) *time.Duration { return &c.AppTimeout }, 1, maxWaitMS)},
 	{"sidecar.app.preempt.cleanup", "5000", Next,
-		"ms a background delivery asked to yield by a preempting foreground acquire may go on before its request is cancelled (then retried, not counted) (0..86400000)", false,
+		"ms a background delivery asked to yield by a preempting foreground acquire may go on before its request " +
+			"is cancelled (then retried, not counted) (0..86400000)", false,
 		setMS(func(c *Config) *time.Duration { return &c.AppPreemptCleanup }, 0, maxWaitMS)},
 	{"sidecar.app.token.file", "", Next,
-		"file whose content (trimmed) deliveries carry as the Baton-Token header, for the app to check; re-read on reload; its content is never printed", false,
+		"file whose content (trimmed) deliveries carry as the Baton-Token header, for the app to check; re-read " +
+			"on reload; its content is never printed", false,
 		setTokenFile},
 	{"queue.dir", "/var/lib/baton/queue", Restart,
 		"durable queue directory, created 0700 if missing; one sidecar per directory", false, setQueueDir},

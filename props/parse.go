@@ -190,6 +190,9 @@ func (sc *scanner) escape(inKey bool) (rune, error) {
 	return r, nil // any other escaped character stands for itself
 }
 
+// scan is ParseProperties' scanner: it splits s into key/value definitions
+// with their line numbers, as magiconair/properties' lexer reads them, and
+// rejects what that lexer would misread (see ParseProperties).
 func scan(s string) ([]Property, error) {
 	sc := &scanner{s: s, line: 1}
 	var out []Property

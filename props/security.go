@@ -11,11 +11,8 @@ import (
 // content is user:password.
 func zkSecurityChecks(c *Config, fail func(key, exp string)) {
 	if c.ZKTLSEnabled != "true" {
-		for _, k := range []struct{ key, v string }{{"zookeeper.tls.ca.file", c.ZKTLSCAFile}, {"zookeeper.tls.cert.file", c.ZKTLSCertFile}, {"zookeeper.tls.key.file", c.ZKTLSKeyFile}, {"zookeeper.tls.server.name", c.ZKTLSServerName}} {
-			if k.v != "" {
-				fail(k.key, "empty while zookeeper.tls.enabled is false (set it to true)")
-			}
-		}
+		mustBeEmpty(fail, "empty while zookeeper.tls.enabled is false (set it to true)",
+			tlsSettings("zookeeper", c.ZKTLSCAFile, c.ZKTLSCertFile, c.ZKTLSKeyFile, c.ZKTLSServerName)...)
 	}
 	const digest, digestFile = "zookeeper.auth.digest", "zookeeper.auth.digest.file"
 	switch {
@@ -24,6 +21,28 @@ func zkSecurityChecks(c *Config, fail func(key, exp string)) {
 	case c.AuthDigestFile != "":
 		if _, err := c.ZKDigest(); err != nil {
 			fail(digestFile, digestFileProblem(err))
+		}
+	}
+}
+
+// setting is one key and its value.
+type setting struct{ key, value string }
+
+// tlsSettings are the TLS file and name settings under prefix (zookeeper
+// or kafka).
+func tlsSettings(prefix, ca, cert, key, serverName string) []setting {
+	return []setting{
+		{prefix + ".tls.ca.file", ca}, {prefix + ".tls.cert.file", cert},
+		{prefix + ".tls.key.file", key}, {prefix + ".tls.server.name", serverName},
+	}
+}
+
+// mustBeEmpty fails each of settings that is set with exp: they are used
+// only when a feature is on, and a setting is never silently unused.
+func mustBeEmpty(fail func(key, exp string), exp string, settings ...setting) {
+	for _, s := range settings {
+		if s.value != "" {
+			fail(s.key, exp)
 		}
 	}
 }
@@ -85,11 +104,14 @@ func Cautions(c Config) []Caution {
 	var out []Caution
 	if c.AuthDigest == "" && c.AuthDigestFile == "" {
 		out = append(out, Caution{"zookeeper.auth.digest",
-			"zookeeper.auth.digest is empty: every node Baton creates gets the world ACL, so any client that reaches ZooKeeper can delete or rewrite lock nodes and break mutual exclusion; set zookeeper.auth.digest.file (or " + EnvName("zookeeper.auth.digest") + ") to user:password"})
+			"zookeeper.auth.digest is empty: every node Baton creates gets the world ACL, so any client that reaches ZooKeeper " +
+				"can delete or rewrite lock nodes and break mutual exclusion; set zookeeper.auth.digest.file (or " +
+				EnvName("zookeeper.auth.digest") + ") to user:password"})
 	}
 	if c.KafkaSASLMechanism == "PLAIN" && c.KafkaTLSEnabled != "true" {
 		out = append(out, Caution{"kafka.sasl.mechanism",
-			"kafka.sasl.mechanism is PLAIN while kafka.tls.enabled is false: the Kafka password crosses the network in clear text; set kafka.tls.enabled=true (or use SCRAM-SHA-256 or SCRAM-SHA-512)"})
+			"kafka.sasl.mechanism is PLAIN while kafka.tls.enabled is false: the Kafka password crosses the network in clear text; " +
+				"set kafka.tls.enabled=true (or use SCRAM-SHA-256 or SCRAM-SHA-512)"})
 	}
 	return out
 }

@@ -505,17 +505,11 @@ func kafkaChecks(c *Config, fail func(key, exp string)) {
 			fail(passFile, "a password file: kafka.sasl.mechanism "+c.KafkaSASLMechanism+" needs kafka.sasl.password.file or BATON_KAFKA_SASL_PASSWORD")
 		}
 	} else {
-		for _, k := range []struct{ key, v string }{{user, c.KafkaSASLUsername}, {pass, c.KafkaSASLPassword}, {passFile, c.KafkaSASLPasswordFile}} {
-			if k.v != "" {
-				fail(k.key, "empty while kafka.sasl.mechanism is empty (set PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)")
-			}
-		}
+		mustBeEmpty(fail, "empty while kafka.sasl.mechanism is empty (set PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)",
+			setting{user, c.KafkaSASLUsername}, setting{pass, c.KafkaSASLPassword}, setting{passFile, c.KafkaSASLPasswordFile})
 	}
 	if c.KafkaTLSEnabled != "true" {
-		for _, k := range []struct{ key, v string }{{"kafka.tls.ca.file", c.KafkaTLSCAFile}, {"kafka.tls.cert.file", c.KafkaTLSCertFile}, {"kafka.tls.key.file", c.KafkaTLSKeyFile}, {"kafka.tls.server.name", c.KafkaTLSServerName}} {
-			if k.v != "" {
-				fail(k.key, "empty while kafka.tls.enabled is false (set it to true)")
-			}
-		}
+		mustBeEmpty(fail, "empty while kafka.tls.enabled is false (set it to true)",
+			tlsSettings("kafka", c.KafkaTLSCAFile, c.KafkaTLSCertFile, c.KafkaTLSKeyFile, c.KafkaTLSServerName)...)
 	}
 }

@@ -165,14 +165,14 @@ func (s *Store) settle(e *entry, q *objQueue, commitErr error, size int64) {
 	s.pendBytes -= size
 	if commitErr != nil {
 		s.sched.remove(e)
-		s.notifyLocked()
+		s.changed.Notify()
 		return
 	}
 	s.bytes += size
 	e.state = Queued
 	s.sched.entries[e.id] = e
 	s.sched.reschedule(q)
-	s.notifyLocked()
+	s.changed.Notify()
 }
 
 // Claim marks the next runnable op running (durably) and returns it with its
@@ -231,7 +231,7 @@ func (s *Store) NextWhen(ctx context.Context, ready func() bool, poll time.Durat
 		} else {
 			s.mu.Lock()
 			closed := s.closed
-			changed = s.changed
+			changed = s.changed.Wait()
 			s.mu.Unlock()
 			if closed {
 				return Op{}, ErrClosed
@@ -294,7 +294,7 @@ func (s *Store) tryClaim(now time.Time) (op Op, ok bool, changed <-chan struct{}
 		s.sched.reschedule(q)
 	}
 	if e == nil {
-		changed = s.changed
+		changed = s.changed.Wait()
 		s.mu.Unlock()
 		return Op{}, false, changed, wait, nil
 	}
@@ -503,7 +503,7 @@ func (s *Store) transition(ctx context.Context, id string, from, to State, mutat
 			s.sched.reschedule(q)
 		}
 	}
-	s.notifyLocked()
+	s.changed.Notify()
 	return nil
 }
 
@@ -537,12 +537,8 @@ func (s *Store) Replay(ctx context.Context, id string) (Op, error) {
 	err = s.batch(func(tx *bolt.Tx) error {
 		ops := tx.Bucket(bOps)
 		var err error
-		op, err = getOp(ops, id)
-		if err != nil {
+		if op, err = getDeadLettered(ops, id); err != nil {
 			return err
-		}
-		if op.State != DeadLettered {
-			return &StateError{ID: id, State: op.State, Want: []State{DeadLettered}}
 		}
 		wasKept = op.Kept
 		if err := tx.Bucket(bFinished).Delete(finKey(op.FinishedAt, id)); err != nil {
@@ -571,20 +567,46 @@ func (s *Store) Replay(ctx context.Context, id string) (Op, error) {
 	})
 	if err == nil {
 		s.mu.Lock()
-		s.finished[DeadLettered]--
-		if wasKept {
-			s.kept--
-		}
+		s.forgetDeadLettered(wasKept, 0)
 		s.mu.Unlock()
 	}
 	s.settle(e, q, err, 0)
 	if err != nil {
-		if errors.Is(err, ErrState) || errors.Is(err, ErrNotFound) {
-			return Op{}, err
-		}
-		return Op{}, fmt.Errorf("queue: replay %q: %w", id, err)
+		return Op{}, wrapDeadLetteredErr("replay", id, err)
 	}
 	return op, nil
+}
+
+// getDeadLettered reads op id from the ops bucket: a *StateError if it is
+// not dead_lettered (the start of Replay and Discard).
+func getDeadLettered(ops *bolt.Bucket, id string) (Op, error) {
+	op, err := getOp(ops, id)
+	if err != nil {
+		return Op{}, err
+	}
+	if op.State != DeadLettered {
+		return Op{}, &StateError{ID: id, State: op.State, Want: []State{DeadLettered}}
+	}
+	return op, nil
+}
+
+// forgetDeadLettered updates the counts for a dead_lettered op leaving its
+// state (kept: it was kept; freed: payload bytes deleted). s.mu must be held.
+func (s *Store) forgetDeadLettered(kept bool, freed int64) {
+	s.finished[DeadLettered]--
+	if kept {
+		s.kept--
+	}
+	s.bytes -= freed
+}
+
+// wrapDeadLetteredErr returns err of action on a dead_lettered op: a state
+// or not-found error as it is, any other prefixed with the action.
+func wrapDeadLetteredErr(action, id string, err error) error {
+	if errors.Is(err, ErrState) || errors.Is(err, ErrNotFound) {
+		return err
+	}
+	return fmt.Errorf("queue: %s %q: %w", action, id, err)
 }
 
 // ListDLQPending returns up to limit dlq_pending ops (all if limit ≤ 0) with
@@ -748,12 +770,8 @@ func (s *Store) Discard(ctx context.Context, id string) (Op, error) {
 	err = s.update(func(tx *bolt.Tx) error {
 		ops, payloads := tx.Bucket(bOps), tx.Bucket(bPayloads)
 		var err error
-		op, err = getOp(ops, id)
-		if err != nil {
+		if op, err = getDeadLettered(ops, id); err != nil {
 			return err
-		}
-		if op.State != DeadLettered {
-			return &StateError{ID: id, State: op.State, Want: []State{DeadLettered}}
 		}
 		op.Payload = append(json.RawMessage(nil), payloads.Get([]byte(id))...)
 		for _, del := range []struct {
@@ -767,17 +785,10 @@ func (s *Store) Discard(ctx context.Context, id string) (Op, error) {
 		return addPayloadBytes(tx, -int64(len(op.Payload)))
 	})
 	if err != nil {
-		if errors.Is(err, ErrState) || errors.Is(err, ErrNotFound) {
-			return Op{}, err
-		}
-		return Op{}, fmt.Errorf("queue: discard %q: %w", id, err)
+		return Op{}, wrapDeadLetteredErr("discard", id, err)
 	}
 	s.mu.Lock()
-	s.finished[DeadLettered]--
-	if op.Kept {
-		s.kept--
-	}
-	s.bytes -= int64(len(op.Payload))
+	s.forgetDeadLettered(op.Kept, int64(len(op.Payload)))
 	s.mu.Unlock()
 	return op, nil
 }

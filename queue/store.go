@@ -18,6 +18,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/batonhq/baton/internal/notify"
 )
 
 // Errors returned by the Store; test with errors.Is.
@@ -159,9 +161,9 @@ type Store struct {
 	retention  time.Duration
 	purgeLimit int
 	closed     bool
-	calls      sync.WaitGroup // in-flight public calls, waited for by Close
-	changed    chan struct{}  // closed and replaced when something may have become claimable
-	done       chan struct{}  // closed by Close
+	calls      sync.WaitGroup   // in-flight public calls, waited for by Close
+	changed    notify.Broadcast // something may have become claimable
+	done       chan struct{}    // closed by Close
 	busy       map[string]chan struct{}
 	sched      scheduler
 	pending    int // submits and replays between seq assignment and commit
@@ -200,7 +202,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	s := &Store{
 		dir: dir, path: db.Path(), db: db, lock: lock, log: opts.Logger.With("component", "queue"), now: opts.Now,
 		maxOps: opts.MaxOps, maxBytes: opts.MaxBytes, retention: opts.Retention, purgeLimit: opts.PurgeLimit,
-		changed: make(chan struct{}), done: make(chan struct{}),
+		done: make(chan struct{}),
 		busy: map[string]chan struct{}{}, finished: map[State]int{},
 	}
 	s.sched.init()
@@ -544,14 +546,6 @@ func (s *Store) enter() error {
 
 func (s *Store) leave() { s.calls.Done() }
 
-// notifyLocked wakes Next waiters. s.mu must be held.
-func (s *Store) notifyLocked() {
-	close(s.changed)
-	s.changed = make(chan struct{})
-}
-
-// lockID waits until no other call works on id, then marks it busy. The
-// returned func releases it.
 // enterID enters the store (enter) and takes op id's lock (lockID): the
 // start of every change to one op. done releases both.
 func (s *Store) enterID(ctx context.Context, id string) (done func(), err error) {
@@ -566,6 +560,8 @@ func (s *Store) enterID(ctx context.Context, id string) (done func(), err error)
 	return func() { unlock(); s.leave() }, nil
 }
 
+// lockID waits until no other call works on id, then marks it busy. The
+// returned func releases it.
 func (s *Store) lockID(ctx context.Context, id string) (func(), error) {
 	for {
 		s.mu.Lock()
@@ -591,7 +587,7 @@ func (s *Store) unlockID(id string, ch chan struct{}) {
 	s.mu.Lock()
 	delete(s.busy, id)
 	close(ch)
-	s.notifyLocked() // a claim may have skipped this op while it was busy
+	s.changed.Notify() // a claim may have skipped this op while it was busy
 	s.mu.Unlock()
 }
 

@@ -305,7 +305,7 @@ func TestTooManyWaiters(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	waiting := make(chan int, 1)
 	go func() {
-		st, _ := callCtx(ctx, s.hc, "POST", "/v1/locks/o/acquire", `{"wait_ms":30000}`)
+		st, _ := testenv.Call(ctx, s.hc, "POST", "/v1/locks/o/acquire", `{"wait_ms":30000}`)
 		waiting <- st
 	}()
 	waitFor(t, 10*time.Second, "one waiter", func() bool {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -78,7 +77,6 @@ type sc struct {
 	srv    *sidecar.Server
 	cfg    props.Config
 	hc     *http.Client
-	tr     *http.Transport
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -107,7 +105,7 @@ func startNoWait(t testing.TB, cfg props.Config, opts ...func(*sidecar.Options))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &sc{t: t, srv: srv, cfg: cfg, cancel: cancel, done: make(chan error, 1)}
-	s.tr, s.hc = unixClient(cfg.SocketPath)
+	s.hc = testenv.UnixHTTP(cfg.SocketPath)
 	go func() { s.done <- srv.Run(ctx) }()
 	t.Cleanup(s.stop)
 	waitFor(t, 10*time.Second, "socket listening", func() bool {
@@ -132,38 +130,12 @@ func (s *sc) stop() {
 	case <-time.After(60 * time.Second):
 		s.t.Errorf("Run did not return within 60s of the cancel")
 	}
-	s.tr.CloseIdleConnections()
-}
-
-func unixClient(sock string) (*http.Transport, *http.Client) {
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}}
-	return tr, &http.Client{Transport: tr}
+	s.hc.CloseIdleConnections()
 }
 
 // call sends a request through the socket and returns the status and body.
 func (s *sc) call(method, path, body string) (int, []byte) {
-	return callCtx(context.Background(), s.hc, method, path, body)
-}
-
-func callCtx(ctx context.Context, hc *http.Client, method, path, body string) (int, []byte) {
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://sidecar"+path, rd)
-	if err != nil {
-		return 0, []byte(err.Error())
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return 0, []byte(err.Error())
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return testenv.Call(context.Background(), s.hc, method, path, body)
 }
 
 // mustCall is call with a wanted status.

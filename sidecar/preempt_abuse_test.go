@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/testenv"
 )
 
 // pollLease long-polls a lease (GET ?wait=lost) for at most timeoutMS and
@@ -98,7 +99,7 @@ func TestPreemptWithdrawn(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		ch := make(chan answer, 1)
 		go func() {
-			st, raw := callCtx(ctx, b.hc, "POST", "/v1/locks/"+obj+"/acquire", body)
+			st, raw := testenv.Call(ctx, b.hc, "POST", "/v1/locks/"+obj+"/acquire", body)
 			ch <- answer{st, raw}
 		}()
 		return ch, cancel

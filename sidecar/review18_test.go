@@ -124,7 +124,7 @@ func TestReview18OverlapWithdrawChurn(t *testing.T) {
 				if preempter && r.IntN(2) == 0 { // gives up around the end of a cleanup window
 					time.AfterFunc(time.Duration(300+r.IntN(300))*time.Millisecond, cancel)
 				}
-				st, raw := callCtx(ctx, s.hc, "POST", "/v1/locks/"+obj+"/acquire", body)
+				st, raw := testenv.Call(ctx, s.hc, "POST", "/v1/locks/"+obj+"/acquire", body)
 				cancel()
 				if st == 0 {
 					gaveUp.Add(1)
@@ -247,7 +247,7 @@ func TestReview18TwoForcefulOneGivesUp(t *testing.T) {
 	defer cancel1()
 	first := make(chan answer, 1)
 	go func() {
-		st, raw := callCtx(ctx1, b.hc, "POST", "/v1/locks/two/acquire", `{"preempt":true,"forceful":true,"wait_ms":20000,"info":"gives up"}`)
+		st, raw := testenv.Call(ctx1, b.hc, "POST", "/v1/locks/two/acquire", `{"preempt":true,"forceful":true,"wait_ms":20000,"info":"gives up"}`)
 		first <- answer{st, raw}
 	}()
 	if l := <-p; l.State != api.StatePreempted {

@@ -7,6 +7,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/batonhq/baton/internal/notify"
 )
 
 // Proxy is a TCP fault proxy between clients and one upstream address (a
@@ -31,10 +33,10 @@ type Proxy struct {
 	wg       sync.WaitGroup
 
 	mu       sync.Mutex
-	holeUp   bool          // drop client->server bytes
-	holeDown bool          // drop server->client bytes
-	latency  time.Duration // added to each direction
-	changed  chan struct{} // closed and replaced whenever a fault changes
+	holeUp   bool             // drop client->server bytes
+	holeDown bool             // drop server->client bytes
+	latency  time.Duration    // added to each direction
+	changed  notify.Broadcast // every fault change
 	conns    map[*proxyConn]struct{}
 	closed   bool
 	accepted int
@@ -49,7 +51,7 @@ func StartProxy(upstream string) (*Proxy, error) {
 		return nil, fmt.Errorf("testenv: proxy listen: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Proxy{ln: ln, upstream: upstream, ctx: ctx, cancel: cancel, changed: make(chan struct{}), conns: make(map[*proxyConn]struct{})}
+	p := &Proxy{ln: ln, upstream: upstream, ctx: ctx, cancel: cancel, conns: make(map[*proxyConn]struct{})}
 	p.wg.Go(p.acceptLoop)
 	return p, nil
 }
@@ -88,7 +90,7 @@ func (p *Proxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.holeUp, p.holeDown, p.latency = false, false, 0
-	p.notifyLocked()
+	p.changed.Notify()
 }
 
 // SetLatency delays every chunk of bytes by d in each direction (so a
@@ -98,7 +100,7 @@ func (p *Proxy) SetLatency(d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.latency = max(d, 0)
-	p.notifyLocked()
+	p.changed.Notify()
 }
 
 // ResetConnections closes every current connection, both sides, with a TCP
@@ -150,12 +152,7 @@ func (p *Proxy) setHoles(up, down bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.holeUp, p.holeDown = up, down
-	p.notifyLocked()
-}
-
-func (p *Proxy) notifyLocked() {
-	close(p.changed)
-	p.changed = make(chan struct{})
+	p.changed.Notify()
 }
 
 // fault returns direction's black-hole flag, the latency and the change channel.
@@ -166,7 +163,7 @@ func (p *Proxy) fault(up bool) (hole bool, latency time.Duration, changed <-chan
 	if up {
 		hole = p.holeUp
 	}
-	return hole, p.latency, p.changed
+	return hole, p.latency, p.changed.Wait()
 }
 
 func (p *Proxy) acceptLoop() {

@@ -113,7 +113,9 @@ func (o *ZKOptions) setDefaults() error {
 // zkJars is the minimal classpath (see shared/tools/zk.sh): zookeeper.jar's
 // manifest would drag in jetty, jackson and netty, unused with the admin
 // server off; slf4j-log4j12 + log4j-1.2 is the logging binding Debian builds for.
-var zkJars = []string{"zookeeper.jar", "zookeeper-jute.jar", "slf4j-api.jar", "slf4j-log4j12.jar", "log4j-1.2.jar", "metrics-core.jar", "snappy-java.jar"}
+var zkJars = []string{
+	"zookeeper.jar", "zookeeper-jute.jar", "slf4j-api.jar", "slf4j-log4j12.jar", "log4j-1.2.jar", "metrics-core.jar", "snappy-java.jar",
+}
 
 // NettyJars are what ZooKeeper's Netty connection factory (TLS client
 // ports) needs from Debian's libnetty-java, a dependency of libzookeeper-java.

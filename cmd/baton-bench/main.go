@@ -437,6 +437,21 @@ func (e *env) contention(objects int) (result, error) {
 	return res, nil
 }
 
+// watchedSessions starts n sessions and a raw client to watch their queue
+// (W4, W5); the returned func closes them all.
+func (e *env) watchedSessions(n int) (ss []session, raw *zk.Conn, closeFn func(), err error) {
+	ss, err = e.newSessions(n)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	raw, err = rawZK(e.cfg.zkAddr)
+	if err != nil {
+		closeAll(ss)
+		return nil, nil, nil, err
+	}
+	return ss, raw, func() { raw.Close(); closeAll(ss) }, nil
+}
+
 // rawZK is a plain client to watch the queue (W4, W5).
 func rawZK(addr string) (*zk.Conn, error) {
 	c, ev, err := zk.Connect([]string{addr}, sessionTimeout, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
@@ -482,16 +497,11 @@ func waitQueued(c *zk.Conn, path string, n int, poll time.Duration) error {
 // stamps t0 and releases; the waiter stamps t1 when its acquire returns.
 func (e *env) w4() (result, error) {
 	res := result{Clients: 2, Ops: e.cfg.ops}
-	ss, err := e.newSessions(2)
+	ss, raw, closeSessions, err := e.watchedSessions(2)
 	if err != nil {
 		return res, err
 	}
-	defer closeAll(ss)
-	raw, err := rawZK(e.cfg.zkAddr)
-	if err != nil {
-		return res, err
-	}
-	defer raw.Close()
+	defer closeSessions()
 	path := e.cfg.root + "/lock"
 	locks := []locker{ss[0].locker("lock"), ss[1].locker("lock")}
 	if err := locks[0].Lock(); err != nil {
@@ -547,16 +557,11 @@ func (e *env) w4() (result, error) {
 // and each waiter acquires and releases in turn.
 func (e *env) w5() (result, error) {
 	res := result{Clients: e.cfg.waiters + 1, Ops: e.cfg.waiters, Waiters: e.cfg.waiters}
-	ss, err := e.newSessions(e.cfg.waiters + 1)
+	ss, raw, closeSessions, err := e.watchedSessions(e.cfg.waiters + 1)
 	if err != nil {
 		return res, err
 	}
-	defer closeAll(ss)
-	raw, err := rawZK(e.cfg.zkAddr)
-	if err != nil {
-		return res, err
-	}
-	defer raw.Close()
+	defer closeSessions()
 	gate, waiters := ss[0], ss[1:]
 	path := e.cfg.root + "/lock"
 	var holders, overlaps, errs atomic.Int64

@@ -123,6 +123,11 @@ func (p *prober) run() (res probeResult) {
 	return res
 }
 
+// do runs the probe once into res: a `baton serve` on a fresh lock root,
+// a holder per object, then p.waiters acquires queued behind them; it
+// measures the memory idle, waiting and at the peak, the drain's handoffs/s
+// and ZooKeeper packets, and whether the znode count returns to its
+// baseline.
 func (p *prober) do(res *probeResult) error {
 	dir, err := os.MkdirTemp("", "bbp")
 	if err != nil {

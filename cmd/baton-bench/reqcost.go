@@ -59,6 +59,10 @@ func reqcostMain(args []string) int {
 	return 0
 }
 
+// reqcost measures into res the latency of GET /healthz on a `baton serve`
+// (ZooKeeper at zkAddr, or one it starts; baton binary bat) and on the echo
+// server, for stock net/http and Baton's client, in alternating rounds; the
+// difference of the medians is what the sidecar adds.
 func reqcost(res *reqcostResult, zkAddr, bat string) error {
 	bin, err := batonBin(bat)
 	if err != nil {

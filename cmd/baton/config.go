@@ -28,20 +28,8 @@ invalid, with every error on stderr as FILE:LINE: KEY: "VALUE" is not ...`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			l, err := g.loadProps()
-			if fe, ok := unreadableConfig(err); ok {
-				return exitWith(exitFailure, fe)
-			}
 			if err != nil {
-				n := 1
-				if j, ok := err.(interface{ Unwrap() []error }); ok {
-					n = len(j.Unwrap())
-				}
-				fmt.Fprintln(g.stderr, err)
-				noun := "error"
-				if n > 1 {
-					noun = "errors"
-				}
-				return exitWith(exitFailure, fmt.Errorf("invalid configuration: %d %s", n, noun))
+				return configError(g, err)
 			}
 			for _, w := range l.Warnings {
 				fmt.Fprintf(g.stderr, "warning: %s\n", w)

@@ -18,6 +18,7 @@ import (
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/client"
 	"github.com/batonhq/baton/dlq"
+	"github.com/batonhq/baton/ops"
 	"github.com/batonhq/baton/props"
 )
 
@@ -41,7 +42,7 @@ func loadForDLQ(g *globals) (*props.Loaded, *dlq.Reader, error) {
 	for _, w := range l.Warnings {
 		fmt.Fprintf(g.stderr, "baton: warning: %s\n", w)
 	}
-	sec, err := dlq.SecurityOf(l.Config)
+	sec, err := dlq.NewSecurity(ops.DLQSecurity(l.Config))
 	if err != nil {
 		return nil, nil, exitWith(exitFailure, err)
 	}
@@ -52,6 +53,8 @@ func loadForDLQ(g *globals) (*props.Loaded, *dlq.Reader, error) {
 	return l, r, nil
 }
 
+// newDLQLsCmd is `baton dlq ls`: the dead letters on the topic, each with
+// what became of its op on this sidecar (or the raw letters with --json).
 func newDLQLsCmd(g *globals) *cobra.Command {
 	var (
 		maxN   int
@@ -101,7 +104,7 @@ Exit status 0; 69 when Kafka cannot be reached.`,
 				c := client.New(l.Config.SocketPath)
 				defer c.Close()
 				st = &letterStatus{c: c, committed: committed, ops: map[string]*api.Op{}, g: g}
-				tw = tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+				tw = newTable(g.stdout)
 				fmt.Fprintln(tw, "OFFSET\tKEY\tID\tCLASS\tATTEMPTS\tREPLAYED\tOP\tLAST_ERROR")
 			}
 			var werr error
@@ -121,7 +124,8 @@ Exit status 0; 69 when Kafka cannot be reached.`,
 				}
 				lt := m.Letter
 				replayed, state := st.of(cmd.Context(), m)
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", pos, printable(lt.Object), printable(lt.ID), orDash(printable(lt.ErrorClass)), lt.Attempts, replayed, state, quoteCut(lt.LastError))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", pos, printable(lt.Object), printable(lt.ID), orDash(printable(lt.ErrorClass)),
+					lt.Attempts, replayed, state, quoteCut(lt.LastError))
 				return nil
 			})
 			if werr != nil {
@@ -274,8 +278,8 @@ func newReplayer(c *client.Client, max int) *replayer {
 // the letter was written.
 func superseded(op *api.Op, lt dlq.Letter) bool {
 	acc := op.AcceptedAt.Time
-	if !acc.IsZero() && !lt.AcceptedAt.IsZero() && !acc.Equal(lt.AcceptedAt) {
-		return acc.After(lt.AcceptedAt)
+	if !acc.IsZero() && !lt.AcceptedAt.IsZero() && !acc.Equal(lt.AcceptedAt.Time) {
+		return acc.After(lt.AcceptedAt.Time)
 	}
 	return uint64(op.Seq) > lt.Seq
 }
@@ -308,7 +312,8 @@ func (rp *replayer) replay(ctx context.Context, lt dlq.Letter) (string, error) {
 	}
 	if cur != nil && superseded(cur, lt) {
 		rc.superseded++
-		return fmt.Sprintf("skipped %s (object %s): letter of seq %d, the op was accepted again since (seq %d) and dead-lettered again: its newer letter counts",
+		return fmt.Sprintf("skipped %s (object %s): letter of seq %d, the op was accepted again since (seq %d) and dead-lettered again: "+
+			"its newer letter counts",
 			lt.ID, lt.Object, lt.Seq, cur.Seq), nil
 	}
 	if n := rp.replayed[lt.ID]; n >= rp.max {
@@ -360,7 +365,8 @@ func replayAll(ctx context.Context, g *globals, r *dlq.Reader, rp *replayer, ro 
 	counts, err = r.Replay(ctx, ro, func(lt dlq.Letter) error {
 		if ro.DryRun {
 			rp.rc.wouldDo++
-			_, werr := fmt.Fprintf(g.stdout, "would replay %s (object %s, %s, %s)\n", printable(lt.ID), printable(lt.Object), count(lt.Attempts, "attempt"), orDash(printable(lt.ErrorClass)))
+			_, werr := fmt.Fprintf(g.stdout, "would replay %s (object %s, %s, %s)\n",
+				printable(lt.ID), printable(lt.Object), count(lt.Attempts, "attempt"), orDash(printable(lt.ErrorClass)))
 			return werr
 		}
 		msg, err := rp.replay(ctx, lt)
@@ -372,8 +378,10 @@ func replayAll(ctx context.Context, g *globals, r *dlq.Reader, rp *replayer, ro 
 		return werr
 	})
 	rc := rp.rc
-	fmt.Fprintf(g.stdout, "read %d, replayed %d (%d queued again, %d submitted anew), already handled %d, superseded %d, capped %d, other objects %d, would replay %d, committed %d\n",
-		counts.Read, rc.requeued+rc.submitted, rc.requeued, rc.submitted, rc.already, rc.superseded, rc.capped, counts.Skipped, rc.wouldDo, counts.Committed)
+	fmt.Fprintf(g.stdout, "read %d, replayed %d (%d queued again, %d submitted anew), already handled %d, superseded %d, capped %d, "+
+		"other objects %d, would replay %d, committed %d\n",
+		counts.Read, rc.requeued+rc.submitted, rc.requeued, rc.submitted, rc.already, rc.superseded, rc.capped,
+		counts.Skipped, rc.wouldDo, counts.Committed)
 	return counts, refused, err
 }
 

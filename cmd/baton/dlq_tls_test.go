@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/dlq"
+	"github.com/batonhq/baton/ops"
 	"github.com/batonhq/baton/props"
 	"github.com/batonhq/baton/testenv"
 )
@@ -33,7 +35,7 @@ func TestDLQOverTLSAndSASL(t *testing.T) {
 	cfg := props.Defaults()
 	cfg.KafkaTLSEnabled, cfg.KafkaTLSCAFile = "true", caFile
 	cfg.KafkaSASLMechanism, cfg.KafkaSASLUsername, cfg.KafkaSASLPassword = "PLAIN", "baton", "pw-1"
-	sec, err := dlq.SecurityOf(cfg)
+	sec, err := dlq.NewSecurity(ops.DLQSecurity(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +44,7 @@ func TestDLQOverTLSAndSASL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pub.Close()
-	if err := pub.Publish(context.Background(), dlq.Letter{ID: "tls-op", Object: "o", Payload: []byte(`1`), Seq: 1, AcceptedAt: time.Now()}); err != nil {
+	if err := pub.Publish(context.Background(), dlq.Letter{ID: "tls-op", Object: "o", Payload: []byte(`1`), Seq: 1, AcceptedAt: api.NewTime(time.Now())}); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()

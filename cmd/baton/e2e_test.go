@@ -21,6 +21,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/batonhq/baton/client"
+	"github.com/batonhq/baton/internal/notify"
 	"github.com/batonhq/baton/testenv"
 )
 
@@ -89,17 +90,16 @@ func cleanProcEnv() []string {
 type logBuf struct {
 	mu      sync.Mutex
 	b       bytes.Buffer
-	changed chan struct{}
+	changed notify.Broadcast
 }
 
-func newLogBuf() *logBuf { return &logBuf{changed: make(chan struct{})} }
+func newLogBuf() *logBuf { return &logBuf{} }
 
 func (l *logBuf) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.b.Write(p)
-	close(l.changed)
-	l.changed = make(chan struct{})
+	l.changed.Notify()
 	return len(p), nil
 }
 
@@ -133,7 +133,7 @@ func (l *logBuf) await(mark int, s string, timeout time.Duration) (string, bool)
 	for {
 		l.mu.Lock()
 		got := l.b.String()[mark:]
-		ch := l.changed
+		ch := l.changed.Wait()
 		l.mu.Unlock()
 		if strings.Contains(got, s) {
 			return got, true

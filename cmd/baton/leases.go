@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -30,16 +29,8 @@ A holder that lost its lease_id can find it here and release it with
 Exit status 0; 69 when the sidecar is unavailable; 1 when refused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withClient(g, cmd, func(ctx context.Context, c *client.Client) error {
-				ll, err := c.Leases(ctx)
-				if err != nil {
-					return clientExit(c, err)
-				}
-				if asJSON {
-					return writeJSON(g.stdout, ll)
-				}
-				return printLeases(g.stdout, ll)
-			})
+			send := func(ctx context.Context, c *client.Client) (*api.LeaseList, error) { return c.Leases(ctx) }
+			return request(g, cmd, asJSON, send, printLeases)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON")
@@ -51,7 +42,7 @@ func printLeases(w io.Writer, ll *api.LeaseList) error {
 		_, err := fmt.Fprintln(w, "no leases")
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintln(tw, "LEASE\tOBJECT\tUID\tTOKEN\tSTATE\tVALID_FOR\tHOLDS\tACQUIRED\tINFO")
 	for _, l := range ll.Leases {
 		uid := "-"

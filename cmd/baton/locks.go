@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -33,38 +32,29 @@ Exit status 0; 69 when the sidecar or ZooKeeper is unavailable; 64 for a bad
 object name.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withClient(g, cmd, func(ctx context.Context, c *client.Client) error {
-				if len(args) == 1 {
-					if cmd.Flags().Changed("prefix") {
-						return usageErrorf("--prefix lists objects; it cannot be used with OBJECT")
-					}
-					st, err := c.Inspect(ctx, args[0])
-					if err != nil {
-						return clientExit(c, err)
-					}
-					if asJSON {
-						return writeJSON(g.stdout, st)
-					}
-					return printLock(g.stdout, st)
+			if len(args) == 1 {
+				if cmd.Flags().Changed("prefix") {
+					return usageErrorf("--prefix lists objects; it cannot be used with OBJECT")
 				}
+				inspect := func(ctx context.Context, c *client.Client) (*api.LockStatus, error) { return c.Inspect(ctx, args[0]) }
+				return request(g, cmd, asJSON, inspect, printLock)
+			}
+			listAll := func(ctx context.Context, c *client.Client) (api.LockList, error) {
 				all := api.LockList{Locks: []api.LockSummary{}}
 				after := ""
 				for {
 					page, err := c.List(ctx, client.ListOptions{Prefix: prefix, After: after, Limit: 1000})
 					if err != nil {
-						return clientExit(c, err)
+						return all, err
 					}
 					all.Locks = append(all.Locks, page.Locks...)
 					if page.Next == "" || page.Next == after {
-						break
+						return all, nil
 					}
 					after = page.Next
 				}
-				if asJSON {
-					return writeJSON(g.stdout, all)
-				}
-				return printLocks(g.stdout, all.Locks)
-			})
+			}
+			return request(g, cmd, asJSON, listAll, printLocks)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON (all pages in one list)")
@@ -87,16 +77,18 @@ func since(t api.Time) string {
 	return t.UTC().Format(api.TimeFormat)
 }
 
-func printLocks(w io.Writer, locks []api.LockSummary) error {
+func printLocks(w io.Writer, ll api.LockList) error {
+	locks := ll.Locks
 	if len(locks) == 0 {
 		_, err := fmt.Fprintln(w, "no locks")
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintln(tw, "OBJECT\tHOLDER\tTYPE\tSIDECAR\tTOKEN\tSINCE\tWAITERS\tINFO")
 	for _, l := range locks {
 		if h := l.Holder; h != nil {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", printable(l.Object), printable(h.Node), orDash(printable(h.Type)), orDash(printable(h.Sidecar)), h.Token, since(h.Since), l.Waiters, strconv.Quote(h.Info))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", printable(l.Object), printable(h.Node), orDash(printable(h.Type)),
+				orDash(printable(h.Sidecar)), h.Token, since(h.Since), l.Waiters, strconv.Quote(h.Info))
 		} else {
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%d\t\n", printable(l.Object), l.Waiters)
 		}
@@ -105,7 +97,7 @@ func printLocks(w io.Writer, locks []api.LockSummary) error {
 }
 
 func printLock(w io.Writer, st *api.LockStatus) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintf(tw, "object\t%s\n", printable(st.Object))
 	if h := st.Holder; h != nil {
 		fmt.Fprintf(tw, "holder\t%s  type %s  sidecar %s  token %d  since %s  info %s\n",
@@ -120,10 +112,11 @@ func printLock(w io.Writer, st *api.LockStatus) error {
 	if len(st.Waiters) == 0 {
 		return nil
 	}
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw = newTable(w)
 	fmt.Fprintln(tw, "  #\tNODE\tTYPE\tSIDECAR\tSINCE\tINFO")
 	for i, wt := range st.Waiters {
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", i+1, printable(wt.Node), orDash(printable(wt.Type)), orDash(printable(wt.Sidecar)), since(wt.Since), strconv.Quote(wt.Info))
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", i+1, printable(wt.Node), orDash(printable(wt.Type)), orDash(printable(wt.Sidecar)),
+			since(wt.Since), strconv.Quote(wt.Info))
 	}
 	return tw.Flush()
 }

@@ -20,7 +20,8 @@ func sidecarUnreachable(err error) (error, bool) {
 		return &trimmedError{msg: fmt.Sprintf("%v (%s)", err, socketHint), err: err}, true
 	}
 	if _, ok := errors.AsType[*client.NotBatonError](err); ok {
-		return &trimmedError{msg: fmt.Sprintf("%v (another program listens there; point --socket or BATON_SIDECAR_SOCKET_PATH at the sidecar's socket)", err), err: err}, true
+		msg := fmt.Sprintf("%v (another program listens there; point --socket or BATON_SIDECAR_SOCKET_PATH at the sidecar's socket)", err)
+		return &trimmedError{msg: msg, err: err}, true
 	}
 	return err, false
 }

@@ -89,66 +89,36 @@ Prints "ID STATE" (or the JSON answer with --json).`,
 }
 
 func newOpsGetCmd(g *globals) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "get ID",
-		Short: "Show a background operation's state",
-		Long: `get shows an op (GET /v1/ops/ID): object, state (queued, running, retrying,
+	return opIDCmd(g, "get", "Show a background operation's state",
+		`get shows an op (GET /v1/ops/ID): object, state (queued, running, retrying,
 done, dlq_pending, dead_lettered), failed attempts, last error, next attempt,
 accept time and per-object sequence. Finished ops are kept for
 queue.retention. Exit status 1 for an unknown op.`,
-		Args: argsNamed("ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return withClient(g, cmd, func(ctx context.Context, c *client.Client) error {
-				op, err := c.Op(ctx, args[0])
-				if err != nil {
-					return clientExit(c, err)
-				}
-				if asJSON {
-					return writeJSON(g.stdout, op)
-				}
-				return printOp(g.stdout, op)
-			})
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON answer")
-	return cmd
+		(*client.Client).Op, printOp)
 }
 
 func newOpsReplayCmd(g *globals) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "replay ID",
-		Short: "Queue a dead-lettered operation again",
-		Long: `replay queues a dead_lettered op again (POST /v1/ops/ID/replay): its attempts
+	replay := func(c *client.Client, ctx context.Context, id string) (api.OpAck, error) {
+		ack, err := c.Replay(ctx, id)
+		if err != nil {
+			return api.OpAck{}, err
+		}
+		return ack.OpAck, nil
+	}
+	return opIDCmd(g, "replay", "Queue a dead-lettered operation again",
+		`replay queues a dead_lettered op again (POST /v1/ops/ID/replay): its attempts
 restart and it goes behind the object's newer ops. Exit status 1 for an
 unknown op or one that is not dead_lettered (409). To replay from the
 dead-letter topic (e.g. on another node), use 'baton dlq replay'.`,
-		Args: argsNamed("ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return withClient(g, cmd, func(ctx context.Context, c *client.Client) error {
-				ack, err := c.Replay(ctx, args[0])
-				if err != nil {
-					return clientExit(c, err)
-				}
-				if asJSON {
-					return writeJSON(g.stdout, ack.OpAck)
-				}
-				_, err = fmt.Fprintf(g.stdout, "%s %s\n", ack.ID, ack.State)
-				return err
-			})
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON answer")
-	return cmd
+		replay, func(w io.Writer, ack api.OpAck) error {
+			_, err := fmt.Fprintf(w, "%s %s\n", ack.ID, ack.State)
+			return err
+		})
 }
 
 func newOpsDiscardCmd(g *globals) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "discard ID",
-		Short: "Delete a dead-lettered operation and its payload for good",
-		Long: `discard deletes a dead_lettered op and its payload (POST /v1/ops/ID/discard).
+	return opIDCmd(g, "discard", "Delete a dead-lettered operation and its payload for good",
+		`discard deletes a dead_lettered op and its payload (POST /v1/ops/ID/discard).
 It is the way out for an op the sidecar keeps because its dead letter went
 out without the payload (too large for the topic; 'baton ops get' shows
 "kept"): such an op is never purged, since the sidecar holds the only whole
@@ -156,19 +126,25 @@ copy. After a discard the op cannot be replayed by id; the sidecar logs it
 (audit, WARN). Prints what was deleted. Exit status 1 for an unknown op or
 one that is not dead_lettered (409: an op still to be delivered is never
 dropped).`,
-		Args: argsNamed("ID"),
+		(*client.Client).Discard, func(w io.Writer, d *api.OpDiscarded) error {
+			_, err := fmt.Fprintf(w, "%s discarded: %s (payload sha256 %s)\n", d.ID, d.Message, d.PayloadSHA256)
+			return err
+		})
+}
+
+// opIDCmd is `baton ops NAME [--json] ID`: one request about op ID (send,
+// a client method), its answer printed by text or, with --json, as the
+// API's JSON.
+func opIDCmd[T any](g *globals, name, short, long string,
+	send func(c *client.Client, ctx context.Context, id string) (T, error), text func(w io.Writer, v T) error) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   name + " ID",
+		Short: short,
+		Long:  long,
+		Args:  argsNamed("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withClient(g, cmd, func(ctx context.Context, c *client.Client) error {
-				d, err := c.Discard(ctx, args[0])
-				if err != nil {
-					return clientExit(c, err)
-				}
-				if asJSON {
-					return writeJSON(g.stdout, d)
-				}
-				_, err = fmt.Fprintf(g.stdout, "%s discarded: %s (payload sha256 %s)\n", d.ID, d.Message, d.PayloadSHA256)
-				return err
-			})
+			return request(g, cmd, asJSON, func(ctx context.Context, c *client.Client) (T, error) { return send(c, ctx, args[0]) }, text)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON answer")
@@ -176,7 +152,7 @@ dropped).`,
 }
 
 func printOp(w io.Writer, op *api.Op) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintf(tw, "id\t%s\n", printable(op.ID))
 	fmt.Fprintf(tw, "object\t%s\n", printable(op.Object))
 	fmt.Fprintf(tw, "state\t%s\n", op.State)
@@ -214,6 +190,8 @@ func printOp(w io.Writer, op *api.Op) error {
 	return tw.Flush()
 }
 
+// newOpsLsCmd is `baton ops ls`: the ops of this sidecar's queue, page by
+// page, filtered by state and object (see its help).
 func newOpsLsCmd(g *globals) *cobra.Command {
 	var (
 		o      client.OpsOptions
@@ -242,7 +220,7 @@ be reached.`,
 			return withClient(g, cmd, func(ctx context.Context, c *client.Client) error {
 				var tw *tabwriter.Writer
 				if !asJSON {
-					tw = tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+					tw = newTable(g.stdout)
 					fmt.Fprintln(tw, "ID\tOBJECT\tSTATE\tSEQ\tATTEMPTS\tREPLAYS\tACCEPTED\tLAST_ERROR")
 				}
 				n := 0

@@ -283,7 +283,7 @@ func TestDLQCommands(t *testing.T) {
 	}
 	defer pub.Close()
 	err = pub.Publish(context.Background(), dlq.Letter{ID: "foreign-1", Object: "f", Info: "from elsewhere", Payload: json.RawMessage(`{"x":1}`),
-		Seq: 7, AcceptedAt: time.Now(), Attempts: 6, ErrorClass: "HTTP503", LastError: "503", FirstAttemptAt: time.Now(), Sidecar: "node-2"})
+		Seq: 7, AcceptedAt: api.NewTime(time.Now()), Attempts: 6, ErrorClass: "HTTP503", LastError: "503", FirstAttemptAt: api.NewTime(time.Now()), Sidecar: "node-2"})
 	if err != nil {
 		t.Fatal(err)
 	}

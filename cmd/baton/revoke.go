@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/client"
 )
 
 func init() { commands = append(commands, newRevokeCmd) }
@@ -46,37 +49,37 @@ usage error; 69 sidecar or ZooKeeper unavailable.`,
 				}
 				tok = v
 			}
-			c, err := newClient(g)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), clientTimeout)
-			defer cancel()
-			v, err := c.Revoke(ctx, args[0], reason, tok)
-			if err != nil {
-				return clientExit(c, err)
-			}
-			holder := "?"
-			if v.Holder != nil {
-				holder = fmt.Sprintf("node %s on sidecar %s", printable(v.Holder.Node), printable(v.Holder.Sidecar))
-				if v.Holder.Info != "" {
-					holder += fmt.Sprintf(" (%s)", printable(v.Holder.Info))
+			return withClient(g, cmd, func(ctx context.Context, c *client.Client) error {
+				v, err := c.Revoke(ctx, args[0], reason, tok)
+				if err != nil {
+					return clientExit(c, err)
 				}
-			}
-			fmt.Fprintf(g.stdout, "revoked %q (token %d, %s): %s\n", v.Object, v.Token, holder, printable(v.Reason))
-			if v.Orphan {
-				fmt.Fprintf(g.stdout, "it was an orphan privateLock (no grant behind it, of session %s): deleted now, the lock is free\n", v.Holder.Session)
-			} else if v.Local && v.FreedAfter != nil {
-				fmt.Fprintf(g.stdout, "the holder was told; the lock is freed at %s (in %v), after the validity told to it\n",
-					v.FreedAfter.UTC().Format(time.RFC3339Nano), max(0, time.Until(v.FreedAfter.Time)).Round(time.Millisecond))
-			} else {
-				fmt.Fprintln(g.stdout, "the holder's sidecar learns it through ZooKeeper, tells the holder and frees the lock after the validity told to it")
-			}
-			return nil
+				printRevoked(g, v)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the holder, the logs and the audit line (at most 1 KiB)")
 	cmd.Flags().StringVar(&token, "token", "", "revoke only the grant with this fencing token")
 	return cmd
+}
+
+// printRevoked prints what became of a revocation.
+func printRevoked(g *globals, v *api.RevokeResponse) {
+	holder := "?"
+	if v.Holder != nil {
+		holder = fmt.Sprintf("node %s on sidecar %s", printable(v.Holder.Node), printable(v.Holder.Sidecar))
+		if v.Holder.Info != "" {
+			holder += fmt.Sprintf(" (%s)", printable(v.Holder.Info))
+		}
+	}
+	fmt.Fprintf(g.stdout, "revoked %q (token %d, %s): %s\n", v.Object, v.Token, holder, printable(v.Reason))
+	if v.Orphan {
+		fmt.Fprintf(g.stdout, "it was an orphan privateLock (no grant behind it, of session %s): deleted now, the lock is free\n", v.Holder.Session)
+	} else if v.Local && v.FreedAfter != nil {
+		fmt.Fprintf(g.stdout, "the holder was told; the lock is freed at %s (in %v), after the validity told to it\n",
+			v.FreedAfter.UTC().Format(time.RFC3339Nano), max(0, time.Until(v.FreedAfter.Time)).Round(time.Millisecond))
+	} else {
+		fmt.Fprintln(g.stdout, "the holder's sidecar learns it through ZooKeeper, tells the holder and frees the lock after the validity told to it")
+	}
 }

@@ -141,8 +141,28 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// newTable returns the writer of the commands' aligned text tables.
+func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
+
+// request is the body of a client command that sends one request and
+// prints its answer: a request error as clientExit maps it, else the answer
+// as the API's JSON (asJSON, --json) or as text writes it.
+func request[T any](g *globals, cmd *cobra.Command, asJSON bool,
+	send func(ctx context.Context, c *client.Client) (T, error), text func(w io.Writer, v T) error) error {
+	return withClient(g, cmd, func(ctx context.Context, c *client.Client) error {
+		v, err := send(ctx, c)
+		if err != nil {
+			return clientExit(c, err)
+		}
+		if asJSON {
+			return writeJSON(g.stdout, v)
+		}
+		return text(g.stdout, v)
+	})
+}
+
 func printHealth(w io.Writer, socket string, h *api.Health) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	ready := "yes"
 	if !h.Ready {
 		ready = "no: " + h.Reason

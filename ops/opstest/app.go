@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/internal/notify"
 )
 
 // Delivery is one POST the app received.
@@ -65,12 +66,12 @@ type App struct {
 	respond Respond
 	token   string
 	log     []Delivery
-	changed chan struct{}
+	changed notify.Broadcast // every delivery
 }
 
 // Start starts an App; Close stops it.
 func Start(opts Options) (*App, error) {
-	a := &App{respond: opts.Respond, token: opts.Token, changed: make(chan struct{}), done: make(chan struct{})}
+	a := &App{respond: opts.Respond, token: opts.Token, done: make(chan struct{})}
 	var err error
 	if opts.Unix != "" {
 		a.ln, err = net.Listen("unix", opts.Unix)
@@ -161,8 +162,7 @@ func (a *App) serve(w http.ResponseWriter, r *http.Request) {
 	d.Status = status
 	a.mu.Lock()
 	a.log = append(a.log, d)
-	close(a.changed)
-	a.changed = make(chan struct{})
+	a.changed.Notify()
 	a.mu.Unlock()
 }
 
@@ -209,7 +209,7 @@ func (a *App) Duplicates() int {
 func (a *App) Wait(ctx context.Context, cond func([]Delivery) bool) error {
 	for {
 		a.mu.Lock()
-		log, ch := append([]Delivery(nil), a.log...), a.changed
+		log, ch := append([]Delivery(nil), a.log...), a.changed.Wait()
 		a.mu.Unlock()
 		if cond(log) {
 			return nil
