@@ -14,6 +14,7 @@ import (
 	"github.com/batonhq/baton/internal/httpapi"
 	"github.com/batonhq/baton/queue"
 	"github.com/batonhq/baton/sidecar"
+	"github.com/batonhq/baton/testenv"
 )
 
 // fakeMount is a Mount with one endpoint, GET /v1/ops/{id}.
@@ -76,9 +77,9 @@ func TestMount(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	tr, hc := unixClient(cfg.SocketPath)
-	defer tr.CloseIdleConnections()
-	s := &sc{t: t, srv: srv, cfg: cfg, hc: hc, tr: tr}
+	hc := testenv.UnixHTTP(cfg.SocketPath)
+	defer hc.CloseIdleConnections()
+	s := &sc{t: t, srv: srv, cfg: cfg, hc: hc}
 	waitFor(t, 20*time.Second, "sidecar ready", func() bool { st, _ := s.call("GET", "/readyz", ""); return st == 200 })
 
 	if b := string(s.mustCall(200, "GET", "/v1/ops/a%2Fb", "")); !strings.HasPrefix(b, "a/b uid=") {

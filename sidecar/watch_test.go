@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/testenv"
 )
 
 // watchCall is GET /v1/locks/{obj}?query on s, decoded strictly.
 func (s *sc) watchCall(ctx context.Context, obj, query string) (api.LockWatch, error) {
-	st, b := callCtx(ctx, s.hc, "GET", "/v1/locks/"+url.PathEscape(obj)+"?"+query, "")
+	st, b := testenv.Call(ctx, s.hc, "GET", "/v1/locks/"+url.PathEscape(obj)+"?"+query, "")
 	if st != 200 {
 		return api.LockWatch{}, fmt.Errorf("GET ?%s: %d %s", query, st, b)
 	}
