@@ -60,15 +60,18 @@ func CanonicalObjects(objects []string) ([]string, error) {
 	return out, nil
 }
 
-// waitFor returns the wait o asks for, or the type's default.
-func (e *Engine) waitFor(typ Type, o AcquireOptions) time.Duration {
+// deadline returns when a recipe's wait ends: o.Wait, or the type's default,
+// from start. A negative wait is an error.
+func (e *Engine) deadline(start time.Time, typ Type, o AcquireOptions) (time.Time, error) {
 	switch {
+	case o.Wait < 0:
+		return time.Time{}, fmt.Errorf("lock: wait %v is negative", o.Wait)
 	case o.Wait > 0:
-		return o.Wait
+		return start.Add(o.Wait), nil
 	case typ == Background:
-		return e.opts.BackgroundWait
+		return start.Add(e.opts.BackgroundWait), nil
 	}
-	return e.opts.ForegroundWait
+	return start.Add(e.opts.ForegroundWait), nil
 }
 
 // step returns o for one acquire of a recipe: the wait left before deadline
@@ -115,11 +118,11 @@ func (e *Engine) AcquireAll(ctx context.Context, objects []string, typ Type, o A
 	if err != nil {
 		return nil, err
 	}
-	if o.Wait < 0 {
-		return nil, fmt.Errorf("lock: wait %v is negative", o.Wait)
-	}
 	start := time.Now()
-	deadline := start.Add(e.waitFor(typ, o))
+	deadline, err := e.deadline(start, typ, o)
+	if err != nil {
+		return nil, err
+	}
 	for attempt := 0; ; attempt++ {
 		grants := make([]*Grant, 0, len(order))
 		for i, obj := range order {
@@ -214,11 +217,11 @@ func (e *Engine) AcquirePermit(ctx context.Context, name string, permits int, ty
 	if err != nil {
 		return nil, err
 	}
-	if o.Wait < 0 {
-		return nil, fmt.Errorf("lock: wait %v is negative", o.Wait)
-	}
 	start := time.Now()
-	deadline := start.Add(e.waitFor(typ, o))
+	deadline, err := e.deadline(start, typ, o)
+	if err != nil {
+		return nil, err
+	}
 	named := func(err error) error {
 		var ile *InstanceLockError
 		if errors.As(err, &ile) {

@@ -173,18 +173,24 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := api.LockStatus{Object: obj, Holder: holderOf(st.Holder), Waiters: make([]api.Waiter, 0, len(st.Waiters))}
+	writeJSON(w, http.StatusOK, s.lockStatus(obj, st.Holder, st.Waiters))
+	return nil
+}
+
+// lockStatus renders an object's holder and waiters for the API; a holder
+// this sidecar leased shows its holds and whether it is preemptible.
+func (s *Server) lockStatus(obj string, holder *lock.Node, waiters []lock.Node) api.LockStatus {
+	out := api.LockStatus{Object: obj, Holder: holderOf(holder), Waiters: make([]api.Waiter, 0, len(waiters))}
 	if h := out.Holder; h != nil {
 		if l := s.leases.byToken(obj, h.Token); l != nil {
 			h.Holds = l.holdsOf()
 			h.Preemptible = l.preemptibleOf()
 		}
 	}
-	for _, n := range st.Waiters {
+	for _, n := range waiters {
 		out.Waiters = append(out.Waiters, api.Waiter{Node: n.Name, Type: n.Type, Info: n.Info, Sidecar: n.Sidecar, Since: api.NewTime(n.Since), Aged: n.Aged})
 	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return out
 }
 
 // holderOf renders a holder's node for the API (nil: none), with its

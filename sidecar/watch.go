@@ -122,16 +122,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return err
 	}
-	out := api.LockWatch{Object: obj, Holder: holderOf(snap.Holder), Waiters: make([]api.Waiter, 0, len(snap.Waiters)), Version: snap.Version, Changed: changed}
-	if h := out.Holder; h != nil {
-		if l := s.leases.byToken(obj, h.Token); l != nil {
-			h.Holds = l.holdsOf()
-			h.Preemptible = l.preemptibleOf()
-		}
-	}
-	for _, n := range snap.Waiters {
-		out.Waiters = append(out.Waiters, api.Waiter{Node: n.Name, Type: n.Type, Info: n.Info, Sidecar: n.Sidecar, Since: api.NewTime(n.Since), Aged: n.Aged})
-	}
-	writeJSON(w, http.StatusOK, out)
+	st := s.lockStatus(obj, snap.Holder, snap.Waiters)
+	writeJSON(w, http.StatusOK, api.LockWatch{Object: obj, Holder: st.Holder, Waiters: st.Waiters, Version: snap.Version, Changed: changed})
 	return nil
 }
