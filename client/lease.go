@@ -312,7 +312,7 @@ func (l *Lease) keep() {
 
 // watch long-polls the sidecar for the lease leaving "held".
 func (l *Lease) watch() {
-	path := fmt.Sprintf("/v1/leases/%s?wait=lost&timeout_ms=%d", url.PathEscape(l.id), longPoll.Milliseconds())
+	base := fmt.Sprintf("/v1/leases/%s?wait=lost&timeout_ms=%d", url.PathEscape(l.id), longPoll.Milliseconds())
 	pause := func(d time.Duration) bool {
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -324,6 +324,15 @@ func (l *Lease) watch() {
 		}
 	}
 	for l.ctx.Err() == nil {
+		// The state we last saw: a change since (a drain that began between
+		// two polls) is answered at once, not at the next change.
+		path := base
+		l.mu.Lock()
+		switch st := l.state; st {
+		case api.StateHeld, api.StateSuspect, api.StateDraining, api.StatePreempted:
+			path += "&state=" + st
+		}
+		l.mu.Unlock()
 		sent := time.Now()
 		var v api.Lease
 		_, err := l.c.send(l.ctx, http.MethodGet, path, nil, &v)

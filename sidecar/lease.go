@@ -217,13 +217,21 @@ func (t *leaseTable) state(l *lease) string {
 // is no longer held; one that starts while suspect waits for the outcome
 // instead of answering at once. sessionChanged returns a channel closed at
 // the next ZooKeeper session event, which wakes the poll.
-func (t *leaseTable) waitChange(ctx context.Context, l *lease, timeout time.Duration, sessionChanged func() <-chan struct{}) error {
+//
+// known, if not empty, is the state the caller last saw (state=): the poll
+// compares with it instead of the state at its start, so a change that
+// happened between the caller's last answer and this poll (a drain that
+// began meanwhile) is answered at once instead of waiting for the next.
+func (t *leaseTable) waitChange(ctx context.Context, l *lease, timeout time.Duration, known string, sessionChanged func() <-chan struct{}) error {
 	tm := time.NewTimer(timeout)
 	defer tm.Stop()
 	// Session events wake us at once; the tick is a backstop.
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	initial := t.state(l)
+	initial := known
+	if initial == "" {
+		initial = t.state(l)
+	}
 	var drainStarts <-chan struct{} // nil once draining: it would wake us forever
 	if !t.drain.stopping() {
 		drainStarts = t.drain.ctx.Done()

@@ -13,6 +13,7 @@ import (
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/props"
 	"github.com/batonhq/baton/sidecar"
+	"github.com/batonhq/baton/testenv"
 )
 
 // TestShutdownWaitsForRelease: on shutdown (a drain) acquires answer 503
@@ -389,4 +390,34 @@ func TestMetrics(t *testing.T) {
 	if hit, miss := s.metric("baton_fastpath_total", "result=hit"), s.metric("baton_fastpath_total", "result=miss"); hit < 0 || miss < 0 {
 		t.Errorf("fastpath counters: hit %v miss %v", hit, miss)
 	}
+}
+
+// A lease long-poll that starts after the lease left the state its caller
+// last saw (a drain began between two polls) answers at once when the
+// caller says that state (state=held), instead of waiting for the next
+// change: without state= the poll, begun while draining, would wait out
+// its whole timeout_ms (60 s here) and the holder would learn of the drain
+// only at its next renewal. A bad state= is a 400 naming it.
+func TestLeasePollKnownState(t *testing.T) {
+	root := testRoot(t)
+	cfg := testConfig(t, root, "sc-a")
+	cfg.ShutdownGrace = 30 * time.Second
+	a := start(t, cfg)
+	l := a.acquire("kp", `{"lease_ms":60000}`)
+	for _, q := range []string{"state=held", "wait=lost&state=lost", "wait=lost&state=HELD"} {
+		if e := decodeError(t, a.mustCall(400, "GET", "/v1/leases/"+l.LeaseID+"?"+q, "")); e.Field != "state" {
+			t.Errorf("?%s: %+v, want a 400 naming state", q, e)
+		}
+	}
+	a.mustCall(202, "POST", "/v1/drain", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, raw := testenv.Call(ctx, a.hc, "GET", "/v1/leases/"+l.LeaseID+"?wait=lost&timeout_ms=60000&state=held", "")
+	if st != 200 {
+		t.Fatalf("long-poll with state=held during a drain: %d %s (it waited instead of answering the change)", st, raw)
+	}
+	if v := decodeLease(t, raw); v.State != api.StateDraining {
+		t.Errorf("long-poll answered state %q, want %q", v.State, api.StateDraining)
+	}
+	a.mustCall(200, "DELETE", "/v1/leases/"+l.LeaseID, "")
 }

@@ -112,13 +112,20 @@ func queryParams(r *http.Request, allowed ...string) (url.Values, error) {
 // with wait=lost, a long-poll (leaseTable.waitChange) of at most
 // timeout_ms, counted against sidecar.max.polls.per.uid.
 func (s *Server) getLease(w http.ResponseWriter, r *http.Request) error {
-	q, err := queryParams(r, "wait", "timeout_ms")
+	q, err := queryParams(r, "wait", "timeout_ms", "state")
 	if err != nil {
 		return err
 	}
 	wait := q.Get("wait")
 	if wait != "" && wait != "lost" {
 		return badRequest("wait", "%q is not \"lost\"", wait)
+	}
+	known := q.Get("state") // the state the caller last saw: a poll that finds another answers at once
+	switch {
+	case q.Has("state") && wait == "":
+		return badRequest("state", "only applies with wait=lost")
+	case q.Has("state") && !slices.Contains(pollStates, known):
+		return badRequest("state", "%q is not one of %s", known, strings.Join(pollStates, ", "))
 	}
 	timeout := defaultLongPoll
 	if q.Has("timeout_ms") {
@@ -148,13 +155,17 @@ func (s *Server) getLease(w http.ResponseWriter, r *http.Request) error {
 		defer s.caps.put(p.uid, capPolls)
 		s.polls.Add(1)
 		defer s.polls.Add(-1)
-		if err := s.leases.waitChange(r.Context(), l, timeout, s.sess.changed); err != nil {
+		if err := s.leases.waitChange(r.Context(), l, timeout, known, s.sess.changed); err != nil {
 			return err
 		}
 	}
 	writeJSON(w, http.StatusOK, s.leases.view(l, true))
 	return nil
 }
+
+// pollStates are the states a lease long-poll's state= may name: those of a
+// lease not ended.
+var pollStates = []string{api.StateHeld, api.StateSuspect, api.StateDraining, api.StatePreempted}
 
 // inspect is GET /v1/locks/{object}: the holder and the waiters as
 // ZooKeeper has them; a holder this sidecar leased shows its holds and
