@@ -391,8 +391,14 @@ public final class Lease implements AutoCloseable {
 
     /** Long-polls the sidecar for the lease leaving "held". */
     private void watch() {
-        String path = "/v1/leases/" + BatonClient.escape(id) + "?wait=lost&timeout_ms=" + LONG_POLL_MS;
+        String base = "/v1/leases/" + BatonClient.escape(id) + "?wait=lost&timeout_ms=" + LONG_POLL_MS;
         while (!stopped) {
+            // The state last seen: a change since (a drain begun between two polls) is answered at once.
+            String seen = state();
+            String path = switch (seen) {
+                case "held", "suspect", "draining", "preempted" -> base + "&state=" + seen;
+                default -> base;
+            };
             long sent = System.nanoTime();
             long pause = 20;
             try {

@@ -336,7 +336,7 @@ public final class UnitTests {
     static void testLongPollReportsLoss() throws Exception {
         try (FakeSidecar f = new FakeSidecar(r -> {
             if (r.target().contains("wait=lost")) {
-                eq("/v1/leases/inc1-abcdef?wait=lost&timeout_ms=30000", r.target(), "long-poll target");
+                eq("/v1/leases/inc1-abcdef?wait=lost&timeout_ms=30000&state=held", r.target(), "long-poll target (with the state last seen)");
                 return Answer.json(200, lease("lost", 0, ",\"reason\":\"lock node deleted by someone else\"")).delayed(150);
             }
             if (r.method().equals("DELETE")) {
