@@ -45,7 +45,7 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/openapi.json", action{}, serveOpenAPI},
 		{"POST", "/v1/drain", actDrain, s.startDrain},
 		{"GET", "/v1/locks", actInspect, s.list},
-		{"GET", "/v1/locks/{object}", actInspect, s.lockGet}, // with a query: the watch long-poll (watch.go)
+		{"GET", "/v1/locks/{object}", actInspect, s.inspect}, // with a query: the watch long-poll (watch.go)
 		{"POST", "/v1/locks/{object}/acquire", actAcquire, s.acquire},
 		{"POST", "/v1/locks/{object}/revoke", actRevoke, s.revoke},
 		{"GET", "/v1/locks/{object}/check", actCheck, s.check},

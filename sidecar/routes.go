@@ -171,6 +171,9 @@ var pollStates = []string{api.StateHeld, api.StateSuspect, api.StateDraining, ap
 // ZooKeeper has them; a holder this sidecar leased shows its holds and
 // whether it is preemptible.
 func (s *Server) inspect(w http.ResponseWriter, r *http.Request) error {
+	if r.URL.RawQuery != "" { // with a query: the long-poll for a change (watch.go)
+		return s.watch(w, r)
+	}
 	obj := r.PathValue("object")
 	if err := validObject(obj); err != nil {
 		return err
@@ -184,16 +187,16 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, s.lockStatus(obj, st.Holder, st.Waiters))
+	writeJSON(w, http.StatusOK, s.leases.status(obj, st.Holder, st.Waiters))
 	return nil
 }
 
-// lockStatus renders an object's holder and waiters for the API; a holder
+// status renders an object's holder and waiters for the API; a holder
 // this sidecar leased shows its holds and whether it is preemptible.
-func (s *Server) lockStatus(obj string, holder *lock.Node, waiters []lock.Node) api.LockStatus {
+func (t *leaseTable) status(obj string, holder *lock.Node, waiters []lock.Node) api.LockStatus {
 	out := api.LockStatus{Object: obj, Holder: holderOf(holder), Waiters: make([]api.Waiter, 0, len(waiters))}
 	if h := out.Holder; h != nil {
-		if l := s.leases.byToken(obj, h.Token); l != nil {
+		if l := t.byToken(obj, h.Token); l != nil {
 			h.Holds = l.holdsOf()
 			h.Preemptible = l.preemptibleOf()
 		}

@@ -15,15 +15,6 @@ import (
 // watchParams are the query parameters of the watch long-poll.
 var watchParams = []string{"wait", "after", "version", "timeout_ms"}
 
-// lockGet answers GET /v1/locks/{object}: the current state (inspect), or
-// with a query the long-poll for a change (watch).
-func (s *Server) lockGet(w http.ResponseWriter, r *http.Request) error {
-	if r.URL.RawQuery == "" {
-		return s.inspect(w, r)
-	}
-	return s.watch(w, r)
-}
-
 // watchQuery is a parsed watch request.
 type watchQuery struct {
 	seen    lock.Seen
@@ -122,7 +113,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return err
 	}
-	st := s.lockStatus(obj, snap.Holder, snap.Waiters)
+	st := s.leases.status(obj, snap.Holder, snap.Waiters)
 	writeJSON(w, http.StatusOK, api.LockWatch{Object: obj, Holder: st.Holder, Waiters: st.Waiters, Version: snap.Version, Changed: changed})
 	return nil
 }
