@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strings"
@@ -148,22 +149,32 @@ func (s *grantSet) ValidUntil() time.Time {
 	return vu
 }
 
-// Release releases every member; the error is the first member's that
-// failed (ErrLockLost first: the set was lost before the release).
+// Release releases every member. Its error is the first member's that
+// was lost (ErrLockLost: the set was lost before the release), else the
+// first other failure, else ErrNoNode if every member was already
+// released; a member released by an earlier call (a retry after a
+// failure) is no error.
 func (s *grantSet) Release(ctx context.Context) error {
-	var errs []error
+	var lost, failed error
+	released := 0
 	for _, g := range s.gs {
-		if err := g.Release(ctx); err != nil {
-			errs = append(errs, err)
+		switch err := g.Release(ctx); {
+		case err == nil:
+		case errors.Is(err, lock.ErrNoNode):
+			released++
+		case errors.Is(err, lock.ErrLockLost):
+			lost = cmp.Or(lost, err)
+		default:
+			failed = cmp.Or(failed, err)
 		}
 	}
-	for _, err := range errs {
-		if errors.Is(err, lock.ErrLockLost) {
-			return err
-		}
-	}
-	if len(errs) > 0 {
-		return errs[0]
+	switch {
+	case lost != nil:
+		return lost
+	case failed != nil:
+		return failed
+	case released == len(s.gs):
+		return lock.ErrNoNode
 	}
 	return nil
 }

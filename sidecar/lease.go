@@ -375,7 +375,7 @@ func (t *leaseTable) retryRelease(g holding) {
 	defer tick.Stop()
 	for {
 		select {
-		case <-g.Done():
+		case <-nothingToFree(g): // a set: every member ended
 			return
 		case <-t.drain.closing:
 			return // the engine's Close ends the session and its nodes

@@ -167,6 +167,28 @@ func TestSetLease(t *testing.T) {
 	}
 	b.release(x.LeaseID)
 
+	// One object's node deleted under the holder: the set is lost, and
+	// its other object is freed after the validity told (not at once,
+	// not never).
+	d := decodeLease(t, a.mustCall(200, "POST", "/v1/locks/acquire", `{"objects":["m","n"],"lease_ms":3000}`))
+	time.Sleep(100 * time.Millisecond) // past the holder watch's arming delay
+	told = decodeLease(t, a.mustCall(200, "POST", "/v1/leases/"+d.LeaseID+"/renew", ""))
+	if err := conn.Delete(root+"/m/privateLock", -1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "set lease lost", func() bool {
+		st, _ := a.call("POST", "/v1/leases/"+d.LeaseID+"/renew", "")
+		return st == 410
+	})
+	if e := decodeError(t, a.mustCall(410, "GET", "/v1/leases/"+d.LeaseID, "")); e.Reason != api.ReasonLockDeleted {
+		t.Errorf("lost set: reason %q, want %q", e.Reason, api.ReasonLockDeleted)
+	}
+	n := decodeLease(t, b.mustCall(200, "POST", "/v1/locks/n/acquire", `{"wait_ms":30000}`))
+	if n.AcquiredAt.Before(told.ValidUntil.Time) {
+		t.Errorf("n granted at %v, before the set's told valid_until %v", n.AcquiredAt, told.ValidUntil)
+	}
+	b.release(n.LeaseID)
+
 	s := decodeLease(t, a.mustCall(200, "POST", "/v1/locks/acquire", `{"objects":["p","q","r"]}`))
 	a.release(s.LeaseID)
 	for _, o := range []string{"p", "q", "r"} { // free at once: a try-once acquire gets each
