@@ -82,9 +82,6 @@ func newGrantSet(gs []*lock.Grant) *grantSet {
 	return s
 }
 
-// members returns the grants in canonical order.
-func (s *grantSet) members() []*lock.Grant { return s.gs }
-
 func (s *grantSet) Object() string           { return s.gs[0].Object() }
 func (s *grantSet) Token() int64             { return s.gs[0].Token() }
 func (s *grantSet) Node() string             { return s.gs[0].Node() }

@@ -316,7 +316,8 @@ func runLock(ctx context.Context, g *globals, objs []string, argv []string, f lo
 	if !hold {
 		return h.run(ctx, path, argv, sigc)
 	}
-	fmt.Fprintf(g.stdout, "%s=%s\n%s=%s\n%s=%d\nBATON_NODE=%s\n", envObject, lease.Object(), envLeaseID, lease.ID(), envFencingToken, lease.Token(), lease.Node())
+	fmt.Fprintf(g.stdout, "%s=%s\n%s=%s\n%s=%d\nBATON_NODE=%s\n",
+		envObject, lease.Object(), envLeaseID, lease.ID(), envFencingToken, lease.Token(), lease.Node())
 	for _, kv := range recipeEnv(lease) {
 		fmt.Fprintln(g.stdout, kv)
 	}
@@ -343,7 +344,8 @@ func lockName(objs []string, f lockFlags) string {
 
 // acquireForLock takes the lock (a set, a semaphore's permit), abandoning
 // the wait on a signal.
-func acquireForLock(ctx context.Context, c *client.Client, objs []string, f lockFlags, sigc <-chan os.Signal, stderr io.Writer) (*client.Lease, error) {
+func acquireForLock(ctx context.Context, c *client.Client, objs []string, f lockFlags, sigc <-chan os.Signal,
+	stderr io.Writer) (*client.Lease, error) {
 	obj := lockName(objs, f)
 	opts := []client.Option{client.WithType(f.typ)}
 	if f.info != "" {
