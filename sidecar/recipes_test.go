@@ -189,6 +189,19 @@ func TestSetLease(t *testing.T) {
 	}
 	b.release(n.LeaseID)
 
+	// Revoked through the holder's own sidecar: it finds the set's lease
+	// by the member's token (local, freed after the validity told).
+	u := decodeLease(t, a.mustCall(200, "POST", "/v1/locks/acquire", `{"objects":["u","v"],"lease_ms":2000}`))
+	var rv api.RevokeResponse
+	if err := json.Unmarshal(a.mustCall(202, "POST", "/v1/locks/v/revoke", `{"reason":"local"}`), &rv); err != nil || !rv.Local || rv.FreedAfter == nil ||
+		rv.Token != u.Objects[1].Token {
+		t.Errorf("revoke of a set's member through its sidecar = %+v %v, want local, freed_after, the member's token", rv, err)
+	}
+	if e := decodeError(t, a.mustCall(410, "POST", "/v1/leases/"+u.LeaseID+"/renew", "")); !strings.HasPrefix(e.Reason, api.ReasonRevoked) {
+		t.Errorf("renewal of the revoked set: reason %q", e.Reason)
+	}
+	b.release(b.acquire("u", `{"wait_ms":30000}`).LeaseID)
+
 	s := decodeLease(t, a.mustCall(200, "POST", "/v1/locks/acquire", `{"objects":["p","q","r"]}`))
 	a.release(s.LeaseID)
 	for _, o := range []string{"p", "q", "r"} { // free at once: a try-once acquire gets each
