@@ -138,7 +138,8 @@ func (s *Server) acquireSemaphore(w http.ResponseWriter, r *http.Request) error 
 
 // semaphore is GET /v1/semaphores/{name}: the held permits (the objects
 // "<prefix><name>/permit-<i>" with a holder) and the waiters (the gate's
-// holder, which waits on the permits, then the gate's waiters).
+// holder, which waits on the permits, then the gate's waiters). Counted
+// against sidecar.max.lists.per.uid while it reads.
 func (s *Server) semaphore(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
 	gate, _, err := lock.SemaphoreObjects(name, 1)
@@ -148,6 +149,11 @@ func (s *Server) semaphore(w http.ResponseWriter, r *http.Request) error {
 	if _, err := queryParams(r); err != nil {
 		return err
 	}
+	p := peerFrom(r.Context()) // it reads the root's children, as GET /v1/locks does
+	if err := s.caps.takeFor(p, capLists); err != nil {
+		return err
+	}
+	defer s.caps.put(p.uid, capLists)
 	ctx, cancel := context.WithTimeout(r.Context(), inspectTimeout)
 	defer cancel()
 	out := api.SemaphoreStatus{Name: name, Holders: []api.SemaphoreHolder{}, Waiters: []api.Waiter{}}
