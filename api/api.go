@@ -149,6 +149,47 @@ type AcquireRequest struct {
 	// was killed), the request is not granted until this many ms after it
 	// saw the holder gone; 0 = no delay (0..600000).
 	LockDelayMS *int64 `json:"lock_delay_ms,omitempty"`
+	// Objects (POST /v1/locks/acquire only, and required there) asks for a
+	// set of objects, all or nothing, within one wait: one lease, one
+	// release; the loss of any object is the loss of the set. At most
+	// MaxObjectsPerAcquire names, each once. Not with lease_id or the
+	// preemption fields.
+	Objects []string `json:"objects,omitempty"`
+	// Permits (POST /v1/semaphores/{name}/acquire only, and required
+	// there) is the semaphore's number of permits, 1 to MaxPermits: at most
+	// that many holders at once among requests that agree on it. Not with
+	// lease_id or the preemption fields.
+	Permits int `json:"permits,omitempty"`
+}
+
+// MaxObjectsPerAcquire bounds AcquireRequest.Objects.
+const MaxObjectsPerAcquire = 64
+
+// MaxPermits bounds AcquireRequest.Permits.
+const MaxPermits = 256
+
+// LeaseObject is one object of a set's lease (Lease.Objects): fence the
+// writes to each object with its own token.
+type LeaseObject struct {
+	Object string `json:"object"`
+	Token  int64  `json:"token,string"`
+	Node   string `json:"node"`
+}
+
+// SemaphoreHolder is one held permit of a semaphore.
+type SemaphoreHolder struct {
+	Permit int     `json:"permit"`
+	Object string  `json:"object"` // the permit's lock object
+	Holder *Holder `json:"holder"`
+}
+
+// SemaphoreStatus is the answer of GET /v1/semaphores/{name}: the held
+// permits (by permit) and the waiting requests, in grant order
+// (cluster-wide, as ZooKeeper has them). Neither is ever null.
+type SemaphoreStatus struct {
+	Name    string            `json:"name"`
+	Holders []SemaphoreHolder `json:"holders"`
+	Waiters []Waiter          `json:"waiters"`
 }
 
 // RevokeRequest is the body of POST /v1/locks/{object}/revoke (any
@@ -225,6 +266,16 @@ type Lease struct {
 	// re-enter it) and, for a lease bound to its process, that pid.
 	UID *uint32 `json:"uid,omitempty"`
 	PID *int32  `json:"pid,omitempty"`
+	// Objects is set for a lease of a set of objects (AcquireRequest.Objects):
+	// every object with its own fencing token and node, in the order they
+	// were acquired; Object, Token and Node are the first's. Fence the
+	// writes to each object with ITS token.
+	Objects []LeaseObject `json:"objects,omitempty"`
+	// Semaphore and Permit are set for a semaphore's lease: the semaphore's
+	// name and the permit held (0-based); Object is the permit's lock
+	// object, Token fences the writes made under the permit.
+	Semaphore string `json:"semaphore,omitempty"`
+	Permit    *int   `json:"permit,omitempty"`
 }
 
 // LeaseList is the answer of GET /v1/leases: the caller's leases, oldest

@@ -247,10 +247,7 @@ func ceilMS(d time.Duration) int64 {
 // (waited_ms), so a long wait does not eat into it, and it never ends
 // later than the sidecar's own valid_until.
 func (c *Client) Acquire(ctx context.Context, object string, opts ...Option) (*Lease, error) {
-	var o acquireOptions
-	for _, f := range opts {
-		f(&o)
-	}
+	o := optionsOf(opts)
 	if o.reenter == "" {
 		// Already holding the object (inside Lock's fn): re-enter rather
 		// than wait on ourselves.
@@ -258,6 +255,59 @@ func (c *Client) Acquire(ctx context.Context, object string, opts ...Option) (*L
 			o.reenter = pl.id
 		}
 	}
+	return c.acquire(ctx, "/v1/locks/"+url.PathEscape(object)+"/acquire", o.request(), o)
+}
+
+// AcquireAll asks for the locks of every object of the set, all or
+// nothing, within one wait (POST /v1/locks/acquire): the sidecar takes them
+// in a canonical order, so two requests for overlapping sets never wait for
+// each other in a cycle, and gives back what it took if the wait runs out
+// (an *InstanceLockError naming the object it waited for). The lease is one
+// lease for the set (one renewal, one Release); Lease.Objects lists each
+// object with its own fencing token: fence each object's writes with ITS
+// token. The loss of any object is the loss of the lease. A set is not
+// re-entrant and not preemptible (WithReentry, WithPreemptible and
+// WithPreempt are refused: a 400 *APIError naming the field).
+func (c *Client) AcquireAll(ctx context.Context, objects []string, opts ...Option) (*Lease, error) {
+	o := optionsOf(opts)
+	req := o.request()
+	req.Objects = objects
+	return c.acquire(ctx, "/v1/locks/acquire", req, o)
+}
+
+// AcquirePermit takes one of the permits of the counting semaphore name
+// (POST /v1/semaphores/{name}/acquire): at most permits holders at once,
+// across every sidecar, among requests that give the same permits. The
+// lease is an ordinary lease of the permit's lock object (Lease.Object),
+// with its own fencing token; Lease.Permit says which permit. Not
+// re-entrant and not preemptible, like AcquireAll.
+func (c *Client) AcquirePermit(ctx context.Context, name string, permits int, opts ...Option) (*Lease, error) {
+	o := optionsOf(opts)
+	req := o.request()
+	req.Permits = permits
+	return c.acquire(ctx, "/v1/semaphores/"+url.PathEscape(name)+"/acquire", req, o)
+}
+
+// Semaphore returns the semaphore's held permits and its waiters,
+// cluster-wide (GET /v1/semaphores/{name}).
+func (c *Client) Semaphore(ctx context.Context, name string) (*api.SemaphoreStatus, error) {
+	var v api.SemaphoreStatus
+	if _, err := c.send(ctx, http.MethodGet, "/v1/semaphores/"+url.PathEscape(name), nil, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+func optionsOf(opts []Option) acquireOptions {
+	var o acquireOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// request is the acquire request the options ask for.
+func (o *acquireOptions) request() api.AcquireRequest {
 	req := api.AcquireRequest{Type: o.typ, Info: o.info, Bind: api.BindProcess, LeaseID: o.reenter,
 		Preemptible: o.preemptible, Preempt: o.preempt, Forceful: o.forceful}
 	if o.preemptible && o.cleanup > 0 {
@@ -280,9 +330,15 @@ func (c *Client) Acquire(ctx context.Context, object string, opts ...Option) (*L
 		ms := ceilMS(o.lease)
 		req.LeaseMS = &ms
 	}
+	return req
+}
+
+// acquire sends an acquire request to path and makes its answer a Lease,
+// renewed and watched in the background unless o says not to.
+func (c *Client) acquire(ctx context.Context, path string, req api.AcquireRequest, o acquireOptions) (*Lease, error) {
 	sent := time.Now()
 	var v api.Lease
-	if _, err := c.send(ctx, http.MethodPost, "/v1/locks/"+url.PathEscape(object)+"/acquire", req, &v); err != nil {
+	if _, err := c.send(ctx, http.MethodPost, path, req, &v); err != nil {
 		return nil, err
 	}
 	// The sidecar granted no earlier than sent + waited_ms (it started

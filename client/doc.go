@@ -34,6 +34,12 @@
 // lost lease, an unknown or released lease, and an unreachable sidecar or
 // ZooKeeper; every other answer is an [*APIError] with the status and kind.
 //
+// Recipes: [Client.AcquireAll] takes a set of objects all or nothing as one
+// lease ([Lease.Objects]: fence each object's writes with its own token; the
+// loss of any object is the loss of the lease); [Client.AcquirePermit] takes
+// one of a counting semaphore's permits ([Lease.Permit]), and
+// [Client.Semaphore] shows its holders and waiters.
+//
 // Acquire sends "bind":"process": the sidecar releases a lease when the
 // process that acquired it exits, so a lease lives no longer than the
 // process that holds this Client. Lease.State tells whether the sidecar

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,6 +27,11 @@ type Lease struct {
 	node   string
 	token  int64
 	length time.Duration // lease length, for the renewal interval
+	// A set's objects (AcquireAll), a semaphore's name and permit
+	// (AcquirePermit; permit -1 otherwise).
+	objects   []api.LeaseObject
+	semaphore string
+	permit    int
 
 	mu         sync.Mutex
 	last       api.Lease
@@ -49,6 +55,10 @@ func newLease(c *Client, v api.Lease, sent time.Time, o acquireOptions) *Lease {
 	l := &Lease{
 		c: c, id: v.LeaseID, object: v.Object, typ: v.Type, info: v.Info, node: v.Node, token: v.Token,
 		length: o.lease, lost: make(chan struct{}), changed: make(chan struct{}), kick: make(chan struct{}, 1),
+		objects: v.Objects, semaphore: v.Semaphore, permit: -1,
+	}
+	if v.Permit != nil {
+		l.permit = *v.Permit
 	}
 	if l.length <= 0 {
 		l.length = v.LeaseExpiresAt.Sub(v.AcquiredAt.Time)
@@ -66,6 +76,19 @@ func (l *Lease) ID() string { return l.id }
 
 // Object returns the locked object.
 func (l *Lease) Object() string { return l.object }
+
+// Objects returns the objects of a set's lease (AcquireAll), each with its
+// own fencing token, in the order acquired; nil for any other lease. Fence
+// each object's writes with its own token.
+func (l *Lease) Objects() []api.LeaseObject { return slices.Clone(l.objects) }
+
+// Semaphore returns the semaphore of a permit's lease (AcquirePermit), ""
+// for any other lease.
+func (l *Lease) Semaphore() string { return l.semaphore }
+
+// Permit returns the permit a semaphore's lease holds (from 0), -1 for any
+// other lease.
+func (l *Lease) Permit() int { return l.permit }
 
 // Type returns api.Foreground or api.Background.
 func (l *Lease) Type() string { return l.typ }

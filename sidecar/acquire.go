@@ -16,10 +16,16 @@ import (
 // acquireSpec is an acquire request checked by parseAcquire, its defaults
 // applied.
 type acquireSpec struct {
-	object string
-	typ    lock.Type
-	info   string
-	bind   bool // "bind": "process": the lease ends when the caller's process exits
+	object string // a set: its first object; a semaphore: its name
+	// objects is a set's objects in canonical order (POST
+	// /v1/locks/acquire), nil otherwise.
+	objects []string
+	// permits is a semaphore's permits (POST
+	// /v1/semaphores/{name}/acquire), 0 otherwise.
+	permits int
+	typ     lock.Type
+	info    string
+	bind    bool // "bind": "process": the lease ends when the caller's process exits
 	// wait is wait_ms, else the type's zookeeper.*.task.timeout: the one
 	// place the wait is defaulted. 0 means try once (the API's meaning);
 	// lockOptions converts it to the engine's.
@@ -59,15 +65,30 @@ const keyForegroundTimeout = "zookeeper.foreground.task.timeout"
 // preemption fields are not checked (a re-entry never waits). It reads the
 // body and nothing else: no ZooKeeper, no lease, no log.
 func parseAcquire(r *http.Request, cfg *props.Config) (acquireSpec, error) {
-	sp := acquireSpec{object: r.PathValue("object"), typ: lock.Foreground, wait: cfg.ForegroundTimeout, length: cfg.LeaseDefault}
-	if err := validObject(sp.object); err != nil {
-		return sp, err
+	return parseAcquireAs(r, cfg, acquireObject)
+}
+
+// parseAcquireAs is parseAcquire for the acquire route of kind (recipes.go:
+// a set's objects and a semaphore's permits are checked there).
+func parseAcquireAs(r *http.Request, cfg *props.Config, kind acquireKind) (acquireSpec, error) {
+	sp := acquireSpec{typ: lock.Foreground, wait: cfg.ForegroundTimeout, length: cfg.LeaseDefault}
+	switch kind {
+	case acquireObject:
+		sp.object = r.PathValue("object")
+		if err := validLockObject(sp.object); err != nil {
+			return sp, err
+		}
+	case acquirePermit:
+		sp.object = r.PathValue("name")
 	}
 	if _, err := queryParams(r); err != nil {
 		return sp, err
 	}
 	var req api.AcquireRequest
 	if err := decodeBody(nil, r, &req); err != nil {
+		return sp, err
+	}
+	if err := sp.parseRecipe(kind, req); err != nil {
 		return sp, err
 	}
 	switch req.Bind {
@@ -180,46 +201,49 @@ func (sp *acquireSpec) lockOptions(asked bool, onSignal func(lock.Signal)) lock.
 	return o
 }
 
-// acquire is POST /v1/locks/{object}/acquire: parse (parseAcquire), then
-// either re-enter the lease named by lease_id or acquire a new lease
-// (acquisition: admission, the bound caller's exit watch, the preemption
-// ask, the engine's wait, the lease). Every outcome of a new lease is
-// observed in baton_lock_acquire_seconds by result.
-func (s *Server) acquire(w http.ResponseWriter, r *http.Request) error {
-	r.Body = http.MaxBytesReader(w, r.Body, api.MaxBody) // parseAcquire reads it
-	sp, err := parseAcquire(r, s.config())
-	if err != nil {
-		if he, ok := errors.AsType[*httpError](err); ok && he.Body.Kind == api.Forbidden {
-			auditRefused(s.log, r, actForceful)
+// acquire is the acquire of kind: POST /v1/locks/{object}/acquire, POST
+// /v1/locks/acquire (a set) or POST /v1/semaphores/{name}/acquire. It parses
+// (parseAcquireAs), then either re-enters the lease named by lease_id or
+// acquires a new lease (acquisition: admission, the bound caller's exit
+// watch, the preemption ask, the engine's wait, the lease). Every outcome of
+// a new lease is observed in baton_lock_acquire_seconds by result.
+func (s *Server) acquire(kind acquireKind) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		r.Body = http.MaxBytesReader(w, r.Body, api.MaxBody) // parseAcquire reads it
+		sp, err := parseAcquireAs(r, s.config(), kind)
+		if err != nil {
+			if he, ok := errors.AsType[*httpError](err); ok && he.Body.Kind == api.Forbidden {
+				auditRefused(s.log, r, actForceful)
+			}
+			return err
 		}
-		return err
-	}
-	if sp.leaseID != "" { // a re-entry: the lease, with one more hold (reentry.go)
-		l, err := s.leases.reentrant(sp.leaseID, sp.object)
-		if err == nil {
-			err = s.auth.checkOwner(r, l, actReenter)
+		if sp.leaseID != "" { // a re-entry: the lease, with one more hold (reentry.go)
+			l, err := s.leases.reentrant(sp.leaseID, sp.object)
+			if err == nil {
+				err = s.auth.checkOwner(r, l, actReenter)
+			}
+			if err != nil {
+				return err
+			}
+			v, err := s.leases.reenter(l, sp.reenterLength)
+			if err != nil {
+				return err
+			}
+			s.m.acquire.WithLabelValues(l.g.Type().String(), resReentered).Observe(0)
+			writeJSON(w, http.StatusOK, v)
+			return nil
 		}
+		a := &acquisition{s: s, r: r, sp: sp, caller: peerFrom(r.Context()), result: resError}
+		start := time.Now()
+		defer func() { s.m.acquire.WithLabelValues(sp.typ.String(), a.result).Observe(time.Since(start).Seconds()) }()
+		defer a.giveBack()
+		v, err := a.run()
 		if err != nil {
 			return err
 		}
-		v, err := s.leases.reenter(l, sp.reenterLength)
-		if err != nil {
-			return err
-		}
-		s.m.acquire.WithLabelValues(l.g.Type().String(), resReentered).Observe(0)
 		writeJSON(w, http.StatusOK, v)
 		return nil
 	}
-	a := &acquisition{s: s, r: r, sp: sp, caller: peerFrom(r.Context()), result: resError}
-	start := time.Now()
-	defer func() { s.m.acquire.WithLabelValues(sp.typ.String(), a.result).Observe(time.Since(start).Seconds()) }()
-	defer a.giveBack()
-	v, err := a.run()
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, v)
-	return nil
 }
 
 // acquisition is one acquire of a new lease on its way (Server.acquire).
@@ -266,7 +290,7 @@ func (a *acquisition) run() (api.Lease, error) {
 			s.pre.onSignal(l, sig)
 		}
 	})
-	g, err := s.eng.Acquire(ctx, sp.object, sp.typ, opts)
+	g, err := a.take(ctx, opts)
 	if err != nil {
 		return api.Lease{}, a.notGranted(err, ask, opts.TryOnce)
 	}
@@ -344,7 +368,7 @@ func (a *acquisition) notGranted(err error, ask *preemptAsk, tryOnce bool) error
 // lease makes grant g a lease and renders it, told to the caller; a grant
 // nobody would hold (the caller went away, its bound process exited, the
 // drain began) is released instead.
-func (a *acquisition) lease(g *lock.Grant, callerPW *pidWatch) (api.Lease, error) {
+func (a *acquisition) lease(g holding, callerPW *pidWatch) (api.Lease, error) {
 	s, r, sp := a.s, a.r, &a.sp
 	if r.Context().Err() != nil { // the caller went away: nobody would hold it
 		a.result = resCanceled

@@ -14,7 +14,7 @@ import (
 // ZooKeeper after a sync (lock.Engine.Check), from any sidecar. valid_for_ms
 // is given only by the holder's own sidecar, the one that knows the validity
 // it told.
-func (s *Server) check(w http.ResponseWriter, r *http.Request) error {
+func (v *views) check(w http.ResponseWriter, r *http.Request) error {
 	obj := r.PathValue("object")
 	if err := validObject(obj); err != nil {
 		return err
@@ -33,13 +33,13 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), inspectTimeout)
 	defer cancel()
-	current, holder, err := s.eng.Check(ctx, obj, token)
+	current, holder, err := v.eng.Check(ctx, obj, token)
 	if err != nil {
 		return err
 	}
 	out := api.CheckResult{Current: current, Token: holder}
 	if holder != 0 {
-		if l := s.leases.byToken(obj, holder); l != nil {
+		if l := v.leases.byToken(obj, holder); l != nil {
 			out.ValidForMS = l.toldFor()
 		}
 	}

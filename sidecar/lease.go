@@ -37,7 +37,7 @@ func newIncarnation(now time.Time) string {
 // lease is a grant handed out through the API.
 type lease struct {
 	id     string
-	g      *lock.Grant
+	g      holding // a grant, or a set's (holding.go)
 	pid    int32
 	length time.Duration // default length of a renewal
 	pw     *pidWatch     // guarded by leaseTable.mu
@@ -83,7 +83,7 @@ type tombRef struct {
 }
 
 // releaseGrant releases a grant the server ends on its own.
-func (t *leaseTable) releaseGrant(g *lock.Grant) {
+func (t *leaseTable) releaseGrant(g holding) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	// Abandon: not the holder's release, a vanish for lock-delay (delay.go).
@@ -127,6 +127,7 @@ func (t *leaseTable) view(l *lease, tell bool) api.Lease {
 		LeaseID: l.id, Object: g.Object(), Type: g.Type().String(), Info: g.Info(), Token: g.Token(), Node: g.Node(),
 		AcquiredAt: api.NewTime(g.AcquiredAt()), WaitedMS: g.Waited().Milliseconds(),
 	}
+	recipeView(&out, g)
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -281,7 +282,7 @@ func (t *leaseTable) renew(l *lease, length time.Duration) (api.Lease, error) {
 			"valid_until told before, and release")
 	}
 	if err := l.g.Err(); err != nil {
-		t.finish(l, api.StateLost, lostReason(err), err.Error(), nil)
+		t.endLost(l, err)
 		return api.Lease{}, lockLost(lostReason(err), "lease %s on %q is lost: %v", l.id, l.g.Object(), err)
 	}
 	now := time.Now()
@@ -336,7 +337,7 @@ func (t *leaseTable) endedErr(l *lease) error {
 func (t *leaseTable) release(ctx context.Context, l *lease) (api.ReleaseResponse, error) {
 	g := l.g
 	if err := g.Err(); err != nil {
-		t.finish(l, api.StateLost, lostReason(err), err.Error(), nil)
+		t.endLost(l, err)
 		return api.ReleaseResponse{}, lockLost(lostReason(err), "lease %s on %q was lost before the release: %v", l.id, g.Object(), err)
 	}
 	if res, done, err := t.releaseHold(l); done {
@@ -377,13 +378,13 @@ func (t *leaseTable) releaseLast(ctx context.Context, l *lease) (api.ReleaseResp
 	return api.ReleaseResponse{Released: true, Object: g.Object(), Token: g.Token()}, nil
 }
 
-func (t *leaseTable) retryRelease(g *lock.Grant) {
+func (t *leaseTable) retryRelease(g holding) {
 	defer t.wg.Done()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		select {
-		case <-g.Done():
+		case <-nothingToFree(g): // a set: every member ended
 			return
 		case <-t.drain.closing:
 			return // the engine's Close ends the session and its nodes

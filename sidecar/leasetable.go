@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/batonhq/baton/api"
-	"github.com/batonhq/baton/lock"
 	"github.com/batonhq/baton/props"
 )
 
@@ -94,7 +93,7 @@ func (t *leaseTable) active() int {
 // arrived: a process that exited during the wait gets no lease.
 // On success the lease takes over the caller's sidecar.max.leases.per.uid
 // slot of o (given back when it ends).
-func (t *leaseTable) add(g *lock.Grant, pid int32, held *pidWatch, length time.Duration, o owner) (*lease, error) {
+func (t *leaseTable) add(g holding, pid int32, held *pidWatch, length time.Duration, o owner) (*lease, error) {
 	now := time.Now()
 	l := &lease{
 		id: t.newID(), g: g, pid: pid, length: length, owner: o, capped: true,
@@ -126,7 +125,7 @@ func (t *leaseTable) add(g *lock.Grant, pid int32, held *pidWatch, length time.D
 // context).
 func (t *leaseTable) lost(l *lease) {
 	if err := l.g.Err(); err != nil {
-		t.finish(l, api.StateLost, lostReason(err), err.Error(), nil)
+		t.endLost(l, err)
 	}
 }
 
@@ -154,7 +153,7 @@ func (t *leaseTable) byToken(object string, token int64) *lease {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, l := range t.leases {
-		if l.g.Token() == token && l.g.Object() == object {
+		if holdsToken(l.g, object, token) {
 			return l
 		}
 	}

@@ -120,7 +120,7 @@ func (l *lease) changedCh() <-chan struct{} {
 // preemptStanding reports whether a preemption ask still stands on g, and
 // whether a forceful one does. A preemption signal without an id (from an
 // earlier Baton) stands until the grant ends.
-func preemptStanding(g *lock.Grant, sig lock.Signal) (any, forceful bool) {
+func preemptStanding(g holding, sig lock.Signal) (any, forceful bool) {
 	return preemptStandingIn(g.Asks(), sig)
 }
 

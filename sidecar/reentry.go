@@ -38,6 +38,9 @@ func (t *leaseTable) reentrant(id, object string) (*lease, error) {
 		return nil, badRequest("lease_id", "no lease %q is held through this sidecar (never granted, released, or not a lease id; an op delivery's "+
 			"Baton-Lease-Id only while its delivery runs)", id)
 	}
+	if _, set := l.g.(*grantSet); set {
+		return nil, badRequest("lease_id", "lease %s holds a set of objects: a set's lease cannot be re-entered", id)
+	}
 	if o := l.g.Object(); o != object {
 		return nil, badRequest("lease_id", "lease %s holds %q, not %q: a lease re-enters only its own object", id, o, object)
 	}

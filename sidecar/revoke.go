@@ -182,7 +182,7 @@ func (t *leaseTable) waitTold(l *lease, told time.Time) bool {
 	select {
 	case <-tm.C:
 		return true
-	case <-l.g.Done(): // lost meanwhile (session): nothing to free
+	case <-nothingToFree(l.g): // lost meanwhile (session): nothing to free
 	case <-t.drain.closing: // the engine's Close ends the session and its nodes
 	}
 	return false

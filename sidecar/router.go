@@ -38,17 +38,21 @@ func (s *Server) routes() []route {
 		}
 		return route{method, pattern, act, h}
 	}
+	v := &views{eng: s.eng, leases: s.leases, caps: s.caps, drain: s.drain}
 	return []route{
 		{"GET", "/healthz", action{}, s.probe(false)},
 		{"GET", "/readyz", action{}, s.probe(true)},
 		{"GET", "/metrics", action{}, metrics},
 		{"GET", "/v1/openapi.json", action{}, serveOpenAPI},
 		{"POST", "/v1/drain", actDrain, s.startDrain},
-		{"GET", "/v1/locks", actInspect, s.list},
-		{"GET", "/v1/locks/{object}", actInspect, s.inspect}, // with a query: the watch long-poll (watch.go)
-		{"POST", "/v1/locks/{object}/acquire", actAcquire, s.acquire},
+		{"GET", "/v1/locks", actInspect, v.list},
+		{"POST", "/v1/locks/acquire", actAcquire, s.acquire(acquireSet)}, // a set of objects (recipes.go); GET /v1/locks/acquire is the object "acquire"
+		{"GET", "/v1/locks/{object}", actInspect, v.inspect},             // with a query: the watch long-poll (watch.go)
+		{"POST", "/v1/locks/{object}/acquire", actAcquire, s.acquire(acquireObject)},
 		{"POST", "/v1/locks/{object}/revoke", actRevoke, s.revoke},
-		{"GET", "/v1/locks/{object}/check", actCheck, s.check},
+		{"GET", "/v1/locks/{object}/check", actCheck, v.check},
+		{"POST", "/v1/semaphores/{name}/acquire", actAcquire, s.acquire(acquirePermit)},
+		{"GET", "/v1/semaphores/{name}", actInspect, v.semaphore},
 		{"GET", "/v1/leases", actListLeases, s.listLeases},
 		{"GET", "/v1/leases/{id}", actInspect, s.getLease},
 		{"DELETE", "/v1/leases/{id}", actRelease, s.deleteLease},
@@ -143,7 +147,7 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case len(allow) == 0:
-		rt.writeEr(w, r, newError(api.NotFound, "no such path %q; the API is under /v1/locks, /v1/leases and /v1/ops, "+
+		rt.writeEr(w, r, newError(api.NotFound, "no such path %q; the API is under /v1/locks, /v1/semaphores, /v1/leases and /v1/ops, "+
 			"plus /v1/drain, /healthz, /readyz and /metrics (all of it: GET /v1/openapi.json)", r.URL.Path))
 		return
 	case hit == nil:

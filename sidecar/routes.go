@@ -170,9 +170,9 @@ var pollStates = []string{api.StateHeld, api.StateSuspect, api.StateDraining, ap
 // inspect is GET /v1/locks/{object}: the holder and the waiters as
 // ZooKeeper has them; a holder this sidecar leased shows its holds and
 // whether it is preemptible.
-func (s *Server) inspect(w http.ResponseWriter, r *http.Request) error {
+func (v *views) inspect(w http.ResponseWriter, r *http.Request) error {
 	if r.URL.RawQuery != "" { // with a query: the long-poll for a change (watch.go)
-		return s.watch(w, r)
+		return v.watch(w, r)
 	}
 	obj := r.PathValue("object")
 	if err := validObject(obj); err != nil {
@@ -183,11 +183,11 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), inspectTimeout)
 	defer cancel()
-	st, err := s.eng.Inspect(ctx, obj)
+	st, err := v.eng.Inspect(ctx, obj)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, s.leases.status(obj, st.Holder, st.Waiters))
+	writeJSON(w, http.StatusOK, v.leases.status(obj, st.Holder, st.Waiters))
 	return nil
 }
 
@@ -237,7 +237,7 @@ func holderOf(n *lock.Node) *api.Holder {
 
 // list is GET /v1/locks?prefix=&after=&limit=: a page of held or awaited
 // objects, counted against sidecar.max.lists.per.uid while it reads.
-func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
+func (v *views) list(w http.ResponseWriter, r *http.Request) error {
 	q, err := queryParams(r, "prefix", "after", "limit")
 	if err != nil {
 		return err
@@ -251,13 +251,13 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 		limit = v
 	}
 	p := peerFrom(r.Context())
-	if err := s.caps.takeFor(p, capLists); err != nil {
+	if err := v.caps.takeFor(p, capLists); err != nil {
 		return err
 	}
-	defer s.caps.put(p.uid, capLists)
+	defer v.caps.put(p.uid, capLists)
 	ctx, cancel := context.WithTimeout(r.Context(), inspectTimeout)
 	defer cancel()
-	sums, next, err := s.eng.List(ctx, q.Get("prefix"), q.Get("after"), limit)
+	sums, next, err := v.eng.List(ctx, q.Get("prefix"), q.Get("after"), limit)
 	if err != nil {
 		return err
 	}

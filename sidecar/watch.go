@@ -15,6 +15,18 @@ import (
 // watchParams are the query parameters of the watch long-poll.
 var watchParams = []string{"wait", "after", "version", "timeout_ms"}
 
+// views answers what the API reads of ZooKeeper's state, through the
+// engine: GET /v1/locks (list), GET /v1/locks/{object} (inspect, and with a
+// query the watch long-poll), its /check, and GET /v1/semaphores/{name}.
+// Nothing it does changes a lock; a holder this sidecar leased is shown
+// with what only the lease table knows (holds, preemptible).
+type views struct {
+	eng    *lock.Engine
+	leases *leaseTable
+	caps   *uidCaps
+	drain  *drainState
+}
+
 // watchQuery is a parsed watch request.
 type watchQuery struct {
 	seen    lock.Seen
@@ -75,7 +87,7 @@ func parseWatch(rawQuery string) (watchQuery, error) {
 // lock.Engine.WaitChange: every long-poll on one object shares one
 // ZooKeeper watch). A long-poll counts against sidecar.max.polls.per.uid;
 // at the end of a drain's grace it is answered 503 ShuttingDown.
-func (s *Server) watch(w http.ResponseWriter, r *http.Request) error {
+func (v *views) watch(w http.ResponseWriter, r *http.Request) error {
 	obj := r.PathValue("object")
 	if err := validObject(obj); err != nil {
 		return err
@@ -84,36 +96,36 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if s.drain.graceOver() {
+	if v.drain.graceOver() {
 		return shuttingDown(nil)
 	}
 	p := peerFrom(r.Context())
-	if err := s.caps.takeFor(p, capPolls); err != nil {
+	if err := v.caps.takeFor(p, capPolls); err != nil {
 		return err
 	}
-	defer s.caps.put(p.uid, capPolls)
+	defer v.caps.put(p.uid, capPolls)
 	// Reading the state is bounded like GET /v1/locks/{object}, the wait
 	// for a change by timeout_ms.
 	ctx, cancel := context.WithTimeout(r.Context(), wq.timeout+inspectTimeout)
 	defer cancel()
 	go func() {
 		select {
-		case <-s.drain.over:
+		case <-v.drain.over:
 			cancel()
 		case <-ctx.Done():
 		}
 	}()
-	snap, changed, err := s.eng.WaitChange(ctx, obj, wq.seen, wq.timeout)
+	snap, changed, err := v.eng.WaitChange(ctx, obj, wq.seen, wq.timeout)
 	switch {
 	case err == nil:
-	case s.drain.graceOver():
+	case v.drain.graceOver():
 		return shuttingDown(err)
 	case r.Context().Err() != nil:
 		return clientGone(r.Context().Err())
 	default:
 		return err
 	}
-	st := s.leases.status(obj, snap.Holder, snap.Waiters)
+	st := v.leases.status(obj, snap.Holder, snap.Waiters)
 	writeJSON(w, http.StatusOK, api.LockWatch{Object: obj, Holder: st.Holder, Waiters: st.Waiters, Version: snap.Version, Changed: changed})
 	return nil
 }

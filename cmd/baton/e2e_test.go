@@ -392,6 +392,7 @@ func TestE2E(t *testing.T) {
 	t.Run("check", func(t *testing.T) { testCheck(t, shared) })
 	t.Run("watch", func(t *testing.T) { testWatch(t, e, shared) })
 	t.Run("lock/hold-without-command", func(t *testing.T) { testLockHold(t, e, shared) })
+	t.Run("lock/recipes", func(t *testing.T) { testLockRecipes(t, e, shared) })
 	t.Run("auth/other-uid", func(t *testing.T) { testOtherUID(t, e) })
 	// Each with its own sidecar(s); mostly waiting, so in parallel.
 	t.Run("parallel", func(t *testing.T) {

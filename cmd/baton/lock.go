@@ -34,6 +34,13 @@ const (
 	envObject       = "BATON_OBJECT"
 	envLeaseID      = "BATON_LEASE_ID"
 	envFencingToken = "BATON_FENCING_TOKEN"
+	// A set (baton lock A B -- CMD): every object's token, "obj=token"
+	// separated by spaces, in the order acquired.
+	envFencingTokens = "BATON_FENCING_TOKENS"
+	// A semaphore (baton lock -n N NAME -- CMD): its name and the permit
+	// held (from 0).
+	envSemaphore = "BATON_SEMAPHORE"
+	envPermit    = "BATON_PERMIT"
 )
 
 func init() { commands = append(commands, newLockCmd) }
@@ -56,12 +63,13 @@ type lockFlags struct {
 	verbose      bool
 	lockDelay    time.Duration // --lock-delay, sent when lockDelaySet
 	lockDelaySet bool
+	permits      int // -n: a semaphore of that many permits
 }
 
 func newLockCmd(g *globals) *cobra.Command {
 	var f lockFlags
 	cmd := &cobra.Command{
-		Use:   "lock [flags] OBJECT [-- CMD [ARGS]]",
+		Use:   "lock [flags] OBJECT... [-- CMD [ARGS]]",
 		Short: "Run a command while holding an object's lock",
 		Long: `lock takes the lock on OBJECT through the sidecar, runs CMD while holding it
 and releases it when CMD exits (like flock(1), etcdctl lock, consul lock).
@@ -77,6 +85,19 @@ Without -- CMD, it holds the lock until SIGINT (Ctrl-C) or SIGTERM, as
 etcdctl lock does: it prints the lease (id, token) on stdout, renews it,
 and releases it on the signal (exit 0); if the lock is lost meanwhile it
 says why and exits 76.
+
+Several objects before -- (baton lock A B C -- CMD) are taken all or
+nothing, within one --wait, as one lease (in a canonical order, so that two
+such commands naming the same objects in other orders never deadlock); the
+loss of any of them is the loss of the lock. CMD gets BATON_FENCING_TOKENS,
+"OBJECT=TOKEN" for each object separated by spaces (fence each object's
+writes with its own token), and BATON_OBJECT and BATON_FENCING_TOKEN of the
+first. A set is not preemptible, and is held only with a command.
+
+With -n N, NAME is a counting semaphore of N permits: at most N holders at
+once across every sidecar (every holder gives the same N). CMD gets
+BATON_SEMAPHORE=NAME, BATON_PERMIT (the permit held, from 0), and
+BATON_OBJECT and BATON_FENCING_TOKEN of that permit's lock. Not preemptible.
 
 Run by a baton lock holding the same OBJECT (BATON_OBJECT and BATON_LEASE_ID
 in the environment), it re-enters that lease instead of waiting on its
@@ -141,19 +162,24 @@ Exit status:
 		Example: `  baton lock --wait 30s article-42 -- ./reindex.sh 42
   baton lock --type background --info "nightly" report-7 -- sh -c 'run-report --token "$BATON_FENCING_TOKEN"'
   baton lock --wait 10s article-42        # hold until Ctrl-C; prints the lease
-  baton lock --wait forever leader -- ./server   # leader election: serve while elected (observers: baton watch leader)`,
+  baton lock --wait forever leader -- ./server   # leader election: serve while elected (observers: baton watch leader)
+  baton lock article-42 category-7 -- ./move-article.sh   # both or neither; BATON_FENCING_TOKENS
+  baton lock -n 3 --wait 1m reindex-pool -- ./reindex.sh  # at most 3 at once; BATON_PERMIT`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.waitSet = cmd.Flags().Changed("wait")
 			f.lockDelaySet = cmd.Flags().Changed("lock-delay")
-			obj, argv, err := lockArgs(cmd.ArgsLenAtDash(), args)
+			objs, argv, err := lockArgs(cmd.ArgsLenAtDash(), args)
 			if err != nil {
 				return err
 			}
 			if err := f.check(cmd.Flags().Changed("lease")); err != nil {
 				return err
 			}
-			return runLock(cmd.Context(), g, obj, argv, f)
+			if err := f.checkRecipe(objs, argv == nil); err != nil {
+				return err
+			}
+			return runLock(cmd.Context(), g, objs, argv, f)
 		},
 	}
 	fl := cmd.Flags()
@@ -169,28 +195,58 @@ Exit status:
 	fl.DurationVar(&f.preemptWait, "preempt-wait", 0, "with --preempt: how long to wait for the holder to yield before giving up, at least its cleanup + 1s (default: --wait)")
 	fl.BoolVar(&f.forceful, "forceful", false, "with --preempt: take the lock from a holder that did not yield in time")
 	fl.DurationVar(&f.lockDelay, "lock-delay", 0, "after a holder vanished without releasing, wait this long before taking the lock (0 = none); default: zookeeper.lock.delay")
+	fl.IntVarP(&f.permits, "permits", "n", 0, "NAME is a counting semaphore of `N` permits: at most N holders at once (1 to 256)")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "say on stderr what the wait is for (who holds the lock, how many wait); on by default when stderr is a terminal")
 	return cmd
 }
 
-// lockArgs splits "OBJECT -- CMD [ARGS]"; dash is cobra's ArgsLenAtDash.
+// lockArgs splits "OBJECT... -- CMD [ARGS]"; dash is cobra's ArgsLenAtDash.
 // "OBJECT" alone holds the lock without a command (argv nil).
-func lockArgs(dash int, args []string) (obj string, argv []string, err error) {
+func lockArgs(dash int, args []string) (objs []string, argv []string, err error) {
 	switch {
 	case dash < 0 && len(args) == 0:
-		return "", nil, usageErrorf("missing OBJECT: baton lock OBJECT [-- CMD [ARGS]]")
+		return nil, nil, usageErrorf("missing OBJECT: baton lock OBJECT [-- CMD [ARGS]]")
 	case dash < 0 && len(args) == 1:
-		return args[0], nil, nil
+		return args[:1], nil, nil
 	case dash < 0:
-		return "", nil, usageErrorf("missing -- before the command: baton lock OBJECT -- CMD [ARGS]")
+		return nil, nil, usageErrorf("missing -- before the command: baton lock OBJECT... -- CMD [ARGS]")
 	case dash == 0:
-		return "", nil, usageErrorf("missing OBJECT: baton lock OBJECT -- CMD [ARGS]")
-	case dash > 1:
-		return "", nil, usageErrorf("one OBJECT before --, got %d (%s)", dash, strings.Join(args[:dash], " "))
+		return nil, nil, usageErrorf("missing OBJECT: baton lock OBJECT... -- CMD [ARGS]")
 	case len(args) == dash:
-		return "", nil, usageErrorf("missing CMD after --: baton lock OBJECT -- CMD [ARGS]")
+		return nil, nil, usageErrorf("missing CMD after --: baton lock OBJECT... -- CMD [ARGS]")
+	case dash > api.MaxObjectsPerAcquire:
+		return nil, nil, usageErrorf("%d objects before --, at most %d", dash, api.MaxObjectsPerAcquire)
 	}
-	return args[0], args[1:], nil
+	return args[:dash], args[dash:], nil
+}
+
+// checkRecipe validates -n and several objects against the other flags.
+func (f *lockFlags) checkRecipe(objs []string, hold bool) error {
+	what := ""
+	switch {
+	case f.permits != 0 && (f.permits < 1 || f.permits > api.MaxPermits):
+		return usageErrorf("-n: %d is not between 1 and %d", f.permits, api.MaxPermits)
+	case f.permits != 0 && len(objs) > 1:
+		return usageErrorf("-n: a semaphore has one NAME, got %d (%s)", len(objs), strings.Join(objs, " "))
+	case f.permits != 0:
+		what = "-n (a semaphore)"
+	case len(objs) > 1:
+		what = "several objects"
+		if hold {
+			return usageErrorf("several objects are held only with a command: baton lock OBJECT... -- CMD [ARGS]")
+		}
+	default:
+		return nil
+	}
+	for _, fl := range []struct {
+		name string
+		set  bool
+	}{{"--preemptible", f.preemptible}, {"--preempt", f.preempt}, {"--forceful", f.forceful}} {
+		if fl.set {
+			return usageErrorf("%s: not with %s", fl.name, what)
+		}
+	}
+	return nil
 }
 
 // check validates the flags (the sidecar validates again).
@@ -218,7 +274,7 @@ const killMargin = 100 * time.Millisecond
 // forwarded are the signals baton lock passes on to CMD's process group.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
-func runLock(ctx context.Context, g *globals, obj string, argv []string, f lockFlags) error {
+func runLock(ctx context.Context, g *globals, objs []string, argv []string, f lockFlags) error {
 	l, err := g.loadProps()
 	if fe, ok := unreadableConfig(err); ok {
 		return exitWith(exitUsage, fe)
@@ -262,15 +318,20 @@ func runLock(ctx context.Context, g *globals, obj string, argv []string, f lockF
 	if !f.verbose {
 		f.verbose = isTerminal(g.stderr)
 	}
-	lease, err := acquireForLock(ctx, c, obj, f, sigc, g.stderr)
+	lease, err := acquireForLock(ctx, c, objs, f, sigc, g.stderr)
 	if err != nil {
 		return err
 	}
+	obj := lockName(objs, f)
 	h := &holder{g: g, lease: lease, obj: obj, grace: f.killGrace}
 	if !hold {
 		return h.run(ctx, path, argv, sigc)
 	}
-	fmt.Fprintf(g.stdout, "%s=%s\n%s=%s\n%s=%d\nBATON_NODE=%s\n", envObject, obj, envLeaseID, lease.ID(), envFencingToken, lease.Token(), lease.Node())
+	fmt.Fprintf(g.stdout, "%s=%s\n%s=%s\n%s=%d\nBATON_NODE=%s\n",
+		envObject, lease.Object(), envLeaseID, lease.ID(), envFencingToken, lease.Token(), lease.Node())
+	for _, kv := range recipeEnv(lease) {
+		fmt.Fprintln(g.stdout, kv)
+	}
 	fmt.Fprintf(g.stderr, "baton: holding %q (token %d) until SIGINT (Ctrl-C) or SIGTERM\n", obj, lease.Token())
 	err = h.run(ctx, path, argv, sigc)
 	if ee, ok := errors.AsType[*exitError](err); ok {
@@ -283,8 +344,20 @@ func runLock(ctx context.Context, g *globals, obj string, argv []string, f lockF
 	return err
 }
 
-// acquireForLock takes the lock, abandoning the wait on a signal.
-func acquireForLock(ctx context.Context, c *client.Client, obj string, f lockFlags, sigc <-chan os.Signal, stderr io.Writer) (*client.Lease, error) {
+// lockName names what baton lock takes, in its messages: the object, the
+// objects of a set, or the semaphore.
+func lockName(objs []string, f lockFlags) string {
+	if f.permits > 0 {
+		return "semaphore " + objs[0]
+	}
+	return strings.Join(objs, ", ")
+}
+
+// acquireForLock takes the lock (a set, a semaphore's permit), abandoning
+// the wait on a signal.
+func acquireForLock(ctx context.Context, c *client.Client, objs []string, f lockFlags, sigc <-chan os.Signal,
+	stderr io.Writer) (*client.Lease, error) {
+	obj := lockName(objs, f)
 	opts := []client.Option{client.WithType(f.typ)}
 	if f.info != "" {
 		opts = append(opts, client.WithInfo(f.info))
@@ -304,7 +377,7 @@ func acquireForLock(ctx context.Context, c *client.Client, obj string, f lockFla
 	if f.lockDelaySet {
 		opts = append(opts, client.WithLockDelay(f.lockDelay))
 	}
-	if id := os.Getenv(envLeaseID); id != "" && os.Getenv(envObject) == obj {
+	if id := os.Getenv(envLeaseID); id != "" && len(objs) == 1 && f.permits == 0 && os.Getenv(envObject) == obj {
 		// Run by a baton lock (or an op handler) already holding obj:
 		// re-enter its lease instead of waiting on ourselves.
 		opts = append(opts, client.WithReentry(id))
@@ -317,7 +390,15 @@ func acquireForLock(ctx context.Context, c *client.Client, obj string, f lockFla
 	}
 	done := make(chan result, 1)
 	go func() {
-		l, err := acquireWaiting(actx, c, obj, f.forever, opts)
+		l, err := acquireWaiting(actx, f.forever, func(ctx context.Context) (*client.Lease, error) {
+			switch {
+			case f.permits > 0:
+				return c.AcquirePermit(ctx, objs[0], f.permits, opts...)
+			case len(objs) > 1:
+				return c.AcquireAll(ctx, objs, opts...)
+			}
+			return c.Acquire(ctx, obj, opts...)
+		})
 		done <- result{l, err}
 	}()
 	var tell <-chan time.Time // --verbose: say what the wait is for, now and then
@@ -331,7 +412,7 @@ func acquireForLock(ctx context.Context, c *client.Client, obj string, f lockFla
 	for {
 		select {
 		case <-tell:
-			if msg := waitingFor(actx, c, obj); msg != "" && msg != said {
+			if msg := waitingForAny(actx, c, objs, f); msg != "" && msg != said {
 				fmt.Fprintln(stderr, msg)
 				said = msg
 			}
@@ -386,7 +467,8 @@ func acquireExit(err error, f lockFlags) error {
 
 // lockFlagOf maps the fields of an acquire request the sidecar may reject
 // to the flags of `baton lock` that set them.
-var lockFlagOf = map[string]string{"lease_ms": "--lease", "wait_ms": "--wait", "type": "--type", "info": "--info", "lock_delay_ms": "--lock-delay"}
+var lockFlagOf = map[string]string{"lease_ms": "--lease", "wait_ms": "--wait", "type": "--type", "info": "--info",
+	"lock_delay_ms": "--lock-delay", "permits": "-n"}
 
 // flagProblem says what the sidecar found wrong with a flag's value: for
 // a millisecond field out of range, the bounds its answer gives.
@@ -414,18 +496,37 @@ func sigNum(s os.Signal) int {
 	return 0
 }
 
-// lockEnv returns base without inherited BATON_OBJECT, BATON_LEASE_ID and
-// BATON_FENCING_TOKEN, plus this lock's values.
-func lockEnv(base []string, obj, leaseID string, token int64) []string {
-	out := make([]string, 0, len(base)+3)
+// lockEnv returns base without inherited BATON_OBJECT, BATON_LEASE_ID,
+// BATON_FENCING_TOKEN, BATON_FENCING_TOKENS, BATON_SEMAPHORE and
+// BATON_PERMIT, plus this lock's values and extra ("NAME=value": a set's or
+// a semaphore's, recipeEnv).
+func lockEnv(base []string, obj, leaseID string, token int64, extra ...string) []string {
+	out := make([]string, 0, len(base)+3+len(extra))
 	for _, kv := range base {
 		switch name, _, _ := strings.Cut(kv, "="); name {
-		case envObject, envLeaseID, envFencingToken:
+		case envObject, envLeaseID, envFencingToken, envFencingTokens, envSemaphore, envPermit:
 			continue
 		}
 		out = append(out, kv)
 	}
-	return append(out, envObject+"="+obj, envLeaseID+"="+leaseID, envFencingToken+"="+strconv.FormatInt(token, 10))
+	out = append(out, envObject+"="+obj, envLeaseID+"="+leaseID, envFencingToken+"="+strconv.FormatInt(token, 10))
+	return append(out, extra...)
+}
+
+// recipeEnv is what a set's lease (BATON_FENCING_TOKENS) or a semaphore's
+// (BATON_SEMAPHORE, BATON_PERMIT) adds to CMD's environment.
+func recipeEnv(l *client.Lease) []string {
+	if objs := l.Objects(); objs != nil {
+		pairs := make([]string, len(objs))
+		for i, o := range objs {
+			pairs[i] = o.Object + "=" + strconv.FormatInt(o.Token, 10)
+		}
+		return []string{envFencingTokens + "=" + strings.Join(pairs, " ")}
+	}
+	if name := l.Semaphore(); name != "" {
+		return []string{envSemaphore + "=" + name, envPermit + "=" + strconv.Itoa(l.Permit())}
+	}
+	return nil
 }
 
 // holder runs CMD while the lease is held: it starts CMD, and follows the
@@ -454,7 +555,7 @@ type exitResult struct {
 func (h *holder) run(ctx context.Context, path string, argv []string, sigc <-chan os.Signal) error {
 	cmd := exec.Command(path, argv[1:]...)
 	cmd.Args[0] = argv[0]
-	cmd.Env = lockEnv(os.Environ(), h.obj, h.lease.ID(), h.lease.Token())
+	cmd.Env = lockEnv(os.Environ(), h.lease.Object(), h.lease.ID(), h.lease.Token(), recipeEnv(h.lease)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = h.g.stdin, h.g.stdout, h.g.stderr
 	cmd.SysProcAttr = childAttr()
 	cmd.WaitDelay = time.Second // for stdio that is not a file (in-process runs): stop copying after CMD exits
@@ -639,6 +740,26 @@ func describeExit(r exitResult) string {
 // waitReport is how often baton lock --verbose says what it waits for (only
 // when that changed): the first time once the wait has lasted that long.
 const waitReport = time.Second
+
+// waitingForAny is waitingFor for what baton lock takes: a semaphore (its
+// held permits and waiters), or the first object of a set that is held.
+func waitingForAny(ctx context.Context, c *client.Client, objs []string, f lockFlags) string {
+	if f.permits > 0 {
+		ictx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		st, err := c.Semaphore(ictx, objs[0])
+		if err != nil {
+			return ""
+		}
+		return fmt.Sprintf("baton: waiting for semaphore %q: %d of %d permits held; %d waiting", objs[0], len(st.Holders), f.permits, len(st.Waiters))
+	}
+	for _, o := range objs {
+		if msg := waitingFor(ctx, c, o); msg != "" {
+			return msg
+		}
+	}
+	return ""
+}
 
 // waitingFor describes what an acquire of obj waits for: the holder and the
 // queue, as GET /v1/locks/{object} shows them ("" if that cannot be read).

@@ -26,17 +26,19 @@ func TestLockArgs(t *testing.T) {
 		name     string
 		dash     int
 		args     []string
-		wantObj  string
+		wantObj  []string
 		wantArgv []string
 		wantErr  string
 	}{
-		{"ok", 1, []string{"obj", "cmd", "a"}, "obj", []string{"cmd", "a"}, ""},
-		{"no dash", -1, []string{"obj", "cmd"}, "", nil, "missing -- before the command"},
-		{"held without a command", -1, []string{"obj"}, "obj", nil, ""},
-		{"nothing", -1, nil, "", nil, "missing OBJECT"},
-		{"no object", 0, []string{"cmd"}, "", nil, "missing OBJECT"},
-		{"two objects", 2, []string{"a", "b", "cmd"}, "", nil, "one OBJECT before --, got 2 (a b)"},
-		{"no command", 1, []string{"obj"}, "", nil, "missing CMD after --"},
+		{"ok", 1, []string{"obj", "cmd", "a"}, []string{"obj"}, []string{"cmd", "a"}, ""},
+		{"no dash", -1, []string{"obj", "cmd"}, nil, nil, "missing -- before the command"},
+		{"held without a command", -1, []string{"obj"}, []string{"obj"}, nil, ""},
+		{"nothing", -1, nil, nil, nil, "missing OBJECT"},
+		{"no object", 0, []string{"cmd"}, nil, nil, "missing OBJECT"},
+		{"two objects", 2, []string{"a", "b", "cmd"}, []string{"a", "b"}, []string{"cmd"}, ""},
+		{"too many objects", 65, append(make([]string, 65), "cmd"), nil, nil, "65 objects before --, at most 64"},
+		{"no command", 1, []string{"obj"}, nil, nil, "missing CMD after --"},
+		{"set without a command", 2, []string{"a", "b"}, nil, nil, "missing CMD after --"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			obj, argv, err := lockArgs(tc.dash, tc.args)
@@ -46,7 +48,7 @@ func TestLockArgs(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || obj != tc.wantObj || !slices.Equal(argv, tc.wantArgv) {
+			if err != nil || !slices.Equal(obj, tc.wantObj) || !slices.Equal(argv, tc.wantArgv) {
 				t.Errorf("lockArgs(%d, %q) = %q, %q, %v; want %q, %q", tc.dash, tc.args, obj, argv, err, tc.wantObj, tc.wantArgv)
 			}
 		})
@@ -59,6 +61,12 @@ func TestLockEnv(t *testing.T) {
 	want := []string{"PATH=/bin", "BATON_LOG_LEVEL=debug", "BATON_OBJECT=article-42", "BATON_LEASE_ID=inc.lease", "BATON_FENCING_TOKEN=1234"}
 	if !slices.Equal(got, want) {
 		t.Errorf("lockEnv = %q, want %q", got, want)
+	}
+	base = append(base, "BATON_FENCING_TOKENS=old=1", "BATON_PERMIT=9", "BATON_SEMAPHORE=old")
+	got = lockEnv(base, "a", "inc.lease", 7, "BATON_FENCING_TOKENS=a=7 b=8")
+	want = []string{"PATH=/bin", "BATON_LOG_LEVEL=debug", "BATON_OBJECT=a", "BATON_LEASE_ID=inc.lease", "BATON_FENCING_TOKEN=7", "BATON_FENCING_TOKENS=a=7 b=8"}
+	if !slices.Equal(got, want) {
+		t.Errorf("lockEnv of a set = %q, want %q", got, want)
 	}
 }
 
@@ -219,7 +227,8 @@ func testLockExitStatuses(t *testing.T, e *env, s *sidecarProc) {
 		{"no --", "", []string{"ex-u", "true"}, exitUsage, "missing -- before the command"},
 		{"no CMD", "", []string{"ex-u", "--"}, exitUsage, "missing CMD after --"},
 		{"no OBJECT", "", []string{"--", "true"}, exitUsage, "missing OBJECT"},
-		{"two objects", "", []string{"a", "b", "--", "true"}, exitUsage, "one OBJECT before --"},
+		{"two names with -n", "", []string{"-n", "2", "a", "b", "--", "true"}, exitUsage, "-n: a semaphore has one NAME, got 2 (a b)"},
+		{"a set with --preempt", "", []string{"--preempt", "a", "b", "--", "true"}, exitUsage, "--preempt: not with several objects"},
 		{"bad duration", "", []string{"--wait", "soon", "ex-u", "--", "true"}, exitUsage, `invalid argument "soon" for "--wait"`},
 		{"wait too long", "", []string{"--wait", "11m", "ex-u", "--", "true"}, exitUsage, "--wait: 11m0s is not between 0 and 10m0s"},
 		{"negative kill grace", "", []string{"--kill-grace", "-1s", "ex-u", "--", "true"}, exitUsage, "--kill-grace: -1s is negative"},

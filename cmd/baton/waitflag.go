@@ -52,9 +52,9 @@ func (v waitValue) Type() string { return "duration|forever" }
 // queues again at the end, so a "forever" waiter keeps no place in line
 // across those 10 minutes (for a leader election, any order of candidates
 // will do).
-func acquireWaiting(ctx context.Context, c *client.Client, obj string, forever bool, opts []client.Option) (*client.Lease, error) {
+func acquireWaiting(ctx context.Context, forever bool, acquire func(context.Context) (*client.Lease, error)) (*client.Lease, error) {
 	for {
-		l, err := c.Acquire(ctx, obj, opts...)
+		l, err := acquire(ctx)
 		if _, ok := errors.AsType[*client.InstanceLockError](err); !ok || !forever || ctx.Err() != nil {
 			return l, err
 		}

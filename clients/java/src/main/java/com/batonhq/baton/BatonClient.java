@@ -102,7 +102,40 @@ public final class BatonClient implements AutoCloseable {
      */
     public Lease acquire(String object, AcquireOptions o)
             throws IOException, InstanceLockException, InterruptedException {
+        return acquireAt("/v1/locks/" + escape(object) + "/acquire", new LinkedHashMap<>(), o, object);
+    }
+
+    /**
+     * Asks for the locks of every object of the set, all or nothing, within one wait ({@code POST
+     * /v1/locks/acquire}): one lease for the set, one release; the loss of any object is the loss of
+     * the lease. Each object has its own fencing token, in the answer's {@code objects} member
+     * ({@link Lease#answerMember}): fence each object's writes with ITS token ({@link Lease#token} is
+     * the first object's). Not granted in time: {@link InstanceLockException} naming the object it
+     * waited for.
+     */
+    public Lease acquireAll(List<String> objects, AcquireOptions o)
+            throws IOException, InstanceLockException, InterruptedException {
         Map<String, Object> req = new LinkedHashMap<>();
+        req.put("objects", new ArrayList<Object>(objects));
+        return acquireAt("/v1/locks/acquire", req, o, String.join(", ", objects));
+    }
+
+    /**
+     * Takes one of the permits of the counting semaphore name ({@code POST
+     * /v1/semaphores/{name}/acquire}): at most permits holders at once, across every sidecar, among
+     * requests giving the same permits. The lease is an ordinary lease of the permit's lock object,
+     * with its own token; the answer's {@code permit} member ({@link Lease#answerMember}) is the
+     * permit held, from 0.
+     */
+    public Lease acquirePermit(String name, int permits, AcquireOptions o)
+            throws IOException, InstanceLockException, InterruptedException {
+        Map<String, Object> req = new LinkedHashMap<>();
+        req.put("permits", (long) permits);
+        return acquireAt("/v1/semaphores/" + escape(name) + "/acquire", req, o, "semaphore " + name);
+    }
+
+    private Lease acquireAt(String path, Map<String, Object> req, AcquireOptions o, String object)
+            throws IOException, InstanceLockException, InterruptedException {
         req.put("type", o.type.getValue());
         if (!o.info.isEmpty()) req.put("info", o.info);
         long timeout = MAX_WAIT_MS + ANSWER_MARGIN_MS;
@@ -117,7 +150,7 @@ public final class BatonClient implements AutoCloseable {
         long sent = System.nanoTime();
         UnixHttp.Response r;
         try {
-            r = send("POST", "/v1/locks/" + escape(object) + "/acquire", Json.write(req), timeout);
+            r = send("POST", path, Json.write(req), timeout);
         } catch (InterruptedIOException e) {
             if (!(e instanceof SocketTimeoutException)) {
                 Thread.interrupted();

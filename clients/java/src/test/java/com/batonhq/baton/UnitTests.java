@@ -170,6 +170,22 @@ public final class UnitTests {
         }
     }
 
+    static void testAcquireAllAndPermitRequests() throws Exception {
+        try (FakeSidecar f = new FakeSidecar(r -> Answer.json(200, lease("held", 4000,
+                ",\"objects\":[{\"object\":\"a\",\"token\":\"7\",\"node\":\"A-1\"},{\"object\":\"b\",\"token\":\"9\",\"node\":\"A-2\"}]"
+                        + ",\"permit\":1")));
+                BatonClient c = new BatonClient(f.socket)) {
+            Lease set = c.acquireAll(List.of("b", "a"), AcquireOptions.defaults().renew(false));
+            Map<String, Object> sent = Json.parseObject(f.requests("POST", "/v1/locks/acquire").get(0).body());
+            eq(List.of("b", "a"), sent.get("objects"), "objects sent as given (the sidecar orders them)");
+            check(set.answerMember("objects") instanceof List<?> l && l.size() == 2, "the set's objects in the answer");
+            Lease p = c.acquirePermit("pool/x", 3, AcquireOptions.defaults().renew(false));
+            sent = Json.parseObject(f.requests("POST", "/v1/semaphores/pool%2Fx/acquire").get(0).body());
+            eq(3L, sent.get("permits"), "permits sent");
+            eq(1L, p.answerMember("permit"), "the permit in the answer");
+        }
+    }
+
     static void testValidityCountedFromSendTime() throws Exception {
         try (FakeSidecar f = new FakeSidecar(r -> Answer.json(200, lease("held", 5000, "")).delayed(400));
                 BatonClient c = new BatonClient(f.socket)) {
