@@ -50,3 +50,106 @@ func TestReview2LockDelayAfterReap(t *testing.T) {
 		}
 	}
 }
+
+// Review2 (issue 22 §4): a clean release whose reply is lost (the
+// connection cut right after the release multi was written; the server
+// applies it) is still a clean release: the waiter on another engine, with
+// a lock-delay, is granted without waiting one out. Holds.
+func TestReview2LockDelayReleaseReplyLost(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	waiter := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.LockDelay = lock.MaxLockDelay })
+	cutter := newCutDialer()
+	holder := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.Dialer = cutter.dial })
+	var chk overlapChecker
+	g := acquire(t, holder, "R2-cut", lock.Foreground, lock.AcquireOptions{})
+	chk.enter(g.Token())
+	done := make(chan *lock.Grant)
+	go func() { done <- acquire(t, waiter, "R2-cut", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second}) }()
+	waitFor(t, 10*time.Second, "queued", func() bool { return len(children(t, conn, root, "R2-cut")) == 3 })
+	before := waiter.Health().LockDelays
+	cut := cutter.arm(14, 500*time.Millisecond) // multi
+	chk.leave()
+	if err := g.Release(context.Background()); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	<-cut
+	g2 := <-done
+	chk.enter(g2.Token())
+	if n := waiter.Health().LockDelays - before; n != 0 {
+		t.Errorf("a clean release whose reply was lost was waited out as a vanish (%d lock delays)", n)
+	}
+	chk.leave()
+	release(t, g2)
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("overlaps %d, non-increasing tokens %d", chk.overlaps, chk.badToken)
+	}
+}
+
+// Review2 (issue 22 §7 with the semaphore recipe): a background
+// AcquirePermit on an engine with aging holds the gate and waits on the
+// (held) permit long after it aged; a foreground request that arrives
+// after that sorts after it in the aging order, yet aheadAtGate compares
+// names (sortedQueue, no aging), so the background gives the gate up and
+// queues there again with a new node whose age starts over. When the permit
+// comes free the later foreground request gets it first: an aged
+// background request served after a foreground one it precedes (and, under
+// a steady foreground stream at the gate, starved despite aging). FAILS.
+func TestReview2AgedBackgroundYieldsGate(t *testing.T) {
+	root := testRoot(t, zkServer)
+	const maxWait = 100 * time.Millisecond
+	ef := newEngine(t, zkServer.Servers(), root)
+	eb := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.BackgroundMaxWait = maxWait })
+	h, err := ef.AcquirePermit(context.Background(), "R2sem", 1, lock.Foreground, lock.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		who string
+		g   *lock.Grant
+		err error
+	}
+	out := make(chan res, 2)
+	go func() {
+		g, err := eb.AcquirePermit(context.Background(), "R2sem", 1, lock.Background, lock.AcquireOptions{Wait: 60 * time.Second})
+		out <- res{"background", g, err}
+	}()
+	gateObj, slots, _ := lock.SemaphoreObjects("R2sem", 1)
+	waitFor(t, 10*time.Second, "background holds the gate and waits on the permit", func() bool {
+		st, err := eb.Inspect(context.Background(), slots[0])
+		return err == nil && len(st.Waiters) == 1
+	})
+	// Well past maxWait on any clock: the background's gate node aged
+	// before the foreground request's node is created.
+	time.Sleep(10 * maxWait)
+	go func() {
+		g, err := ef.AcquirePermit(context.Background(), "R2sem", 1, lock.Foreground, lock.AcquireOptions{Wait: 60 * time.Second})
+		out <- res{"foreground", g, err}
+	}()
+	waitFor(t, 10*time.Second, "foreground queued at the gate", func() bool {
+		st, err := eb.Inspect(context.Background(), gateObj)
+		if err != nil {
+			return false
+		}
+		n := len(st.Waiters)
+		if st.Holder != nil {
+			n++
+		}
+		return n == 2
+	})
+	time.Sleep(300 * time.Millisecond) // let the gate's holder react (or not)
+	release(t, h)
+	first := <-out
+	if first.err != nil {
+		t.Fatalf("%s: %v", first.who, first.err)
+	}
+	release(t, first.g)
+	second := <-out
+	if second.err != nil {
+		t.Fatalf("%s: %v", second.who, second.err)
+	}
+	release(t, second.g)
+	if first.who != "background" {
+		t.Errorf("the permit went to the foreground request that arrived after the background one aged, before it (the aged background yielded the gate)")
+	}
+}
