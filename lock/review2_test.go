@@ -65,7 +65,9 @@ func TestReview2LockDelayReleaseReplyLost(t *testing.T) {
 	g := acquire(t, holder, "R2-cut", lock.Foreground, lock.AcquireOptions{})
 	chk.enter(g.Token())
 	done := make(chan *lock.Grant)
-	go func() { done <- acquire(t, waiter, "R2-cut", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second}) }()
+	go func() {
+		done <- acquire(t, waiter, "R2-cut", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
+	}()
 	waitFor(t, 10*time.Second, "queued", func() bool { return len(children(t, conn, root, "R2-cut")) == 3 })
 	before := waiter.Health().LockDelays
 	cut := cutter.arm(14, 500*time.Millisecond) // multi
