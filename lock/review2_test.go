@@ -2,8 +2,11 @@ package lock_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 
 	"github.com/batonhq/baton/lock"
 )
@@ -153,5 +156,93 @@ func TestReview2AgedBackgroundYieldsGate(t *testing.T) {
 	release(t, second.g)
 	if first.who != "background" {
 		t.Errorf("the permit went to the foreground request that arrived after the background one aged, before it (the aged background yielded the gate)")
+	}
+}
+
+// Review2 (issue 22 §4): a request with a lock-delay whose engine kept a
+// fast-path prediction from its own clean release (stale: another engine
+// held the object since) tries the one multi; the sequence does not match,
+// and the request falls to "create, then verify" — which grants it when no
+// child sorts ahead, without looking at how the last holder ended. Here
+// that holder was abandoned (a vanish) just before, and a waiting plugin
+// background request keeps the object node alive: the request with a 5 s
+// lock-delay is granted at once. The doc says only a prediction that holds
+// skips the check. FAILS.
+func TestReview2LockDelayStalePrediction(t *testing.T) {
+	root := testRoot(t, zkServer)
+	const delay = 5 * time.Second
+	const obj = "R2-stale"
+	name, _ := lock.EscapeObject(obj)
+	conn := rawConn(t, zkServer.Servers())
+	er := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.LockDelay = delay })
+	eh := newEngine(t, zkServer.Servers(), root)
+	release(t, acquire(t, er, obj, lock.Foreground, lock.AcquireOptions{})) // er predicts its next create
+	h := acquire(t, eh, obj, lock.Foreground, lock.AcquireOptions{})
+	// A plugin background waiter (no age_ms): it keeps the container and
+	// sorts after any foreground request.
+	if _, err := conn.Create(root+"/"+name+"/B-", []byte("plugin"), zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	before := er.Health().LockDelays
+	if err := h.Abandon(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	vanished := time.Now()
+	g := acquire(t, er, obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
+	n, after := er.Health().LockDelays-before, g.AcquiredAt().Sub(vanished)
+	release(t, g)
+	t.Logf("granted %v after the vanish, %d lock delays", after, n)
+	if n != 1 || after < delay {
+		t.Errorf("request with a %v lock-delay and a stale prediction granted %v after the holder vanished (%d lock delays); want the vanish waited out", delay, after, n)
+	}
+}
+
+// Review2 (issue 22 §4, two waiters on two engines after a vanish): the
+// holder is abandoned; the first waiter (lock-delay, short wait) waits out
+// the delay and gives up; meanwhile a request without a delay on a third
+// engine tries "create, then verify", finds the waiters ahead and gives
+// privateLock back — and the give-back writes a release record for its own
+// token. The object node now says "last Baton grant released cleanly", so
+// the second waiter (lock-delay; it saw the abandoned holder's privateLock)
+// is granted as soon as the first gives up, well inside the delay: the
+// give-back erased the vanish. FAILS.
+func TestReview2LockDelayGiveBackMasksVanish(t *testing.T) {
+	root := testRoot(t, zkServer)
+	const delay = 5 * time.Second
+	const obj = "R2-mask"
+	conn := rawConn(t, zkServer.Servers())
+	eh := newEngine(t, zkServer.Servers(), root)
+	ex := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.LockDelay = delay })
+	ew := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.LockDelay = delay })
+	er := newEngine(t, zkServer.Servers(), root)
+	h := acquire(t, eh, obj, lock.Foreground, lock.AcquireOptions{})
+	xerr := make(chan error, 1)
+	go func() {
+		_, err := ex.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: 1500 * time.Millisecond})
+		xerr <- err
+	}()
+	waitFor(t, 10*time.Second, "first waiter queued", func() bool { return len(children(t, conn, root, obj)) == 3 })
+	wdone := make(chan *lock.Grant, 1)
+	go func() { wdone <- acquire(t, ew, obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second}) }()
+	waitFor(t, 10*time.Second, "second waiter queued", func() bool { return len(children(t, conn, root, obj)) == 4 })
+	beforeX := ex.Health().LockDelays
+	if err := h.Abandon(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	vanished := time.Now()
+	waitFor(t, 10*time.Second, "first waiter waits out the delay", func() bool { return ex.Health().LockDelays > beforeX })
+	if _, err := er.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{TryOnce: true}); err == nil {
+		t.Fatal("the request without a delay was granted ahead of two waiters")
+	}
+	var ile *lock.InstanceLockError
+	if err := <-xerr; !errors.As(err, &ile) {
+		t.Fatalf("first waiter: %v, want InstanceLockError", err)
+	}
+	g := <-wdone
+	n, after := ew.Health().LockDelays, g.AcquiredAt().Sub(vanished)
+	release(t, g)
+	t.Logf("second waiter granted %v after the vanish, %d lock delays", after, n)
+	if after < delay {
+		t.Errorf("second waiter (lock-delay %v) granted %v after the holder vanished (%d lock delays): a give-back's release record hid the vanish", delay, after, n)
 	}
 }
