@@ -87,8 +87,21 @@ func (r *request) run(ctx context.Context, p prediction) (*Grant, error) {
 func (r *request) acquire(ctx context.Context, p prediction) (*Grant, error) {
 	// With a lock-delay only a prediction (nobody created anything since our
 	// own clean release) skips the check of how the last holder ended.
+	// The prediction holds only if nobody created a node since, which a
+	// request with a delay cannot wait to find out: its multi also requires
+	// the object node's version our release left (a grant since, or a
+	// reaped node, fails it with nothing created), so that a stale
+	// prediction neither grants by create-then-verify nor gives back a
+	// privateLock over another holder's vanish (TestReview2LockDelayStalePrediction).
+	if p.seq >= 0 && r.delay > 0 && p.version < 0 {
+		p.seq = -1 // version unknown: the slow path checks
+	}
 	if p.seq >= 0 || !p.contended && r.delay <= 0 {
+		if p.seq >= 0 && r.delay > 0 {
+			r.guard = p.version
+		}
 		g, err, done := r.direct(ctx, p)
+		r.guard = -1
 		if done {
 			return g, err
 		}
@@ -184,6 +197,9 @@ func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool
 		r.e.objContended(r.name)
 		return nil, nil, false
 	case errors.Is(err, zk.ErrNoNode): // the object keeps vanishing: the slow path copes
+		return nil, nil, false
+	case errors.Is(err, zk.ErrBadVersion): // r.guard (lock-delay): a grant since our release; nothing was created
+		r.e.objContended(r.name)
 		return nil, nil, false
 	case isConnErr(err):
 		// Applied or not: slow() recovers before anything else (our child

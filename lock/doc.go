@@ -146,7 +146,8 @@
 // request fails instead, and a wait that runs out inside the delay fails
 // with InstanceLockError as always. With a delay, only a fast-path
 // prediction (nobody created a node since our own clean release) skips
-// this check: create-then-verify and the foreground shortcut are off for
+// this check, and its multi requires the object node's data version that
+// release left (a stale prediction creates nothing and takes the slow path): create-then-verify and the foreground shortcut are off for
 // such requests. Cost, for requests with a delay only: a read of the
 // object node before each grant, and of privateLock per listing that shows
 // one.

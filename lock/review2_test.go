@@ -167,16 +167,23 @@ func TestReview2AgedBackgroundYieldsGate(t *testing.T) {
 // that holder was abandoned (a vanish) just before, and a waiting plugin
 // background request keeps the object node alive: the request with a 5 s
 // lock-delay is granted at once. The doc says only a prediction that holds
-// skips the check. FAILS.
+// skips the check. Failed before the fix (the predicted multi of a request
+// with a delay requires the object node's version its release left).
 func TestReview2LockDelayStalePrediction(t *testing.T) {
 	root := testRoot(t, zkServer)
 	const delay = 5 * time.Second
 	const obj = "R2-stale"
 	name, _ := lock.EscapeObject(obj)
 	conn := rawConn(t, zkServer.Servers())
-	er := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.LockDelay = delay })
+	obs := &countingObserver{}
+	er := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.LockDelay = delay; o.Observer = obs })
 	eh := newEngine(t, zkServer.Servers(), root)
 	release(t, acquire(t, er, obj, lock.Foreground, lock.AcquireOptions{})) // er predicts its next create
+	// A prediction that holds still grants in one multi with a lock-delay.
+	release(t, acquire(t, er, obj, lock.Foreground, lock.AcquireOptions{}))
+	if obs.hits.Load() != 1 || er.Health().LockDelays != 0 {
+		t.Fatalf("alone on the object: %d fast-path hits, %d lock delays; want 1 and 0", obs.hits.Load(), er.Health().LockDelays)
+	}
 	h := acquire(t, eh, obj, lock.Foreground, lock.AcquireOptions{})
 	// A plugin background waiter (no age_ms): it keeps the container and
 	// sorts after any foreground request.
