@@ -121,6 +121,7 @@ func (r *request) acquire(ctx context.Context, p prediction) (*Grant, error) {
 // plugin's algorithm needs 3). done=false: continue on the slow path (r.node
 // may hold our child).
 func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool) {
+	guarded := r.guard >= 0 // the multi overwrites a known clean end (see cleanup.noMark)
 	ops := append([]any{
 		&zk.CreateRequest{Path: r.objPath + "/" + r.prefix + "-", Data: r.data, Acl: r.e.acl, Flags: zk.FlagEphemeralSequential},
 	}, r.grantOps()...)
@@ -132,7 +133,7 @@ func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool
 				switch {
 				case err == nil: // granted after we gave up: undo
 					r.s.addCleanup(
-						cleanup{kind: cleanPL, objPath: r.objPath, objVersion: res[3].Stat.Version, token: res[2].Stat.Czxid},
+						cleanup{kind: cleanPL, objPath: r.objPath, objVersion: res[3].Stat.Version, token: res[2].Stat.Czxid, noMark: !guarded},
 						cleanup{kind: cleanChild, objPath: r.objPath, node: path.Base(res[0].String), reqID: r.reqID})
 				case isConnErr(err):
 					r.sweepLater()
@@ -182,9 +183,9 @@ func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool
 		// Someone sorts ahead of us (or the listing failed): give
 		// privateLock back without granting and wait in line.
 		if _, gerr := zcall(context.WithoutCancel(ctx), func() (struct{}, error) {
-			return struct{}{}, r.s.giveBackPL(r.objPath, obj.Version, st.Czxid)
+			return struct{}{}, r.s.giveBackPL(r.objPath, obj.Version, st.Czxid, guarded)
 		}, nil); gerr != nil {
-			r.s.addCleanup(cleanup{kind: cleanPL, objPath: r.objPath, objVersion: obj.Version, token: st.Czxid})
+			r.s.addCleanup(cleanup{kind: cleanPL, objPath: r.objPath, objVersion: obj.Version, token: st.Czxid, noMark: !guarded})
 		}
 		if err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 			return nil, r.fail(ctx, err), true
@@ -483,6 +484,7 @@ var errRecreate = errors.New("lock: object node renewed")
 // else holds privateLock.
 func (r *request) takePrivateLock(ctx context.Context, alone, checkOwn bool) (*Grant, error) {
 	ops := r.grantOps()
+	guarded := r.guard >= 0
 	if checkOwn { // the node must still be ours: version -1 checks existence
 		ops = append([]any{&zk.CheckVersionRequest{Path: r.objPath + "/" + r.node, Version: -1}}, ops...)
 	}
@@ -491,7 +493,7 @@ func (r *request) takePrivateLock(ctx context.Context, alone, checkOwn bool) (*G
 		func(res []zk.MultiResponse, err error) {
 			switch {
 			case err == nil: // granted after we gave up: undo
-				r.s.addCleanup(cleanup{kind: cleanPL, objPath: r.objPath, objVersion: res[off+2].Stat.Version, token: res[off+1].Stat.Czxid})
+				r.s.addCleanup(cleanup{kind: cleanPL, objPath: r.objPath, objVersion: res[off+2].Stat.Version, token: res[off+1].Stat.Czxid, noMark: !guarded})
 			case isConnErr(err):
 				r.sweepLater()
 			}
@@ -603,7 +605,7 @@ func (r *request) recoverOrphans(ctx context.Context) error {
 		return err
 	}
 	if err == nil && r.s.owns(pl.data, pl.stat, r.reqID) {
-		giveBack := cleanup{kind: cleanPL, objPath: r.objPath, objVersion: ost.stat.Version, token: pl.stat.Czxid}
+		giveBack := cleanup{kind: cleanPL, objPath: r.objPath, objVersion: ost.stat.Version, token: pl.stat.Czxid, noMark: true} // uncertain: what it overwrote is unknown
 		if _, err := zcall(ctx, func() (struct{}, error) { return struct{}{}, giveBack.run(r.s) }, nil); err != nil {
 			if !retry(err) {
 				return err

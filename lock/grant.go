@@ -65,7 +65,7 @@ func (r *request) grant(ctx context.Context, node string, seq int64, st *zk.Stat
 		if !errors.Is(err, errNoValidity) {
 			r.node = "" // goes with the session
 		} else {
-			r.s.addCleanup(cleanup{kind: cleanPL, objPath: r.objPath, objVersion: objVersion, token: g.token})
+			r.s.addCleanup(cleanup{kind: cleanPL, objPath: r.objPath, objVersion: objVersion, token: g.token, noMark: r.guard < 0})
 		}
 		return nil, r.fail(ctx, err)
 	}

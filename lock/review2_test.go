@@ -212,7 +212,9 @@ func TestReview2LockDelayStalePrediction(t *testing.T) {
 // token. The object node now says "last Baton grant released cleanly", so
 // the second waiter (lock-delay; it saw the abandoned holder's privateLock)
 // is granted as soon as the first gives up, well inside the delay: the
-// give-back erased the vanish. FAILS.
+// give-back erased the vanish. Failed before the fix (a give-back or sweep
+// of a privateLock whose grant multi was not version-guarded writes no
+// release record).
 func TestReview2LockDelayGiveBackMasksVanish(t *testing.T) {
 	root := testRoot(t, zkServer)
 	const delay = 5 * time.Second
