@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -247,11 +248,109 @@ func TestReview2LockDelayGiveBackMasksVanish(t *testing.T) {
 	if err := <-xerr; !errors.As(err, &ile) {
 		t.Fatalf("first waiter: %v, want InstanceLockError", err)
 	}
+	// The first waiter gave up inside its delay leaving no node: only the
+	// second waiter's child is left (privateLock comes after its delay).
+	if kids := children(t, conn, root, obj); len(kids) != 1 {
+		t.Errorf("after the first waiter gave up inside the delay: children %v, want the second waiter's only", kids)
+	}
 	g := <-wdone
 	n, after := ew.Health().LockDelays, g.AcquiredAt().Sub(vanished)
 	release(t, g)
 	t.Logf("second waiter granted %v after the vanish, %d lock delays", after, n)
 	if after < delay {
 		t.Errorf("second waiter (lock-delay %v) granted %v after the holder vanished (%d lock delays): a give-back's release record hid the vanish", delay, after, n)
+	}
+}
+
+// Review2 (issue 22 §7): engines with different aging bounds (50 ms, 1 s,
+// none) queue foreground and background requests on one object; every
+// engine must list the same order (a waiter watches its predecessor in its
+// own order: a disagreement could leave two waiters watching each other —
+// no grant while the object is free), the grants must follow that order,
+// and all requests must finish under the overlap checker. Holds.
+func TestReview2AgingMixedBounds(t *testing.T) {
+	root := testRoot(t, zkServer)
+	const obj = "R2-age"
+	conn := rawConn(t, zkServer.Servers())
+	eh := newEngine(t, zkServer.Servers(), root)
+	e1 := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.BackgroundMaxWait = 50 * time.Millisecond })
+	e2 := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.BackgroundMaxWait = time.Second })
+	e3 := newEngine(t, zkServer.Servers(), root)
+	h := acquire(t, eh, obj, lock.Foreground, lock.AcquireOptions{})
+	var chk overlapChecker
+	chk.enter(h.Token())
+	type res struct {
+		label string
+		err   error
+	}
+	out := make(chan res, 8)
+	nodes := map[string]string{} // node name -> label
+	n := 1
+	start := func(label string, e *lock.Engine, typ lock.Type) {
+		before := map[string]bool{}
+		for _, c := range children(t, conn, root, obj) {
+			before[c] = true
+		}
+		go func() {
+			g, err := e.Acquire(context.Background(), obj, typ, lock.AcquireOptions{Wait: 60 * time.Second})
+			if err == nil {
+				chk.enter(g.Token())
+				time.Sleep(20 * time.Millisecond)
+				chk.leave()
+				err = g.Release(context.Background())
+			}
+			out <- res{label, err}
+		}()
+		n++
+		waitFor(t, 10*time.Second, label+" queued", func() bool { return len(children(t, conn, root, obj)) == n+1 })
+		for _, c := range children(t, conn, root, obj) {
+			if !before[c] && c != "privateLock" {
+				nodes[c] = label
+			}
+		}
+	}
+	start("b2", e2, lock.Background)
+	start("b1", e1, lock.Background)
+	time.Sleep(300 * time.Millisecond) // b1 aged, b2 not
+	start("a1", e3, lock.Foreground)
+	start("b3", e3, lock.Background)
+	time.Sleep(1200 * time.Millisecond) // b2 aged
+	start("a2", e1, lock.Foreground)
+	start("b4", e1, lock.Background)
+	time.Sleep(300 * time.Millisecond) // b4 aged
+	start("a3", e2, lock.Foreground)
+	want := "b1 a1 b2 a2 b4 a3 b3"
+	for i, e := range []*lock.Engine{e1, e2, e3, eh} {
+		st, err := e.Inspect(context.Background(), obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, w := range st.Waiters {
+			got = append(got, nodes[w.Name])
+		}
+		if g := strings.Join(got, " "); g != want {
+			t.Errorf("engine %d lists %q, want %q", i, g, want)
+		}
+	}
+	chk.leave()
+	release(t, h)
+	var order []string
+	for range 7 {
+		select {
+		case r := <-out:
+			if r.err != nil {
+				t.Errorf("%s: %v", r.label, r.err)
+			}
+			order = append(order, r.label)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("stalled after %v: no grant while the object is free", order)
+		}
+	}
+	if g := strings.Join(order, " "); g != want {
+		t.Errorf("granted in order %q, want %q", g, want)
+	}
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("overlaps %d, non-increasing tokens %d", chk.overlaps, chk.badToken)
 	}
 }
