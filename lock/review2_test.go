@@ -23,16 +23,21 @@ import (
 // lock-delay, arriving well inside the delay — finds a new incarnation
 // (data version 0: "no Baton grant on this object node") and is granted at
 // once: the vanish is not delayed. FAILS: lastHolderVanished cannot tell a
-// reaped node's vanish from an object never used.
+// reaped node's vanish from an object never used. With ObjectNode
+// Persistent (the last case, which holds) the record survives the vanish.
 func TestReview2LockDelayAfterReap(t *testing.T) {
 	root := testRoot(t, zkServer)
 	const delay = 5 * time.Second
 	conn := rawConn(t, zkServer.Servers())
 	waiter := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.LockDelay = delay })
-	for _, how := range []string{"abandon", "close"} {
+	for _, how := range []string{"abandon", "close", "persistent"} {
 		obj := "R2-reap-" + how
 		name, _ := lock.EscapeObject(obj)
-		holder := newEngine(t, zkServer.Servers(), root)
+		holder := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) {
+			if how == "persistent" {
+				o.ObjectNode = lock.Persistent
+			}
+		})
 		g := acquire(t, holder, obj, lock.Foreground, lock.AcquireOptions{})
 		if how == "abandon" {
 			if err := g.Abandon(context.Background()); err != nil {
@@ -42,10 +47,14 @@ func TestReview2LockDelayAfterReap(t *testing.T) {
 			holder.Close()
 		}
 		vanished := time.Now()
-		waitFor(t, 20*time.Second, "object node reaped", func() bool {
-			ok, _, err := conn.Exists(root + "/" + name)
-			return err == nil && !ok
-		})
+		if how != "persistent" {
+			waitFor(t, 20*time.Second, "object node reaped", func() bool {
+				ok, _, err := conn.Exists(root + "/" + name)
+				return err == nil && !ok
+			})
+		} else {
+			time.Sleep(500 * time.Millisecond) // the reaper's interval, several times: a persistent node stays
+		}
 		before := waiter.Health().LockDelays
 		g2 := acquire(t, waiter, obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
 		n, after := waiter.Health().LockDelays-before, g2.AcquiredAt().Sub(vanished)
