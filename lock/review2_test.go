@@ -458,3 +458,28 @@ func TestReview2QuietKeeperPartitionedFollower(t *testing.T) {
 		t.Errorf("overlaps %d, non-increasing tokens %d", check.overlaps, check.badToken)
 	}
 }
+
+// Review2 (issue 22 §4, a clean end delayed anyway): a request with a
+// lock-delay and a prediction that holds loses the reply of its one multi
+// (the connection is cut right after it is written; the server applies
+// it). The recovery after the reconnect gives its privateLock back; that
+// multi was guarded by the version its own clean release left, so the
+// give-back records a release, and the request, first in line, is granted
+// without waiting out a delay for its own uncertain create.
+func TestReview2LockDelayUncertainGrantNotDelayed(t *testing.T) {
+	root := testRoot(t, zkServer)
+	cutter := newCutDialer()
+	e := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.LockDelay = lock.MaxLockDelay; o.Dialer = cutter.dial })
+	release(t, acquire(t, e, "R2-unc", lock.Foreground, lock.AcquireOptions{})) // a prediction
+	cut := cutter.arm(14, 300*time.Millisecond)                                 // the next multi: the predicted grant
+	g, err := e.Acquire(context.Background(), "R2-unc", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-cut
+	n := e.Health().LockDelays
+	release(t, g)
+	if n != 0 {
+		t.Errorf("after its own uncertain grant multi the request waited out %d lock delays, want 0", n)
+	}
+}
