@@ -36,6 +36,11 @@ type request struct {
 	// our seeing the reply (connection lost, or the wait ended with it in
 	// flight); cleared once recoverOrphans has looked. fail() sweeps.
 	uncertain bool
+	// uncertainMark: every uncertain grant multi was guarded by a version
+	// whose state the request had read, so a privateLock it finds and
+	// gives back in recovery may be deleted with a release record (see
+	// cleanup.noMark); false: without one.
+	uncertainMark bool
 	// registered: the grant object was registered with the session; its
 	// finish (lost or released) ends the local acquire, not Acquire.
 	registered bool
@@ -206,7 +211,7 @@ func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool
 		// Applied or not: slow() recovers before anything else (our child
 		// is adopted, privateLock given back), retrying after every
 		// connection loss; a recovery that cannot finish is swept.
-		r.uncertain = true
+		r.noteUncertain(guarded)
 		return nil, nil, false
 	default: // including the wait running out with the multi in flight (the orphan handler undoes it)
 		return nil, r.fail(ctx, err), true
@@ -478,6 +483,15 @@ func (r *request) drainWait(ctx context.Context) error {
 
 var errRecreate = errors.New("lock: object node renewed")
 
+// noteUncertain marks the request uncertain after a grant multi whose reply
+// was lost; guarded: that multi required a version the request had read.
+func (r *request) noteUncertain(guarded bool) {
+	if !r.uncertain {
+		r.uncertainMark = true
+	}
+	r.uncertain, r.uncertainMark = true, r.uncertainMark && guarded
+}
+
 // takePrivateLock creates privateLock (and sets its data, whose Stat carries
 // the creation zxid). alone says the listing showed only our child, which
 // anchors the fast-path prediction. A nil grant and nil error mean someone
@@ -514,7 +528,7 @@ func (r *request) takePrivateLock(ctx context.Context, alone, checkOwn bool) (*G
 	case isConnErr(err):
 		// Applied or not: find out once reconnected. Ours (by request id
 		// and session) is granted: it was created in order, as above.
-		r.uncertain = true
+		r.noteUncertain(guarded)
 		g, err := r.resolveTake(ctx)
 		if err != nil && retry(err) {
 			// Could not look: slow() recovers before anything else
@@ -605,7 +619,7 @@ func (r *request) recoverOrphans(ctx context.Context) error {
 		return err
 	}
 	if err == nil && r.s.owns(pl.data, pl.stat, r.reqID) {
-		giveBack := cleanup{kind: cleanPL, objPath: r.objPath, objVersion: ost.stat.Version, token: pl.stat.Czxid, noMark: true} // uncertain: what it overwrote is unknown
+		giveBack := cleanup{kind: cleanPL, objPath: r.objPath, objVersion: ost.stat.Version, token: pl.stat.Czxid, noMark: !r.uncertainMark}
 		if _, err := zcall(ctx, func() (struct{}, error) { return struct{}{}, giveBack.run(r.s) }, nil); err != nil {
 			if !retry(err) {
 				return err
