@@ -36,6 +36,11 @@ type request struct {
 	// our seeing the reply (connection lost, or the wait ended with it in
 	// flight); cleared once recoverOrphans has looked. fail() sweeps.
 	uncertain bool
+	// uncertainMark: every uncertain grant multi was guarded by a version
+	// whose state the request had read, so a privateLock it finds and
+	// gives back in recovery may be deleted with a release record (see
+	// cleanup.noMark); false: without one.
+	uncertainMark bool
 	// registered: the grant object was registered with the session; its
 	// finish (lost or released) ends the local acquire, not Acquire.
 	registered bool
@@ -87,8 +92,21 @@ func (r *request) run(ctx context.Context, p prediction) (*Grant, error) {
 func (r *request) acquire(ctx context.Context, p prediction) (*Grant, error) {
 	// With a lock-delay only a prediction (nobody created anything since our
 	// own clean release) skips the check of how the last holder ended.
+	// The prediction holds only if nobody created a node since, which a
+	// request with a delay cannot wait to find out: its multi also requires
+	// the object node's version our release left (a grant since, or a
+	// reaped node, fails it with nothing created), so that a stale
+	// prediction neither grants by create-then-verify nor gives back a
+	// privateLock over another holder's vanish (TestReview2LockDelayStalePrediction).
+	if p.seq >= 0 && r.delay > 0 && p.version < 0 {
+		p.seq = -1 // version unknown: the slow path checks
+	}
 	if p.seq >= 0 || !p.contended && r.delay <= 0 {
+		if p.seq >= 0 && r.delay > 0 {
+			r.guard = p.version
+		}
 		g, err, done := r.direct(ctx, p)
+		r.guard = -1
 		if done {
 			return g, err
 		}
@@ -108,6 +126,7 @@ func (r *request) acquire(ctx context.Context, p prediction) (*Grant, error) {
 // plugin's algorithm needs 3). done=false: continue on the slow path (r.node
 // may hold our child).
 func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool) {
+	guarded := r.guard >= 0 // the multi overwrites a known clean end (see cleanup.noMark)
 	ops := append([]any{
 		&zk.CreateRequest{Path: r.objPath + "/" + r.prefix + "-", Data: r.data, Acl: r.e.acl, Flags: zk.FlagEphemeralSequential},
 	}, r.grantOps()...)
@@ -119,7 +138,7 @@ func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool
 				switch {
 				case err == nil: // granted after we gave up: undo
 					r.s.addCleanup(
-						cleanup{kind: cleanPL, objPath: r.objPath, objVersion: res[3].Stat.Version, token: res[2].Stat.Czxid},
+						cleanup{kind: cleanPL, objPath: r.objPath, objVersion: res[3].Stat.Version, token: res[2].Stat.Czxid, noMark: !guarded},
 						cleanup{kind: cleanChild, objPath: r.objPath, node: path.Base(res[0].String), reqID: r.reqID})
 				case isConnErr(err):
 					r.sweepLater()
@@ -169,9 +188,9 @@ func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool
 		// Someone sorts ahead of us (or the listing failed): give
 		// privateLock back without granting and wait in line.
 		if _, gerr := zcall(context.WithoutCancel(ctx), func() (struct{}, error) {
-			return struct{}{}, r.s.giveBackPL(r.objPath, obj.Version, st.Czxid)
+			return struct{}{}, r.s.giveBackPL(r.objPath, obj.Version, st.Czxid, guarded)
 		}, nil); gerr != nil {
-			r.s.addCleanup(cleanup{kind: cleanPL, objPath: r.objPath, objVersion: obj.Version, token: st.Czxid})
+			r.s.addCleanup(cleanup{kind: cleanPL, objPath: r.objPath, objVersion: obj.Version, token: st.Czxid, noMark: !guarded})
 		}
 		if err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 			return nil, r.fail(ctx, err), true
@@ -185,11 +204,14 @@ func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool
 		return nil, nil, false
 	case errors.Is(err, zk.ErrNoNode): // the object keeps vanishing: the slow path copes
 		return nil, nil, false
+	case errors.Is(err, zk.ErrBadVersion): // r.guard (lock-delay): a grant since our release; nothing was created
+		r.e.objContended(r.name)
+		return nil, nil, false
 	case isConnErr(err):
 		// Applied or not: slow() recovers before anything else (our child
 		// is adopted, privateLock given back), retrying after every
 		// connection loss; a recovery that cannot finish is swept.
-		r.uncertain = true
+		r.noteUncertain(guarded)
 		return nil, nil, false
 	default: // including the wait running out with the multi in flight (the orphan handler undoes it)
 		return nil, r.fail(ctx, err), true
@@ -461,12 +483,22 @@ func (r *request) drainWait(ctx context.Context) error {
 
 var errRecreate = errors.New("lock: object node renewed")
 
+// noteUncertain marks the request uncertain after a grant multi whose reply
+// was lost; guarded: that multi required a version the request had read.
+func (r *request) noteUncertain(guarded bool) {
+	if !r.uncertain {
+		r.uncertainMark = true
+	}
+	r.uncertain, r.uncertainMark = true, r.uncertainMark && guarded
+}
+
 // takePrivateLock creates privateLock (and sets its data, whose Stat carries
 // the creation zxid). alone says the listing showed only our child, which
 // anchors the fast-path prediction. A nil grant and nil error mean someone
 // else holds privateLock.
 func (r *request) takePrivateLock(ctx context.Context, alone, checkOwn bool) (*Grant, error) {
 	ops := r.grantOps()
+	guarded := r.guard >= 0
 	if checkOwn { // the node must still be ours: version -1 checks existence
 		ops = append([]any{&zk.CheckVersionRequest{Path: r.objPath + "/" + r.node, Version: -1}}, ops...)
 	}
@@ -475,7 +507,7 @@ func (r *request) takePrivateLock(ctx context.Context, alone, checkOwn bool) (*G
 		func(res []zk.MultiResponse, err error) {
 			switch {
 			case err == nil: // granted after we gave up: undo
-				r.s.addCleanup(cleanup{kind: cleanPL, objPath: r.objPath, objVersion: res[off+2].Stat.Version, token: res[off+1].Stat.Czxid})
+				r.s.addCleanup(cleanup{kind: cleanPL, objPath: r.objPath, objVersion: res[off+2].Stat.Version, token: res[off+1].Stat.Czxid, noMark: !guarded})
 			case isConnErr(err):
 				r.sweepLater()
 			}
@@ -496,7 +528,7 @@ func (r *request) takePrivateLock(ctx context.Context, alone, checkOwn bool) (*G
 	case isConnErr(err):
 		// Applied or not: find out once reconnected. Ours (by request id
 		// and session) is granted: it was created in order, as above.
-		r.uncertain = true
+		r.noteUncertain(guarded)
 		g, err := r.resolveTake(ctx)
 		if err != nil && retry(err) {
 			// Could not look: slow() recovers before anything else
@@ -587,7 +619,7 @@ func (r *request) recoverOrphans(ctx context.Context) error {
 		return err
 	}
 	if err == nil && r.s.owns(pl.data, pl.stat, r.reqID) {
-		giveBack := cleanup{kind: cleanPL, objPath: r.objPath, objVersion: ost.stat.Version, token: pl.stat.Czxid}
+		giveBack := cleanup{kind: cleanPL, objPath: r.objPath, objVersion: ost.stat.Version, token: pl.stat.Czxid, noMark: !r.uncertainMark}
 		if _, err := zcall(ctx, func() (struct{}, error) { return struct{}{}, giveBack.run(r.s) }, nil); err != nil {
 			if !retry(err) {
 				return err

@@ -39,6 +39,11 @@ type cleanup struct {
 	// privateLock goes without a release marker, so that waiters with a
 	// lock-delay treat its end as a vanish (its holder may not know).
 	lost bool
+	// noMark (cleanPL): the multi that created this privateLock set the
+	// object node's data without a version guard, so what it overwrote (a
+	// release record, or a vanished holder's grant) is unknown; deleting it
+	// with a release record could hide a vanish (TestReview2LockDelayGiveBackMasksVanish).
+	noMark bool
 }
 
 type cleanupKind int
@@ -78,7 +83,7 @@ func (c cleanup) run(s *session) error {
 	case cleanChild:
 		return s.deleteOwnChild(c.objPath+"/"+c.node, c.reqID)
 	case cleanPL:
-		return s.deleteOwnPL(c.objPath, c.objVersion, c.token, true) // never reported granted
+		return s.deleteOwnPL(c.objPath, c.objVersion, c.token, !c.noMark) // never reported granted
 	case cleanRelease:
 		// A release whose outcome is unknown (its reply was lost, or it
 		// was never sent): what is still ours is deleted, each after a
@@ -153,12 +158,14 @@ func (s *session) deleteOwnPL(objPath string, objVersion int32, token int64, mar
 // giveBackPL deletes the privateLock this request created a moment ago (its
 // reply in hand, its child still under the object so the node cannot have
 // been reaped): the multi's version checks suffice. On any error the caller
-// queues a cleanPL, which reads first.
-func (s *session) giveBackPL(objPath string, objVersion int32, token int64) error {
-	_, err := s.conn.Multi(
-		markRelease(objPath, objVersion, token),
-		&zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: plVersion},
-	)
+// queues a cleanPL, which reads first. mark: the grant multi was guarded by
+// a version whose state the request had read (see cleanup.noMark).
+func (s *session) giveBackPL(objPath string, objVersion int32, token int64, mark bool) error {
+	var guard any = &zk.CheckVersionRequest{Path: objPath, Version: objVersion}
+	if mark {
+		guard = markRelease(objPath, objVersion, token)
+	}
+	_, err := s.conn.Multi(guard, &zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: plVersion})
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil
 	}
@@ -215,8 +222,8 @@ func (s *session) sweep(objPath, reqID string) error {
 			// Ours: no other grant can have happened since ours, so the
 			// object's version read before is current unless someone
 			// deleted ours and was granted meanwhile (then: read again).
-			_, err := s.conn.Multi( // never reported granted: a clean end
-				markRelease(objPath, ost.Version, pst.Czxid),
+			_, err := s.conn.Multi( // never reported granted, but what its multi overwrote is unknown: no release record
+				&zk.CheckVersionRequest{Path: objPath, Version: ost.Version},
 				&zk.DeleteRequest{Path: objPath + "/" + privateLock, Version: pst.Version},
 			)
 			if errors.Is(err, zk.ErrBadVersion) {

@@ -119,18 +119,23 @@
 //
 // How a vanish is told from a release, from any engine: every Baton
 // deletion of its own privateLock that is not a loss — the release multi, a
-// give-back of a privateLock never reported granted, the cleanup of a
-// release whose reply was lost, a sweep — writes the object node's data in
-// the same multi: {"released":"<token>"}, guarded by the object's data
+// give-back of a privateLock never reported granted whose grant multi was
+// guarded by a version the request had read (a fast-path prediction, or the
+// check below), the cleanup of a release whose reply was lost — writes the
+// object node's data in the same multi: {"released":"<token>"}, guarded by the object's data
 // version our grant set (it replaces the CheckVersion the multi had). The
 // grant multi sets that data to nil, so the object node always describes
 // its last Baton grant: token = its mzxid (the grant's multi wrote it last)
 // and not released, or released with the token named. A session that ends,
-// a lost grant's cleanup (its holder may not know), Grant.Abandon (a grant
+// a lost grant's cleanup (its holder may not know), a give-back or sweep of
+// a privateLock created by an unguarded multi ("create, then verify" of a
+// request without a delay, or one whose outcome was uncertain: what it
+// overwrote is unknown, and a record would hide a vanish before it), Grant.Abandon (a grant
 // ended without its holder's release: the sidecar uses it for an expired
 // lease, a holder process that exited, a revocation, the end of a drain),
 // the audit, Engine.FreeOrphan and an operator's delete write nothing:
-// vanished.
+// vanished (an unguarded give-back thus costs the waiters with a delay one
+// delay even after a clean release: the safe side).
 //
 // A request with a delay that is first in order and finds no privateLock
 // reads the object node, privateLock and the object node again. The holder
@@ -146,7 +151,8 @@
 // request fails instead, and a wait that runs out inside the delay fails
 // with InstanceLockError as always. With a delay, only a fast-path
 // prediction (nobody created a node since our own clean release) skips
-// this check: create-then-verify and the foreground shortcut are off for
+// this check, and its multi requires the object node's data version that
+// release left (a stale prediction creates nothing and takes the slow path): create-then-verify and the foreground shortcut are off for
 // such requests. Cost, for requests with a delay only: a read of the
 // object node before each grant, and of privateLock per listing that shows
 // one.

@@ -106,6 +106,7 @@ type objState struct {
 	predict   int64                // sequence number the next create gets if nobody else creates; -1 unknown
 	gen       uint64               // session generation the prediction was made in
 	czxid     int64                // creation zxid of the object node the prediction belongs to
+	version   int32                // the object node's data version our clean release left; -1 unknown
 	info      map[string]childInfo // children read for the aging order (see ordered)
 	infoCzxid int64                // the object node incarnation info belongs to
 }
@@ -114,6 +115,7 @@ type objState struct {
 type prediction struct {
 	seq       int64 // -1: none
 	czxid     int64
+	version   int32 // the object node's data version our release left (-1: unknown)
 	contended bool
 }
 
@@ -369,7 +371,7 @@ func (e *Engine) Acquire(ctx context.Context, object string, typ Type, o Acquire
 	g, err := r.run(wctx, e.objEnter(name, s.gen))
 	if err != nil {
 		if !r.registered {
-			e.objLeave(name, -1, s.gen, 0)
+			e.objLeave(name, -1, s.gen, 0, -1)
 		}
 		return nil, err
 	}
@@ -393,7 +395,7 @@ func (e *Engine) objEnter(name string, gen uint64) prediction {
 	if st.predict < 0 {
 		return prediction{seq: -1, contended: st.contended || st.active > 1 || e.opts.DisableFastPath}
 	}
-	return prediction{seq: st.predict, czxid: st.czxid}
+	return prediction{seq: st.predict, czxid: st.czxid, version: st.version}
 }
 
 // objContended notes that others were seen on the object.
@@ -407,8 +409,9 @@ func (e *Engine) objContended(name string) {
 
 // objLeave ends a local acquire. next, if ≥ 0, is the sequence number the
 // next create gets if nobody else created since this request's anchor, on
-// the object node whose creation zxid is czxid.
-func (e *Engine) objLeave(name string, next int64, gen uint64, czxid int64) {
+// the object node whose creation zxid is czxid; version is the object
+// node's data version the request's clean release left (-1: unknown).
+func (e *Engine) objLeave(name string, next int64, gen uint64, czxid int64, version int32) {
 	e.objMu.Lock()
 	defer e.objMu.Unlock()
 	st := e.objs[name]
@@ -419,7 +422,7 @@ func (e *Engine) objLeave(name string, next int64, gen uint64, czxid int64) {
 	if st.active != 0 || next < 0 || e.opts.DisableFastPath {
 		st.invalidate()
 	} else {
-		st.predict, st.gen, st.czxid, st.contended = next, gen, czxid, false
+		st.predict, st.gen, st.czxid, st.version, st.contended = next, gen, czxid, version, false
 	}
 	if st.active == 0 {
 		st.list, st.gone, st.info = nil, nil, nil // only active requests use them

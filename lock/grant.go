@@ -32,17 +32,18 @@ type Grant struct {
 	next       int64 // fast-path prediction to store after release; -1 none
 	objCzxid   int64 // the object node the prediction belongs to
 
-	mu        sync.Mutex
-	plVersion int32    // privateLock's data version as last seen: 1, more after signals
-	signal    *Signal  // the last signal seen
-	asks      []Signal // the standing asks seen (Engine.Ask)
-	state     State    // Held while not finished; Lost or Released when done
-	cause     error
-	releasing bool
-	abandoned bool            // ended by Abandon: leaves no fast-path prediction (its end is a vanish)
-	ctx       context.Context // cancelled, with the cause, when the grant ends
-	cancel    context.CancelCauseFunc
-	armTimer  *time.Timer // arms the holder watch after HolderWatchDelay
+	mu         sync.Mutex
+	plVersion  int32    // privateLock's data version as last seen: 1, more after signals
+	signal     *Signal  // the last signal seen
+	asks       []Signal // the standing asks seen (Engine.Ask)
+	state      State    // Held while not finished; Lost or Released when done
+	cause      error
+	releasing  bool
+	abandoned  bool            // ended by Abandon: leaves no fast-path prediction (its end is a vanish)
+	relVersion int32           // the object node's data version our release record set; -1 unknown (lock-delay: see request.acquire)
+	ctx        context.Context // cancelled, with the cause, when the grant ends
+	cancel     context.CancelCauseFunc
+	armTimer   *time.Timer // arms the holder watch after HolderWatchDelay
 }
 
 // grant reports the request granted. The session may have ended while the
@@ -54,7 +55,7 @@ func (r *request) grant(ctx context.Context, node string, seq int64, st *zk.Stat
 		e: r.e, s: r.s, object: r.object, name: r.name, typ: r.typ, info: r.info, reqID: r.reqID,
 		node: node, seq: seq, objPath: r.objPath, plPath: r.plPath,
 		token: st.Czxid, objVersion: objVersion, acquiredAt: now, waited: now.Sub(r.start), next: next,
-		objCzxid: r.objCzxid, plVersion: st.Version, onSignal: r.onSignal,
+		objCzxid: r.objCzxid, plVersion: st.Version, onSignal: r.onSignal, relVersion: -1,
 	}
 	g.ctx, g.cancel = context.WithCancelCause(context.Background())
 	if err := r.s.register(g); err != nil {
@@ -64,7 +65,7 @@ func (r *request) grant(ctx context.Context, node string, seq int64, st *zk.Stat
 		if !errors.Is(err, errNoValidity) {
 			r.node = "" // goes with the session
 		} else {
-			r.s.addCleanup(cleanup{kind: cleanPL, objPath: r.objPath, objVersion: objVersion, token: g.token})
+			r.s.addCleanup(cleanup{kind: cleanPL, objPath: r.objPath, objVersion: objVersion, token: g.token, noMark: r.guard < 0})
 		}
 		return nil, r.fail(ctx, err)
 	}
@@ -183,7 +184,7 @@ func (g *Grant) finish(st State, cause error) bool {
 	if g.armTimer != nil {
 		g.armTimer.Stop()
 	}
-	abandoned := g.abandoned
+	abandoned, relVersion := g.abandoned, g.relVersion
 	g.mu.Unlock()
 	g.cancel(cause)
 	g.s.unregister(g)
@@ -192,7 +193,7 @@ func (g *Grant) finish(st State, cause error) bool {
 	if st == Released && !abandoned { // after Abandon, a later acquire must look at how it ended
 		next = g.next
 	}
-	g.e.objLeave(g.name, next, g.s.gen, g.objCzxid)
+	g.e.objLeave(g.name, next, g.s.gen, g.objCzxid, relVersion)
 	g.s.own.leave(g.objPath, g.reqID) // its nodes are garbage from here (see owners)
 	if st == Lost {
 		g.e.log.Warn("lock lost", "object", g.object, "token", g.token, "node", g.node, "cause", cause)
@@ -419,7 +420,7 @@ func (g *Grant) end(ctx context.Context, mark bool) error {
 	g.mu.Lock()
 	plv := g.plVersion
 	g.mu.Unlock()
-	_, err := zcall(ctx, func() ([]zk.MultiResponse, error) {
+	res, err := zcall(ctx, func() ([]zk.MultiResponse, error) {
 		return g.s.conn.Multi(releaseOps(g.objPath, g.node, g.objVersion, plv, g.token, mark)...)
 	}, func(_ []zk.MultiResponse, err error) {
 		if err != nil && (isConnErr(err) || notSent(err) || gone(err)) {
@@ -429,6 +430,11 @@ func (g *Grant) end(ctx context.Context, mark bool) error {
 	switch {
 	case err == nil:
 		g.e.noteGone(g.name, g.node) // before finish: the object's state lives while our acquire is active
+		if mark && len(res) > 0 && res[0].Stat != nil {
+			g.mu.Lock()
+			g.relVersion = res[0].Stat.Version
+			g.mu.Unlock()
+		}
 		g.finish(Released, nil)
 		if g.seq >= seqDrain { // renew the object node before its counter wraps
 			_ = g.s.conn.Delete(g.objPath, -1)

@@ -302,17 +302,27 @@ func (e *Engine) underGate(ctx context.Context, gate *Grant, slots []string, typ
 func (e *Engine) aheadAtGate(ctx context.Context, gate *Grant) bool {
 	for {
 		type listing struct {
-			kids []string
-			ev   <-chan zk.Event
+			kids  []string
+			czxid int64
+			ev    <-chan zk.Event
 		}
 		l, err := zcall(ctx, func() (listing, error) {
-			kids, _, ev, err := gate.s.conn.ChildrenW(gate.objPath)
-			return listing{kids, ev}, err
+			kids, st, ev, err := gate.s.conn.ChildrenW(gate.objPath)
+			if err != nil {
+				return listing{}, err
+			}
+			return listing{kids, st.Czxid, ev}, nil
 		}, nil)
 		if err != nil || gate.Err() != nil {
 			return false
 		}
-		if queue, _ := sortedQueue(l.kids); len(queue) > 0 && queue[0] != gate.node {
+		// The grant order with aging: a foreground request that arrived
+		// after our (background) gate node aged goes after us.
+		queue, _ := sortedQueue(l.kids)
+		if queue, err = e.ordered(gate.s, gate.name, gate.objPath, l.czxid, queue); err != nil {
+			return false
+		}
+		if len(queue) > 0 && queue[0] != gate.node {
 			return true
 		}
 		select {
