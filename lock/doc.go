@@ -164,7 +164,14 @@
 // the delay holds only among Baton requests. An engine closed with grants
 // held (their holders told lost) counts as vanished, and so does a release
 // by an older Baton that writes no record (during an upgrade). The object
-// node's data is Baton's: the plugin never reads it.
+// node's data is Baton's: the plugin never reads it. The record lives in
+// the object node: with container object nodes (the default), a holder that
+// vanishes while nobody waits leaves an empty node that ZooKeeper's
+// container reaper may delete (znode.container.checkIntervalMs, 60 s by
+// default), and a request that then creates the object again finds no
+// trace and is not delayed (TestReview2LockDelayAfterReap shows it; `baton
+// serve` warns when zookeeper.lock.delay is set with container nodes). Use
+// persistent object nodes for the delay to hold in every case.
 //
 // # Aging
 //

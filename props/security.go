@@ -113,5 +113,11 @@ func Cautions(c Config) []Caution {
 			"kafka.sasl.mechanism is PLAIN while kafka.tls.enabled is false: the Kafka password crosses the network in clear text; " +
 				"set kafka.tls.enabled=true (or use SCRAM-SHA-256 or SCRAM-SHA-512)"})
 	}
+	if c.LockDelay > 0 && c.ObjectNode != "persistent" {
+		out = append(out, Caution{"zookeeper.lock.delay",
+			"zookeeper.lock.delay is set while zookeeper.object.node is container: a holder that vanishes while nobody waits " +
+				"leaves an empty object node, which ZooKeeper's container reaper deletes with the record the delay relies on, and " +
+				"the next request is then not delayed; set zookeeper.object.node=persistent for the delay to hold in every case"})
+	}
 	return out
 }
