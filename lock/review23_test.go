@@ -380,9 +380,16 @@ func TestReview23FuzzCutsAuditFreeOrphan(t *testing.T) {
 		// Free: a try-once acquire is granted. A machine stall longer than
 		// the session's margin can make one grant unusable ("granted with
 		// no validity left", the safe answer); that is retried, a refusal
-		// (held by someone) is not.
+		// (held by someone) is not. A retry waits two tickTimes first: the
+		// failed attempt's own acknowledgement proves the session alive
+		// for the next grant's validity only once it is a tickTime older
+		// than that grant's write (session.acked); retried at once, every
+		// attempt failed alike (seen once on an idle machine).
 		var err error
-		for range 3 {
+		for i := range 3 {
+			if i > 0 {
+				time.Sleep(2 * testenv.DefaultTickTime)
+			}
 			var h *lock.Grant
 			if h, err = op.Acquire(context.Background(), obj, lock.Background, lock.AcquireOptions{TryOnce: true}); err == nil {
 				release(t, h)
