@@ -166,7 +166,7 @@ func (e *Engine) ordered(s *session, name, objPath string, czxid int64, queue []
 		}
 		e.objMu.Lock()
 		if st := e.objs[name]; st != nil {
-			if st.infoCzxid != czxid || st.info == nil || len(st.info) >= 1<<16 {
+			if st.infoCzxid != czxid || st.info == nil {
 				st.info, st.infoCzxid = map[string]childInfo{}, czxid
 			}
 			st.info[child] = ci
@@ -175,5 +175,20 @@ func (e *Engine) ordered(s *session, name, objPath string, czxid int64, queue []
 		return ci, true, nil
 	}
 	q, _, err := ageOrder(queue, e.opts.ForegroundPrefix, e.opts.BackgroundPrefix, get)
+	// Keep only the children still queued: under steady traffic the cache
+	// would otherwise grow by every node that ever waited.
+	e.objMu.Lock()
+	if st := e.objs[name]; st != nil && st.infoCzxid == czxid && len(st.info) > len(queue) {
+		live := make(map[string]bool, len(queue))
+		for _, c := range queue {
+			live[c] = true
+		}
+		for c := range st.info {
+			if !live[c] {
+				delete(st.info, c)
+			}
+		}
+	}
+	e.objMu.Unlock()
 	return q, err
 }
