@@ -3,7 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
-	"strconv"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +11,6 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/batonhq/baton/lock"
-	"github.com/batonhq/baton/testenv"
 )
 
 // Review2 (issue 22 §4): a holder that vanishes (Abandon: a lease that
@@ -366,89 +365,30 @@ func TestReview2AgingMixedBounds(t *testing.T) {
 // through the leader: the holder's told validity must stop moving and end
 // before the other engine's grant. Holds.
 func TestReview2QuietKeeperPartitionedFollower(t *testing.T) {
-	if testing.Short() {
-		t.Skip("ensemble")
-	}
-	z := testenv.ZooKeeperT(t, testenv.ZKOptions{Nodes: 3, ExtraConfig: []string{"syncLimit=20"}})
-	cut := newIptablesCut(t)
-	leader, err := z.Leader()
-	if err != nil {
-		t.Fatal(err)
-	}
-	follower := leader%3 + 1
-	root := testRoot(t, z)
-	short := func(o *lock.Options) { o.SessionTimeout = 2 * time.Second }
-	e1 := newEngine(t, []string{z.Addr(follower)}, root, short)
-	e2 := newEngine(t, []string{z.Addr(leader)}, root, short)
-
-	var check overlapChecker
-	g1 := acquire(t, e1, "QK1", lock.Foreground, lock.AcquireOptions{})
-	check.enter(g1.Token())
-	v1 := followValidity(g1)
 	cycles := make(chan int, 1)
-	go func() { // writes flow from e1's session until its grant ends
-		n := 0
-		defer func() { cycles <- n }()
-		for g1.Err() == nil {
-			g, err := e1.Acquire(context.Background(), "QK-cycle", lock.Foreground, lock.AcquireOptions{Wait: 500 * time.Millisecond})
-			if err != nil {
-				continue
+	partitionedFollower(t, "QK1", 500*time.Millisecond, func(e1 *lock.Engine, g1 *lock.Grant) func() string {
+		go func() { // writes flow from e1's session until its grant ends
+			n := 0
+			defer func() { cycles <- n }()
+			for g1.Err() == nil {
+				g, err := e1.Acquire(context.Background(), "QK-cycle", lock.Foreground, lock.AcquireOptions{Wait: 500 * time.Millisecond})
+				if err != nil {
+					continue
+				}
+				_ = g.Release(context.Background())
+				n++
 			}
-			_ = g.Release(context.Background())
-			n++
+		}()
+		quiet0 := e1.KeeperQuiet()
+		// the session's count: read before the cut, while the session lives
+		return func() string {
+			return fmt.Sprintf(" (keeper quiet %d times while writes flowed)", e1.KeeperQuiet()-quiet0)
 		}
-	}()
-	lostAt := make(chan time.Time, 1)
-	go func() { <-g1.Done(); check.leave(); lostAt <- time.Now() }()
-	type res struct {
-		g  *lock.Grant
-		at time.Time
-	}
-	granted := make(chan res, 1)
-	go func() {
-		g, err := e2.Acquire(context.Background(), "QK1", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
-		if err != nil {
-			t.Errorf("e2 Acquire: %v", err)
-			close(granted)
-			return
-		}
-		check.enter(g.Token())
-		granted <- res{g, time.Now()}
-	}()
-	waitFor(t, 10*time.Second, "e2 queued", func() bool {
-		st, err := e2.Inspect(context.Background(), "QK1")
-		return err == nil && len(st.Waiters) == 1
 	})
-	quiet0 := e1.KeeperQuiet()
-	time.Sleep(500 * time.Millisecond) // writes flowing, keeper quiet
-	quiet := e1.KeeperQuiet() - quiet0 // the session's count: read before it is lost
-	q, el := z.PeerPorts(follower)
-	fPort, _ := strconv.Atoi(z.Addr(follower)[strings.LastIndex(z.Addr(follower), ":")+1:])
-	links := peerPorts(t, z.PID(follower), fPort)
-	if len(links) == 0 {
-		t.Fatal("found no peer links of the follower")
-	}
-	for _, p := range append([]int{q, el}, links...) {
-		cut.dropPort(p)
-	}
-	cutAt := time.Now()
-	r, ok := <-granted
-	if !ok {
-		t.FailNow()
-	}
-	defer func() { check.leave(); _ = r.g.Release(context.Background()) }()
-	tLost := <-lostAt
-	maxTold := v1.max()
-	t.Logf("cut after %d write cycles (keeper quiet %d times); e1 told valid until cut+%v, lost at cut+%v; e2 granted at cut+%v",
-		<-cycles, quiet, maxTold.Sub(cutAt).Round(time.Millisecond), tLost.Sub(cutAt).Round(time.Millisecond), r.at.Sub(cutAt).Round(time.Millisecond))
-	if !tLost.Before(r.at) {
-		t.Errorf("e1 was told lost %v after e2's grant", tLost.Sub(r.at))
-	}
-	if !maxTold.Before(r.at) {
-		t.Errorf("e1 was told valid until %v after e2's grant", maxTold.Sub(r.at))
-	}
-	if check.overlaps != 0 || check.badToken != 0 {
-		t.Errorf("overlaps %d, non-increasing tokens %d", check.overlaps, check.badToken)
+	select {
+	case n := <-cycles:
+		t.Logf("%d write cycles before the grant was lost", n)
+	case <-time.After(10 * time.Second):
 	}
 }
 
