@@ -3,17 +3,13 @@ package client_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/client"
-	"github.com/batonhq/baton/props"
-	"github.com/batonhq/baton/sidecar"
 	"github.com/batonhq/baton/testenv"
 )
 
@@ -297,25 +293,8 @@ func TestErrors(t *testing.T) {
 // the change, which may be long before — and never past the sidecar's
 // drain_ends_at. The holder that releases within the grace is never lost.
 func TestDrainSeenAtOnce(t *testing.T) {
-	cfg := props.Defaults()
-	cfg.ZKServers, cfg.LockRoot, cfg.NodeID = zkServers, lockRoot+"-drain", "sc-drain"
-	cfg.SocketPath = filepath.Join(t.TempDir(), "d.sock")
-	cfg.ZKSessionTimeout = 4 * time.Second
-	cfg.ShutdownGrace = 10 * time.Second
-	srv, err := sidecar.New(cfg, sidecar.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(context.Background()) }()
-	defer func() {
-		_ = srv.Close()
-		<-done
-	}()
-	c := client.New(cfg.SocketPath)
-	defer c.Close()
+	srv, c, done := ownSidecar(t, "drain", 4*time.Second, 10*time.Second)
 	ctx := context.Background()
-	testenv.WaitFor(t, 30*time.Second, "sidecar ready", func() bool { return c.Ready(ctx) == nil })
 	l, err := c.Acquire(ctx, "drain-seen")
 	if err != nil {
 		t.Fatal(err)

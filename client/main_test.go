@@ -88,10 +88,39 @@ func run(m *testing.M) int {
 	return code
 }
 
-func newClient(t testing.TB) *client.Client {
-	c := client.New(socketPath)
+func newClient(t testing.TB) *client.Client { return newClientAt(t, socketPath) }
+
+// newClientAt is a client of the sidecar at socket, closed when the test ends.
+func newClientAt(t testing.TB, socket string) *client.Client {
+	c := client.New(socket)
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// ownSidecar starts a sidecar of the test's own (one the test will drain),
+// named name, with that session timeout and shutdown grace, and returns it
+// ready with a client, and done, which receives what Run returned (a test
+// that reads it puts a value back for the cleanup); all are closed when the
+// test ends.
+func ownSidecar(t testing.TB, name string, session, grace time.Duration) (*sidecar.Server, *client.Client, chan error) {
+	t.Helper()
+	cfg := props.Defaults()
+	cfg.ZKServers, cfg.LockRoot, cfg.NodeID = zkServers, lockRoot+"-"+name, "sc-"+name
+	cfg.SocketPath = filepath.Join(t.TempDir(), "d.sock")
+	cfg.ZKSessionTimeout, cfg.ShutdownGrace = session, grace
+	srv, err := sidecar.New(cfg, sidecar.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(context.Background()) }()
+	t.Cleanup(func() {
+		_ = srv.Close()
+		<-done
+	})
+	c := newClientAt(t, cfg.SocketPath)
+	testenv.WaitFor(t, 30*time.Second, "sidecar ready", func() bool { return c.Ready(context.Background()) == nil })
+	return srv, c, done
 }
 
 // rawConn is a plain go-zookeeper client for the test's faults.

@@ -109,32 +109,14 @@ func TestLockStopsAGraceBeforeValidityEnds(t *testing.T) {
 // valid — not at the end, when the sidecar tells it lost. The old Lock
 // cancelled fn only then (cause ErrLockLost, reason shutdown).
 func TestLockStopsAGraceBeforeDrainEnds(t *testing.T) {
-	cfg := props.Defaults()
-	cfg.ZKServers, cfg.LockRoot, cfg.NodeID = zkServers, lockRoot+"-drainstop", "sc-drainstop"
-	cfg.SocketPath = filepath.Join(t.TempDir(), "d.sock")
-	cfg.ZKSessionTimeout = sessionTimeout
-	cfg.ShutdownGrace = 6 * time.Second
-	srv, err := sidecar.New(cfg, sidecar.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(context.Background()) }()
-	defer func() {
-		_ = srv.Close()
-		<-done
-	}()
-	c := client.New(cfg.SocketPath)
-	defer c.Close()
-	testenv.WaitFor(t, 30*time.Second, "sidecar ready", func() bool { return c.Ready(context.Background()) == nil })
+	srv, c, _ := ownSidecar(t, "drainstop", sessionTimeout, 6*time.Second)
 	const grace = 2 * time.Second
 	var left time.Duration
 	var state string
 	var cause error
-	// A short lease: renewals every 200 ms. A long-poll that reaches the
-	// sidecar after the drain began waits for the next change, so the
-	// drain may be seen at the next renewal instead (at most 200 ms late).
-	err = c.Lock(context.Background(), "drain-stop", func(ctx context.Context) error {
+	// A short lease: renewals every 200 ms, so the drain is seen at once
+	// also without the long-poll.
+	err := c.Lock(context.Background(), "drain-stop", func(ctx context.Context) error {
 		l := client.LeaseFrom(ctx)
 		srv.Drain()
 		<-ctx.Done()
