@@ -279,6 +279,10 @@ type AcquireOptions struct {
 	// LockDelay overrides Options.LockDelay for this request: 0 means the
 	// engine's, negative means none (see "Lock-delay" in the package doc).
 	LockDelay time.Duration
+	// Shared asks for a shared (read) lock: any number of shared holders
+	// together, none with an exclusive one. Native protocol only
+	// (ErrSharedNeedsNative otherwise).
+	Shared bool
 }
 
 type nodeData struct {
@@ -327,6 +331,9 @@ func (e *Engine) Acquire(ctx context.Context, object string, typ Type, o Acquire
 	if o.LockDelay > MaxLockDelay {
 		return nil, fmt.Errorf("lock: lock-delay %v is over %v", o.LockDelay, MaxLockDelay)
 	}
+	if o.Shared && e.opts.Protocol != Native {
+		return nil, ErrSharedNeedsNative
+	}
 	delay := e.opts.LockDelay
 	if o.LockDelay != 0 {
 		delay = max(o.LockDelay, 0)
@@ -368,6 +375,9 @@ func (e *Engine) Acquire(ctx context.Context, object string, typ Type, o Acquire
 		onSignal: o.OnSignal, delay: delay, guard: -1,
 	}
 	r.plPath = r.objPath + "/" + privateLock
+	if e.opts.Protocol == Native {
+		return e.acquireNative(wctx, r, o.Shared)
+	}
 	g, err := r.run(wctx, e.objEnter(name, s.gen))
 	if err != nil {
 		if !r.registered {

@@ -21,6 +21,19 @@ var (
 	ErrClosed = errors.New("lock: engine closed")
 	// ErrInvalidObject is wrapped by errors about bad object names.
 	ErrInvalidObject = errors.New("lock: invalid object name")
+	// ErrForeignNode is wrapped by an acquire that found, under its
+	// object, a node of the other protocol (a plugin node under a native
+	// root, or a native node under a plugin root): never a grant. The error
+	// names the root and the node.
+	ErrForeignNode = errors.New("lock: node of another protocol under the lock root")
+	// ErrSharedNeedsNative is returned for a shared acquire on an engine
+	// using the plugin protocol: the plugin's layout has one holder
+	// (privateLock, one session's ephemeral), and a plugin writer that sorts
+	// ahead of a shared holder would take it.
+	ErrSharedNeedsNative = errors.New("lock: shared locks need the native protocol (the plugin's layout has one privateLock holder)")
+	// ErrNotNative is returned by features of the plugin layout that the
+	// native protocol does not have (signals written to privateLock).
+	ErrNotNative = errors.New("lock: not available with the native protocol")
 )
 
 // Node describes one participant of an object's queue, as found in ZooKeeper.
@@ -46,6 +59,8 @@ type Node struct {
 	// Session lives. Its own engine's audit deletes it; Engine.FreeOrphan
 	// frees it from anywhere.
 	Orphan bool
+	// Shared: a shared (read) request or holder (native protocol only).
+	Shared bool
 	// Aged (waiters only, from Inspect): a background request that has
 	// waited past its aging bound and is now ordered before at least one
 	// foreground request that arrived after that (see "Aging").

@@ -31,6 +31,8 @@ type Grant struct {
 	waited     time.Duration
 	next       int64 // fast-path prediction to store after release; -1 none
 	objCzxid   int64 // the object node the prediction belongs to
+	shared     bool  // a shared (read) grant: native protocol only
+	native     *nativeGrant
 
 	mu         sync.Mutex
 	plVersion  int32    // privateLock's data version as last seen: 1, more after signals
@@ -111,6 +113,9 @@ func (g *Grant) Token() int64 { return g.token }
 
 // Node returns the name of the grant's sequential node.
 func (g *Grant) Node() string { return g.node }
+
+// Shared reports whether the grant is a shared (read) lock.
+func (g *Grant) Shared() bool { return g.shared }
 
 // Type returns the grant's type.
 func (g *Grant) Type() Type { return g.typ }

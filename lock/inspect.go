@@ -15,8 +15,11 @@ import (
 
 // Status is an object's holder and waiters, cluster-wide, in grant order.
 type Status struct {
-	Object  string
-	Holder  *Node // nil when free
+	Object string
+	Holder *Node // nil when free; with shared holders, the first of Holders
+	// Holders are every holder: one, or (native protocol) several shared
+	// holders. Empty when free.
+	Holders []Node
 	Waiters []Node
 }
 

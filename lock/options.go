@@ -22,7 +22,11 @@ type Options struct {
 	// Root is the parent of all object nodes; default "/baton/locks".
 	Root string
 	// ObjectNode says how object nodes are created; default Container.
+	// The native protocol always creates persistent object nodes (see
+	// "Native protocol").
 	ObjectNode ObjectNode
+	// Protocol is the layout under Root: Plugin (default) or Native.
+	Protocol Protocol
 	// SessionTimeout is the requested session timeout; default 5s. The
 	// negotiated one is used for validity.
 	SessionTimeout time.Duration

@@ -84,3 +84,38 @@ func (s State) String() string {
 	}
 	return fmt.Sprintf("State(%d)", int(s))
 }
+
+// Protocol is the znode layout an engine uses under its lock root (SPEC §7:
+// zookeeper.lock.protocol).
+type Protocol int
+
+const (
+	// Plugin is the original plugin's layout ("A-"/"B-" children and
+	// privateLock): Baton and the plugin exclude each other under one root.
+	Plugin Protocol = iota
+	// Native is Baton's own layout for roots with no plugin node left: the
+	// holders are named in the object node's data, a release hands the lock
+	// to the next holder in the same write, and shared (read) locks are
+	// possible. A plugin node under a native root is an error, never a
+	// grant. See "Native protocol" in the package doc.
+	Native
+)
+
+// String returns "plugin" or "native".
+func (p Protocol) String() string {
+	if p == Native {
+		return "native"
+	}
+	return "plugin"
+}
+
+// ParseProtocol parses "plugin" or "native" (case-insensitive).
+func ParseProtocol(s string) (Protocol, error) {
+	switch strings.ToLower(s) {
+	case "plugin":
+		return Plugin, nil
+	case "native":
+		return Native, nil
+	}
+	return 0, fmt.Errorf("lock: protocol %q is not \"plugin\" or \"native\"", s)
+}
