@@ -821,8 +821,8 @@ func (s *session) nativeEnd(objPath, reqID string, lost bool, token int64) error
 
 // nativeGrant is a grant's state under the native protocol.
 type nativeGrant struct {
-	version int32    // the object node's data version as last seen by the holder
-	mzxid   int64    // ... and the zxid that wrote it
+	version int32 // the object node's data version as last seen by the holder
+	mzxid   int64 // ... and the zxid that wrote it
 	d       *nativeData
 	next    []string // whom to hand the lock to, in order (names)
 }
@@ -1190,9 +1190,9 @@ func (e *Engine) objSentinel(name string, ok bool) {
 // multi named a waiter of the same engine and session, whose wake-up needs
 // no watch and no read (the multi's answer has the token).
 type nativeHandoff struct {
-	s    *session
-	d    nativeData
-	st   *zk.Stat // the object node's, after the multi
+	s  *session
+	d  nativeData
+	st *zk.Stat // the object node's, after the multi
 }
 
 // handOver wakes the local waiters the release just named (d.H), in the
