@@ -240,12 +240,15 @@ func (ow *objWatch) after(version string) *Snapshot {
 	return nil
 }
 
-// key is what a change is a change of: the holder (token and node) and the
-// waiters' nodes, in order.
+// key is what a change is a change of: the holders (token and node) and
+// the waiters' nodes, in order.
 func (s *Snapshot) key() string {
 	var b strings.Builder
 	if h := s.Holder; h != nil {
 		fmt.Fprintf(&b, "%d/%s", h.Token, h.Name)
+	}
+	for _, h := range s.Holders[min(1, len(s.Holders)):] { // shared holders beside the first
+		fmt.Fprintf(&b, "+%d/%s", h.Token, h.Name)
 	}
 	for _, w := range s.Waiters {
 		b.WriteString(" " + w.Name)
