@@ -312,6 +312,10 @@ func TestNativeSharedStress(t *testing.T) {
 				g, err := e.Acquire(context.Background(), "rw", typ, lock.AcquireOptions{Shared: shared, Wait: time.Minute})
 				if err != nil {
 					t.Errorf("engine %d: %v", i, err)
+					conn := rawConn(t, zkServer.Servers())
+					d, _, _ := conn.Get(root + "/rw")
+					k, _, _ := conn.Children(root + "/rw")
+					t.Errorf("object data %s, children %v", d, k)
 					return
 				}
 				chk.enter(shared, g.Token())
