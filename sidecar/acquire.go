@@ -47,6 +47,9 @@ type acquireSpec struct {
 	// lockDelay is the engine's AcquireOptions.LockDelay: lock_delay_ms, else
 	// zookeeper.lock.delay; -1 none (lockDelayOf, delay.go).
 	lockDelay time.Duration
+	// shared is "mode":"shared" (default exclusive): the engine's
+	// AcquireOptions.Shared; for a re-entry, the mode the lease must have.
+	shared bool
 }
 
 // keyForegroundTimeout names the default wait of a foreground acquire (the
@@ -90,6 +93,16 @@ func parseAcquireAs(r *http.Request, cfg *props.Config, kind acquireKind) (acqui
 	}
 	if err := sp.parseRecipe(kind, req); err != nil {
 		return sp, err
+	}
+	switch req.Mode {
+	case "", api.ModeExclusive:
+	case api.ModeShared:
+		if kind == acquirePermit {
+			return sp, badRequest("mode", "%q is not supported for a semaphore (its permits are exclusive locks; leave mode out)", req.Mode)
+		}
+		sp.shared = true
+	default:
+		return sp, badRequest("mode", "%q is not %q or %q", req.Mode, api.ModeExclusive, api.ModeShared)
 	}
 	switch req.Bind {
 	case api.BindNone, api.BindProcess:
@@ -187,7 +200,7 @@ func (sp *acquireSpec) canWaitFor(cleanup time.Duration) error {
 // default (its Wait 0) never applies to an API acquire. With asked (a
 // non-forceful preemption ask stands), the wait is cut to preempt_wait_ms.
 func (sp *acquireSpec) lockOptions(asked bool, onSignal func(lock.Signal)) lock.AcquireOptions {
-	o := lock.AcquireOptions{Info: sp.info, Wait: sp.wait, OnSignal: onSignal, LockDelay: sp.lockDelay}
+	o := lock.AcquireOptions{Info: sp.info, Wait: sp.wait, OnSignal: onSignal, LockDelay: sp.lockDelay, Shared: sp.shared}
 	if sp.preemptible { // recorded in the nodes for a preempting requester (preemptWaits)
 		o.Preemptible, o.Cleanup = true, sp.cleanup
 	}
@@ -218,7 +231,7 @@ func (s *Server) acquire(kind acquireKind) handlerFunc {
 			return err
 		}
 		if sp.leaseID != "" { // a re-entry: the lease, with one more hold (reentry.go)
-			l, err := s.leases.reentrant(sp.leaseID, sp.object)
+			l, err := s.leases.reentrant(sp.leaseID, sp.object, sp.shared)
 			if err == nil {
 				err = s.auth.checkOwner(r, l, actReenter)
 			}
@@ -356,6 +369,8 @@ func (a *acquisition) notGranted(err error, ask *preemptAsk, tryOnce bool) error
 		}
 	case api.ZooKeeperUnavailable:
 		a.result = resUnavailable
+	case api.SharedNeedsNative, api.NotNative:
+		a.result = resRefused
 	case api.ShuttingDown:
 		a.result = resShuttingDown
 	}
