@@ -86,6 +86,7 @@ func testStatus(t *testing.T, e *env, s *sidecarProc) {
 		`(?m)^ready\s+yes$`,
 		`(?m)^zookeeper\s+connected \(servers ` + regexp.QuoteMeta(e.zk.ConnString()) + `\)$`,
 		`(?m)^session\s+0x[0-9a-f]+, negotiated timeout 3s$`,
+		`(?m)^lock protocol\s+plugin$`,
 		`(?m)^last reload\s+none since the sidecar started$`,
 		`(?m)^locks held\s+1$`,
 		`(?m)^waiters\s+0$`,
