@@ -59,6 +59,12 @@ type request struct {
 	vanishKey int64
 	vanishAt  time.Time
 	guard     int32
+
+	// Native protocol (native.go): nat marks the request; shared its mode;
+	// natGrant the grant's state handed to grant().
+	nat      bool
+	shared   bool
+	natGrant *nativeGrant
 }
 
 // grantOps creates privateLock with its data (the setData's Stat carries the
@@ -73,6 +79,10 @@ func (r *request) grantOps() []any {
 }
 
 func (r *request) sweepLater() {
+	if r.nat {
+		r.s.addCleanup(cleanup{kind: cleanNative, objPath: r.objPath, reqID: r.reqID})
+		return
+	}
 	r.s.addCleanup(cleanup{kind: cleanSweep, objPath: r.objPath, reqID: r.reqID})
 }
 
@@ -324,15 +334,20 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 			target = queue[idx-1]
 		}
 		var plCzxid int64
+		plPersistent := false
 		ev, err := zcall(ctx, func() (<-chan zk.Event, error) {
 			_, st, ev, err := r.s.conn.GetW(r.objPath + "/" + target)
 			if err == nil && target == privateLock {
 				plCzxid = st.Czxid // read only when zcall returned f's answer
+				plPersistent = st.EphemeralOwner == 0
 			}
 			return ev, err
 		}, nil)
 		if err == nil {
 			r.sawPL = max(r.sawPL, plCzxid)
+			if plCzxid != 0 && plPersistent {
+				return nil, r.fail(ctx, fmt.Errorf("%w: %s/%s is persistent: a native protocol object under the plugin root %s (this root is zookeeper.lock.protocol=plugin)", ErrForeignNode, r.name, privateLock, r.e.opts.Root))
+			}
 		}
 		if err != nil {
 			if errors.Is(err, zk.ErrNoNode) {

@@ -31,6 +31,13 @@ func (e *Engine) Check(ctx context.Context, object string, token int64) (current
 	if _, err := zcall(ctx, func() (string, error) { return s.conn.Sync(objPath) }, nil); err != nil && !errors.Is(err, zk.ErrNoNode) {
 		return false, 0, checkErr(ctx, objPath, "sync", err)
 	}
+	if e.opts.Protocol == Native {
+		cur, holder, err := e.checkNative(ctx, s, objPath, token)
+		if err != nil && !errors.Is(err, ErrForeignNode) {
+			return false, 0, checkErr(ctx, objPath, "read", err)
+		}
+		return cur, holder, err
+	}
 	st, err := zcall(ctx, func() (*zk.Stat, error) {
 		ok, st, err := s.conn.Exists(objPath + "/" + privateLock)
 		if err == nil && !ok {

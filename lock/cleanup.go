@@ -53,6 +53,7 @@ const (
 	cleanPL                         // our privateLock, if no Baton grant happened since
 	cleanRelease                    // a release whose outcome is unknown
 	cleanSweep                      // every node of a request whose creates may have landed unseen
+	cleanNative                     // native protocol: our children and our name among the holders (lost: record a vanish)
 )
 
 func (c cleanup) String() string {
@@ -63,6 +64,8 @@ func (c cleanup) String() string {
 		return "privateLock " + c.objPath
 	case cleanRelease:
 		return "release " + c.objPath + "/" + c.node
+	case cleanNative:
+		return "native " + c.objPath + " request " + c.reqID
 	}
 	return "sweep " + c.objPath + " request " + c.reqID
 }
@@ -94,6 +97,8 @@ func (c cleanup) run(s *session) error {
 		return s.deleteOwnChild(c.objPath+"/"+c.node, c.reqID)
 	case cleanSweep:
 		return s.sweep(c.objPath, c.reqID)
+	case cleanNative:
+		return s.nativeEnd(c.objPath, c.reqID, c.lost, c.token)
 	}
 	return fmt.Errorf("lock: unknown cleanup kind %d", c.kind)
 }

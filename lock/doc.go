@@ -215,6 +215,72 @@
 // shows Node.Aged for an ageable waiter ordered before at least one
 // foreground waiter.
 //
+// # Native protocol
+//
+// Options.Protocol = Native (zookeeper.lock.protocol=native) is Baton's own
+// layout, for lock roots where no plugin participant is left. It keeps the
+// queue (ephemeral-sequential children, foreground before background, then
+// by sequence) and moves the holder from privateLock into the object
+// node's data:
+//
+//   - A child is "<prefix>_<x|s>_<request id>_<10 digits>": x exclusive,
+//     s shared. The object node is persistent and carries a persistent
+//     child named privateLock, the sentinel, created with it: a plugin
+//     participant (the original plugin, or Baton on the plugin protocol)
+//     takes the lock by creating an ephemeral privateLock, which cannot
+//     succeed here, so it waits and is never granted; Baton on the plugin
+//     protocol reports ErrForeignNode naming the root. Any other child
+//     under a native object (a plugin node "A-0000000012") makes a native
+//     acquire fail with ErrForeignNode naming the root and the node: never
+//     a grant beside it.
+//   - The object node's data names the holders: {"native":1,"h":[{"r":
+//     request id,"s":shared,"t":token}],"n":[queue],"x":token}. Every write
+//     of it is guarded by the data version its writer read, so grants,
+//     releases and hand-overs are serialised by ZooKeeper. A holder named
+//     there whose child is gone (its session ended) holds nothing. The data
+//     is always read before the children (one session answers in order): a
+//     holder named in the data and missing from a later listing is gone for
+//     good.
+//   - A request creates its child, reads the data, lists, and is eligible
+//     when exclusive: no live holder and first of the waiters; shared: no
+//     live exclusive holder and only shared waiters ahead of it (a waiting
+//     exclusive request is not overtaken by later shared ones). It is
+//     granted by rewriting the data (live holders + itself), guarded by
+//     the version read and by its own child's existence; its token is that
+//     write's zxid. Otherwise it watches one child: the waiter just ahead
+//     of it (for a shared request, the nearest exclusive one), or, first
+//     in line, a live holder's.
+//   - Release is one multi: delete our child and rewrite the data. The
+//     last holder to leave names the next holder(s) in that write — the
+//     first waiter it knows of if it is foreground (no later request can
+//     sort ahead of a foreground one, so that waiter is the one watching
+//     us), or the leading foreground shared ones — and hands on the queue
+//     behind them (at most 64 names) so that the next holder can do the
+//     same without listing. The successor's watch fires on our child's
+//     deletion and one read of the data finds its grant (token: that
+//     write's zxid): one write and one read per handoff, the peers' cost. A
+//     background successor is not named (a foreground request arriving
+//     meanwhile would sort ahead of it unseen); the data is left free and
+//     the successor lists and takes it (two writes).
+//   - A successor in the same engine and session is woken in process with
+//     the multi's answer: one write per local handoff, no read.
+//   - An uncontended acquire with a prediction (the engine's own clean
+//     release left the data at a known version, and the sequence number it
+//     predicts proves nobody created a child since) is one multi: create
+//     the child and name ourselves, guarded by that version.
+//   - A create or grant whose reply was lost is given back after the
+//     reconnect (a sync, then our name out of the data and every child
+//     carrying our request id deleted, in one guarded multi) and the
+//     request queues afresh.
+//   - Lock-delay: a holder named in the data whose child is gone vanished;
+//     so did one recorded in "x" (Abandon, a lost grant's cleanup). A clean
+//     release leaves neither.
+//
+// Not in the native protocol: signals and asks (preemption, revocation:
+// they live in privateLock's data; ErrNotNative), FreeOrphan, and aging
+// (background requests never age there). The object nodes stay (persistent,
+// with their sentinel) once created.
+//
 // # Holder watch
 //
 // A holder watches its privateLock (deleted by anyone else: lost), armed

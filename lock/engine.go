@@ -56,6 +56,11 @@ type Engine struct {
 	lists   atomic.Int64 // getChildren requests of the acquire path (listShared), for tests
 	watch   watchSet     // watched objects (watch.go)
 	delays  atomic.Int64 // vanished holders waited out (lock-delay)
+	// handoffs: the native protocol's local waiters by request id (see
+	// nativeHandoff); local counts the grants handed over in process.
+	handoffs sync.Map
+	natHeld  sync.Map // native grants held here, by request id
+	local    atomic.Int64
 
 	dialMu   sync.Mutex
 	dialErr  string    // last connection error, "" after a success
@@ -109,6 +114,7 @@ type objState struct {
 	version   int32                // the object node's data version our clean release left; -1 unknown
 	info      map[string]childInfo // children read for the aging order (see ordered)
 	infoCzxid int64                // the object node incarnation info belongs to
+	sentinel  bool                 // native: the object's sentinel is known to exist (ensureNative)
 }
 
 // prediction is what objEnter hands to one request.
@@ -436,7 +442,7 @@ func (e *Engine) objLeave(name string, next int64, gen uint64, czxid int64, vers
 	}
 	if st.active == 0 {
 		st.list, st.gone, st.info = nil, nil, nil // only active requests use them
-		if st.predict < 0 && !st.contended {
+		if st.predict < 0 && !st.contended && !st.sentinel {
 			delete(e.objs, name)
 		}
 	}
@@ -465,7 +471,7 @@ func (e *Engine) objAlone(name string) bool {
 // reports whether this call created the object node.
 func (e *Engine) ensureObject(ctx context.Context, s *session, objPath string) (bool, error) {
 	flags := int32(zk.FlagContainer)
-	if e.opts.ObjectNode == Persistent {
+	if e.opts.ObjectNode == Persistent || e.opts.Protocol == Native {
 		flags = zk.FlagPersistent
 	}
 	for range 10 {

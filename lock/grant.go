@@ -58,6 +58,7 @@ func (r *request) grant(ctx context.Context, node string, seq int64, st *zk.Stat
 		node: node, seq: seq, objPath: r.objPath, plPath: r.plPath,
 		token: st.Czxid, objVersion: objVersion, acquiredAt: now, waited: now.Sub(r.start), next: next,
 		objCzxid: r.objCzxid, plVersion: st.Version, onSignal: r.onSignal, relVersion: -1,
+		native: r.natGrant, shared: r.shared,
 	}
 	g.ctx, g.cancel = context.WithCancelCause(context.Background())
 	if err := r.s.register(g); err != nil {
@@ -99,6 +100,10 @@ func (g *Grant) arm() {
 	case <-g.e.closing:
 		return
 	default:
+	}
+	if g.native != nil {
+		g.e.wg.Go(g.watchNative)
+		return
 	}
 	g.e.wg.Go(g.watch)
 }
@@ -191,6 +196,9 @@ func (g *Grant) finish(st State, cause error) bool {
 	}
 	abandoned, relVersion := g.abandoned, g.relVersion
 	g.mu.Unlock()
+	if g.native != nil {
+		g.e.natHeld.CompareAndDelete(g.reqID, g)
+	}
 	g.cancel(cause)
 	g.s.unregister(g)
 	g.e.held.Add(-1)
@@ -217,6 +225,9 @@ func (g *Grant) lose(cause error) {
 }
 
 func (g *Grant) releaseCleanup() cleanup {
+	if g.native != nil {
+		return cleanup{kind: cleanNative, objPath: g.objPath, reqID: g.reqID, token: g.token}
+	}
 	return cleanup{kind: cleanRelease, objPath: g.objPath, node: g.node, objVersion: g.objVersion, token: g.token, reqID: g.reqID}
 }
 
@@ -421,6 +432,9 @@ func (g *Grant) end(ctx context.Context, mark bool) error {
 		g.s.addCleanup(g.endCleanup(mark))
 		g.finish(Released, nil)
 		return nil
+	}
+	if g.native != nil {
+		return g.endNative(ctx, mark)
 	}
 	g.mu.Lock()
 	plv := g.plVersion

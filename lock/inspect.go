@@ -46,6 +46,9 @@ type nodeRead struct {
 
 // inspect reads the object's children (the first max in order; 0 = all).
 func (e *Engine) inspect(ctx context.Context, s *session, objPath string, max int) (*Status, error) {
+	if e.opts.Protocol == Native {
+		return e.inspectNative(ctx, s, objPath, max)
+	}
 	children, err := zcall(ctx, func() ([]string, error) {
 		c, _, err := s.conn.Children(objPath)
 		return c, err
@@ -62,6 +65,9 @@ func (e *Engine) inspect(ctx context.Context, s *session, objPath string, max in
 // describe reads the nodes of an object's children (the first max in
 // order; 0 = all): the holder and the waiters in grant order.
 func (e *Engine) describe(ctx context.Context, s *session, objPath string, children []string, max int) (*Status, error) {
+	if e.opts.Protocol == Native { // the holders are in the object node's data: read it all
+		return e.inspectNative(ctx, s, objPath, max)
+	}
 	queue, locked := sortedQueue(children)
 	if max > 0 && len(queue) > max {
 		queue = queue[:max]
@@ -135,6 +141,9 @@ func (e *Engine) describe(ctx context.Context, s *session, objPath string, child
 			return nil, fmt.Errorf("lock: inspect %s: %w", objPath, err)
 		}
 		h.Orphan = verdict == isOrphan
+	}
+	if out.Holder != nil {
+		out.Holders = []Node{*out.Holder}
 	}
 	return out, nil
 }

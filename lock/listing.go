@@ -2,6 +2,8 @@ package lock
 
 import (
 	"context"
+	"fmt"
+	"path"
 	"slices"
 	"time"
 )
@@ -39,6 +41,9 @@ func (e *Engine) listShared(ctx context.Context, s *session, name, objPath strin
 		e.lists.Add(1)
 		e.wg.Go(func() {
 			c, stat, err := s.conn.Children(objPath)
+			if err == nil {
+				err = e.pluginOnly(objPath, c)
+			}
 			if err == nil {
 				l.queue, l.locked = sortedQueue(c)
 				l.czxid = stat.Czxid
@@ -128,4 +133,15 @@ func (e *Engine) firstAfter(name string, gen uint64, node, watched string) bool 
 		}
 	}
 	return true
+}
+
+// pluginOnly refuses a native protocol's child under a plugin root: the
+// plugin's order cannot place it, and it would never be a grant.
+func (e *Engine) pluginOnly(objPath string, kids []string) error {
+	for _, k := range kids {
+		if _, ok := e.parseNative(k); ok {
+			return fmt.Errorf("%w: %s/%s (a native protocol node) under the plugin root %s (this root is zookeeper.lock.protocol=plugin)", ErrForeignNode, path.Base(objPath), k, e.opts.Root)
+		}
+	}
+	return nil
 }

@@ -2,12 +2,1211 @@ package lock
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
 )
 
-// nativeGrant is a grant's state under the native protocol.
-type nativeGrant struct{}
+// The native protocol (Options.Protocol = Native): see "Native protocol" in
+// the package doc.
+
+// nativeMaxNext bounds the queue a passing holder hands on in the object
+// node's data (nativeData.N).
+const nativeMaxNext = 64
+
+// nativeData is the object node's data under a native root: who holds the
+// object. Every write of it is guarded by the data version its writer read,
+// so grants, releases and hand-overs are serialised by ZooKeeper.
+type nativeData struct {
+	V int            `json:"native"`
+	H []nativeHolder `json:"h,omitempty"`
+	// N is the queue behind the holders in grant order, as the holder that
+	// handed the lock over saw it (at most nativeMaxNext names): the next
+	// holder hands on without listing.
+	N []string `json:"n,omitempty"`
+	// X is the token of a holder that ended without a release (Abandon,
+	// a lost grant's cleanup): a waiter with a lock-delay waits it out.
+	X int64 `json:"x,omitempty"`
+}
+
+// nativeHolder is one holder: its request id (in its child's name), mode
+// and fencing token. T 0 means "the write that wrote this data" (its
+// mzxid): a write names a holder before its zxid is known; the next write
+// fills it in.
+type nativeHolder struct {
+	R string `json:"r"`
+	S bool   `json:"s,omitempty"`
+	T int64  `json:"t,omitempty"`
+}
+
+func parseNativeData(data []byte) (nativeData, error) {
+	var d nativeData
+	if len(data) == 0 {
+		return nativeData{V: 1}, nil
+	}
+	if err := json.Unmarshal(data, &d); err != nil || d.V != 1 {
+		return d, fmt.Errorf("object node data %.40q is not the native protocol's", data)
+	}
+	return d, nil
+}
+
+func (d nativeData) marshal() []byte {
+	d.V = 1
+	b, _ := json.Marshal(d)
+	return b
+}
+
+// filled returns the holders with every T 0 set to mzxid, the zxid of the
+// write that wrote d.
+func (d nativeData) filled(mzxid int64) []nativeHolder {
+	out := make([]nativeHolder, len(d.H))
+	for i, h := range d.H {
+		if h.T == 0 {
+			h.T = mzxid
+		}
+		out[i] = h
+	}
+	return out
+}
+
+func (d nativeData) holder(req string) (nativeHolder, bool) {
+	for _, h := range d.H {
+		if h.R == req {
+			return h, true
+		}
+	}
+	return nativeHolder{}, false
+}
+
+// nchild is a parsed child of a native object node:
+// "<prefix>_<x|s>_<request id>_<sequence>".
+type nchild struct {
+	name   string
+	fg     bool
+	shared bool
+	req    string
+	seq    int64
+}
+
+func (e *Engine) nativePrefix(typ Type, shared bool, reqID string) string {
+	p := e.opts.ForegroundPrefix
+	if typ == Background {
+		p = e.opts.BackgroundPrefix
+	}
+	m := "x"
+	if shared {
+		m = "s"
+	}
+	return p + "_" + m + "_" + reqID + "_"
+}
+
+// parseNative parses a child name; ok false for anything else (a plugin
+// node, privateLock, a stranger).
+func (e *Engine) parseNative(name string) (nchild, bool) {
+	p, rest, ok := strings.Cut(name, "_")
+	if !ok {
+		return nchild{}, false
+	}
+	c := nchild{name: name}
+	switch p {
+	case e.opts.ForegroundPrefix:
+		c.fg = true
+	case e.opts.BackgroundPrefix:
+	default:
+		return nchild{}, false
+	}
+	m, rest, ok := strings.Cut(rest, "_")
+	if !ok || m != "x" && m != "s" {
+		return nchild{}, false
+	}
+	c.shared = m == "s"
+	i := strings.LastIndexByte(rest, '_')
+	if i <= 0 || len(rest)-i-1 != 10 {
+		return nchild{}, false
+	}
+	seq, err := strconv.ParseInt(rest[i+1:], 10, 64)
+	if err != nil {
+		return nchild{}, false
+	}
+	c.req, c.seq = rest[:i], seq
+	return c, true
+}
+
+// nativeSeq returns a native child's sequence number (-1 if none).
+func nativeSeq(name string) int64 {
+	i := strings.LastIndexByte(name, '_')
+	v, err := strconv.ParseInt(name[i+1:], 10, 64)
+	if i < 0 || err != nil {
+		return -1
+	}
+	return v
+}
+
+// nativeOrder parses and orders an object's children: foreground before
+// background, then by sequence. A child of any other form is an error
+// naming it and the root: a plugin node under a native root is never a
+// grant.
+func (e *Engine) nativeOrder(objPath string, kids []string) ([]nchild, error) {
+	out := make([]nchild, 0, len(kids))
+	for _, k := range kids {
+		if k == privateLock { // the sentinel (see ensureNative)
+			continue
+		}
+		c, ok := e.parseNative(k)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s/%s under the native root %s (a plugin node? this root is zookeeper.lock.protocol=native)", ErrForeignNode, path.Base(objPath), k, e.opts.Root)
+		}
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b nchild) int {
+		if a.fg != b.fg {
+			if a.fg {
+				return -1
+			}
+			return 1
+		}
+		if a.seq != b.seq {
+			if a.seq < b.seq {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	return out, nil
+}
+
+// nativeView is one read of an object: its data, then its children (in
+// that order, on one session: a holder named in the data and missing from
+// the listing is gone for good).
+type nativeView struct {
+	d     nativeData
+	st    *zk.Stat // the object node's, from the data read
+	kids  []nchild // grant order
+	live  []nativeHolder
+	dead  []nativeHolder // named, child gone: vanished (or never came)
+	alive map[string]bool
+}
+
+func (v *nativeView) setKids(kids []nchild) {
+	v.kids, v.live, v.dead = kids, nil, nil
+	v.alive = make(map[string]bool, len(kids))
+	for _, k := range kids {
+		v.alive[k.req] = true
+	}
+	for _, h := range v.d.filled(v.st.Mzxid) {
+		if v.alive[h.R] {
+			v.live = append(v.live, h)
+		} else {
+			v.dead = append(v.dead, h)
+		}
+	}
+}
+
+func (v *nativeView) holds(req string) bool {
+	for _, h := range v.live {
+		if h.R == req {
+			return true
+		}
+	}
+	return false
+}
+
+// waiters returns the children that are not live holders, in order.
+func (v *nativeView) waiters() []nchild {
+	out := make([]nchild, 0, len(v.kids))
+	for _, k := range v.kids {
+		if !v.holds(k.req) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func (v *nativeView) exclusiveHolder() (nativeHolder, bool) {
+	for _, h := range v.live {
+		if !h.S {
+			return h, true
+		}
+	}
+	return nativeHolder{}, false
+}
+
+func (v *nativeView) childOf(req string) string {
+	for _, k := range v.kids {
+		if k.req == req {
+			return k.name
+		}
+	}
+	return ""
+}
+
+// nreq is one Acquire under the native protocol.
+type nreq struct {
+	*request
+	shared bool
+	view   *nativeView // the latest read, if fresh
+}
 
 func (e *Engine) acquireNative(ctx context.Context, r *request, shared bool) (*Grant, error) {
-	return nil, errors.New("lock: native protocol: not built yet")
+	if r.reqID == "" || strings.ContainsAny(r.reqID, "/\x00") || len(r.reqID) > 128 {
+		return nil, fmt.Errorf("lock: request id %q: the native protocol needs 1-128 bytes without '/'", r.reqID)
+	}
+	r.nat, r.shared = true, shared
+	n := &nreq{request: r, shared: shared}
+	p := e.objEnter(r.name, r.s.gen)
+	g, err := n.run(ctx, p)
+	if err != nil && !r.registered {
+		e.objLeave(r.name, -1, r.s.gen, 0, -1)
+	}
+	return g, err
+}
+
+func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
+	if err := n.e.ensureNative(ctx, n.s, n.name, n.objPath); err != nil {
+		return nil, n.fail(ctx, err)
+	}
+	if err := n.s.own.enter(ctx, n.objPath, n.reqID); err != nil {
+		return nil, n.fail(ctx, err)
+	}
+	var g *Grant
+	var err error
+	done := false
+	if p.seq >= 0 && p.version >= 0 && n.delay <= 0 {
+		g, err, done = n.fast(ctx, p)
+	}
+	if !done {
+		g, err = n.slow(ctx)
+	}
+	if err != nil && !n.registered {
+		n.s.own.leave(n.objPath, n.reqID)
+	}
+	return g, err
+}
+
+// fast is the uncontended acquire with a prediction: one multi creates our
+// child and names us holder, guarded by the object node's data version our
+// own clean release left (any grant since changed it). Our child's
+// sequence number equal to the predicted one proves nobody created a child
+// since, so nobody waits ahead of us. Otherwise the listing decides: if
+// someone waits ahead of us, we give the lock back and queue.
+func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
+	d := nativeData{H: []nativeHolder{{R: n.reqID, S: n.shared}}}
+	ops := []any{
+		&zk.CreateRequest{Path: n.objPath + "/" + n.e.nativePrefix(n.typ, n.shared, n.reqID), Data: n.data, Acl: n.e.acl, Flags: zk.FlagEphemeralSequential},
+		&zk.SetDataRequest{Path: n.objPath, Data: d.marshal(), Version: p.version},
+	}
+	res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return n.s.conn.Multi(ops...) },
+		func(_ []zk.MultiResponse, err error) {
+			if err == nil || isConnErr(err) {
+				n.s.addCleanup(cleanup{kind: cleanNative, objPath: n.objPath, reqID: n.reqID})
+			}
+		})
+	switch {
+	case err == nil:
+		child := path.Base(res[0].String)
+		seq := nativeSeq(child)
+		st := res[1].Stat
+		n.node, n.seq, n.objCzxid = child, seq, st.Czxid
+		if st.Czxid == p.czxid && seq == p.seq {
+			n.e.observe(func(o Observer) { o.FastPath(true) })
+			g, err := n.granted(ctx, st.Mzxid, st, d, nil, seq+1)
+			return g, err, true
+		}
+		n.e.observe(func(o Observer) { o.FastPath(false) })
+		n.e.objContended(n.name)
+		if st.Czxid == p.czxid {
+			// Someone created a child since: are they ahead of us?
+			v, err := n.read(ctx)
+			if err == nil && v.holds(n.reqID) {
+				if !n.waiterAhead(v) {
+					g, err := n.granted(ctx, st.Mzxid, v.st, v.d, n.after(v), -1)
+					return g, err, true
+				}
+			}
+		}
+		// A renewed object node (an operator deleted it), or someone waits
+		// ahead of us: give everything back and queue.
+		if err := n.giveBack(ctx); err != nil {
+			return nil, n.fail(ctx, err), true
+		}
+		return nil, nil, false
+	case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNoNode):
+		n.e.observe(func(o Observer) { o.FastPath(false) })
+		return nil, nil, false // nothing created
+	case isConnErr(err):
+		n.uncertain = true
+		return nil, nil, false
+	default:
+		return nil, n.fail(ctx, err), true
+	}
+}
+
+// waiterAhead reports whether a waiter (not a holder) sorts ahead of our
+// child in v.
+func (n *nreq) waiterAhead(v *nativeView) bool {
+	for _, k := range v.kids {
+		if k.req == n.reqID {
+			return false
+		}
+		if !v.holds(k.req) {
+			return true
+		}
+	}
+	return false
+}
+
+// after returns the waiters behind our child in v's order: whom we may
+// hand the lock to.
+func (n *nreq) after(v *nativeView) []string {
+	var out []string
+	seen := false
+	for _, k := range v.kids {
+		switch {
+		case k.req == n.reqID:
+			seen = true
+		case seen && !v.holds(k.req) && len(out) < nativeMaxNext:
+			out = append(out, k.name)
+		}
+	}
+	return out
+}
+
+// read reads the object node's data, then its children.
+func (n *nreq) read(ctx context.Context) (*nativeView, error) {
+	v, err := n.readData(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return v, n.list(ctx, v)
+}
+
+func (n *nreq) readData(ctx context.Context) (*nativeView, error) {
+	r, err := n.request.read(ctx, n.objPath)
+	if err != nil {
+		return nil, err
+	}
+	d, err := parseNativeData(r.data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrForeignNode, n.objPath, err)
+	}
+	return &nativeView{d: d, st: r.stat}, nil
+}
+
+func (n *nreq) list(ctx context.Context, v *nativeView) error {
+	kids, err := zcall(ctx, func() ([]string, error) {
+		c, _, err := n.s.conn.Children(n.objPath)
+		return c, err
+	}, nil)
+	if err != nil {
+		return err
+	}
+	ks, err := n.e.nativeOrder(n.objPath, kids)
+	if err != nil {
+		return err
+	}
+	v.setKids(ks)
+	return nil
+}
+
+// eligible reports whether we may be granted in view v: exclusive, no live
+// holder and first of the waiters; shared, no live exclusive holder and
+// only shared waiters ahead of us.
+func (n *nreq) eligible(v *nativeView) bool {
+	if !n.shared {
+		if len(v.live) > 0 {
+			return false
+		}
+		w := v.waiters()
+		return len(w) > 0 && w[0].req == n.reqID
+	}
+	if _, ok := v.exclusiveHolder(); ok {
+		return false
+	}
+	for _, w := range v.waiters() {
+		if w.req == n.reqID {
+			return true
+		}
+		if !w.shared {
+			return false
+		}
+	}
+	return false
+}
+
+// target returns the child to watch: the waiter we wait behind (the one
+// just ahead of us; for a shared request the nearest exclusive one), or,
+// with no such waiter ahead, a live holder whose end can unblock us.
+func (n *nreq) target(v *nativeView) string {
+	w := v.waiters()
+	i := slices.IndexFunc(w, func(c nchild) bool { return c.req == n.reqID })
+	for j := i - 1; j >= 0; j-- {
+		if !n.shared || !w[j].shared {
+			return w[j].name
+		}
+	}
+	if h, ok := v.exclusiveHolder(); ok {
+		return v.childOf(h.R)
+	}
+	if len(v.live) > 0 {
+		return v.childOf(v.live[0].R)
+	}
+	return ""
+}
+
+func (n *nreq) createChild(ctx context.Context) error {
+	for range 10 {
+		p, err := zcall(ctx, func() (string, error) {
+			return n.s.conn.Create(n.objPath+"/"+n.e.nativePrefix(n.typ, n.shared, n.reqID), n.data, zk.FlagEphemeralSequential, n.e.acl)
+		}, func(p string, err error) {
+			if err == nil || isConnErr(err) {
+				n.s.addCleanup(cleanup{kind: cleanNative, objPath: n.objPath, reqID: n.reqID})
+			}
+		})
+		switch {
+		case err == nil:
+			n.node = path.Base(p)
+			n.seq = nativeSeq(n.node)
+			return nil
+		case errors.Is(err, zk.ErrNoNode):
+			n.e.objSentinel(n.name, false)
+			if err := n.e.ensureNative(ctx, n.s, n.name, n.objPath); err != nil {
+				return err
+			}
+		case isConnErr(err):
+			n.uncertain = true
+			return err
+		default:
+			return err
+		}
+	}
+	return fmt.Errorf("lock: create under %s: object node keeps vanishing", n.objPath)
+}
+
+// slow queues and waits: read the holders, list, grant ourselves if
+// eligible, else watch the one child whose end can unblock us. A holder
+// handing the lock to us deletes the child we watch in the same write that
+// names us: one read (the object's data) finds the grant.
+func (n *nreq) slow(ctx context.Context) (*Grant, error) {
+	n.e.waiting.Add(1)
+	defer n.e.waiting.Add(-1)
+	n.s.addWaiter(1)
+	defer n.s.addWaiter(-1)
+	handed := make(chan nativeHandoff, 1)
+	n.e.handoffs.Store(n.reqID, handed)
+	defer n.e.handoffs.Delete(n.reqID)
+	again := func(err error) error { // nil: go round again
+		if retry(err) {
+			return n.s.waitConnected(ctx)
+		}
+		return err
+	}
+	for {
+		if n.s.isLost() {
+			return nil, n.fail(ctx, n.s.lostCause())
+		}
+		if n.uncertain { // give back whatever of ours landed unseen, then queue afresh
+			if err := n.giveBack(ctx); err != nil {
+				if err := again(err); err != nil {
+					return nil, n.fail(ctx, err)
+				}
+				continue
+			}
+		}
+		if n.node == "" {
+			if err := n.createChild(ctx); err != nil {
+				if err := again(err); err != nil {
+					return nil, n.fail(ctx, err)
+				}
+				continue
+			}
+		}
+		v := n.view
+		n.view = nil
+		var err error
+		if v == nil {
+			v, err = n.readData(ctx)
+		}
+		if err == nil {
+			err = n.list(ctx, v)
+		}
+		if err != nil {
+			if errors.Is(err, zk.ErrNoNode) { // our node went with its parent
+				n.node = ""
+				continue
+			}
+			if err := again(err); err != nil {
+				return nil, n.fail(ctx, err)
+			}
+			continue
+		}
+		if !v.alive[n.reqID] || v.childOf(n.reqID) != n.node {
+			n.e.log.Warn("our lock node vanished; queueing again", "object", n.object, "node", n.node)
+			n.node = ""
+			continue
+		}
+		if h, ok := v.d.holder(n.reqID); ok { // handed to us
+			return n.granted(ctx, filledToken(h, v.st), v.st, v.d, n.after(v), -1)
+		}
+		if n.eligible(v) {
+			if n.delay > 0 {
+				wait, err := n.lockDelay(ctx, v)
+				if err != nil {
+					return nil, n.fail(ctx, err)
+				}
+				if wait {
+					continue
+				}
+			}
+			g, err := n.take(ctx, v)
+			if g != nil || err != nil {
+				if err != nil {
+					return nil, n.fail(ctx, err)
+				}
+				return g, nil
+			}
+			continue
+		}
+		if len(v.kids) > 1 {
+			n.e.objContended(n.name)
+		}
+		if n.tryOnce {
+			return nil, n.fail(ctx, ErrNotFirst)
+		}
+		t := n.target(v)
+		if t == "" {
+			continue
+		}
+		ev, err := zcall(ctx, func() (<-chan zk.Event, error) {
+			ok, _, ev, err := n.s.conn.ExistsW(n.objPath + "/" + t)
+			if err == nil && !ok {
+				return nil, nil // gone: an exists watch on a missing node stays; it fires on a create only (names do not repeat)
+			}
+			return ev, err
+		}, nil)
+		if err != nil {
+			if err := again(err); err != nil {
+				return nil, n.fail(ctx, err)
+			}
+			continue
+		}
+		if ev == nil {
+			continue
+		}
+		local := func(h nativeHandoff) bool { return h.s == n.s } // the holders are named by request id: see nativeData
+		select {
+		case <-ev:
+		case h := <-handed:
+			if local(h) {
+				return n.granted(ctx, h.st.Mzxid, h.st, h.d, h.d.N, -1)
+			}
+			continue
+		case <-n.s.lost:
+			continue
+		case <-ctx.Done():
+			return nil, n.fail(ctx, ctx.Err())
+		}
+		// The watch fires before the holder's multi is answered: a holder
+		// of this engine tells us in process whether it named us.
+		if c, ok := n.e.parseNative(t); ok {
+			if hv, ok := n.e.natHeld.Load(c.req); ok {
+				select {
+				case <-hv.(*Grant).Done():
+				case <-ctx.Done():
+					return nil, n.fail(ctx, ctx.Err())
+				}
+			}
+		}
+		select {
+		case h := <-handed:
+			if local(h) {
+				return n.granted(ctx, h.st.Mzxid, h.st, h.d, h.d.N, -1)
+			}
+		default:
+		}
+		// One read: handed to us?
+		w, err := n.readData(ctx)
+		if err != nil {
+			if err := again(err); err != nil {
+				return nil, n.fail(ctx, err)
+			}
+			continue
+		}
+		if h, ok := w.d.holder(n.reqID); ok {
+			return n.granted(ctx, filledToken(h, w.st), w.st, w.d, w.d.N, -1)
+		}
+		n.view = w
+	}
+}
+
+func filledToken(h nativeHolder, st *zk.Stat) int64 {
+	if h.T == 0 {
+		return st.Mzxid
+	}
+	return h.T
+}
+
+// lockDelay waits out a vanished holder (see "Lock-delay"): named in the
+// data with its child gone, or recorded as ended without a release. wait
+// true: look again.
+func (n *nreq) lockDelay(ctx context.Context, v *nativeView) (bool, error) {
+	key := v.d.X
+	for _, h := range v.dead {
+		key = max(key, h.T)
+	}
+	if key == 0 {
+		return false, nil
+	}
+	if n.vanishKey != key {
+		n.vanishKey, n.vanishAt = key, time.Now()
+	}
+	left := n.delay - time.Since(n.vanishAt)
+	if left <= 0 {
+		return false, nil
+	}
+	if n.tryOnce {
+		return false, ErrNotFirst
+	}
+	n.e.delays.Add(1)
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// take names us holder, guarded by the data version read in v and by our
+// child's existence. A nil grant and nil error: look again.
+func (n *nreq) take(ctx context.Context, v *nativeView) (*Grant, error) {
+	d := nativeData{H: append(v.live[:len(v.live):len(v.live)], nativeHolder{R: n.reqID, S: n.shared})}
+	ops := []any{
+		&zk.CheckVersionRequest{Path: n.objPath + "/" + n.node, Version: -1},
+		&zk.SetDataRequest{Path: n.objPath, Data: d.marshal(), Version: v.st.Version},
+	}
+	res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return n.s.conn.Multi(ops...) },
+		func(_ []zk.MultiResponse, err error) {
+			if err == nil || isConnErr(err) {
+				n.s.addCleanup(cleanup{kind: cleanNative, objPath: n.objPath, reqID: n.reqID})
+			}
+		})
+	switch {
+	case err == nil:
+		st := res[1].Stat
+		next := int64(-1)
+		if len(v.kids) == 1 && n.e.objAlone(n.name) {
+			next = n.seq + 1
+		}
+		return n.granted(ctx, st.Mzxid, st, d, n.after(v), next)
+	case errors.Is(err, zk.ErrBadVersion):
+		return nil, nil
+	case errors.Is(err, zk.ErrNoNode):
+		n.node = ""
+		return nil, nil
+	case isConnErr(err):
+		n.uncertain = true
+		return nil, nil
+	case notSent(err):
+		return nil, n.s.waitConnected(ctx)
+	}
+	return nil, err
+}
+
+// granted reports the grant: token, the object node's stat after the
+// write that named us (or the read that found us named), whom we may hand
+// the lock to, and the fast-path prediction (-1 none).
+func (n *nreq) granted(ctx context.Context, token int64, st *zk.Stat, d nativeData, next []string, predict int64) (*Grant, error) {
+	n.natGrant = &nativeGrant{version: st.Version, mzxid: st.Mzxid, d: &d, next: next}
+	n.objCzxid = st.Czxid
+	g, err := n.grant(ctx, n.node, n.seq, &zk.Stat{Czxid: token, Version: 0}, st.Version, predict)
+	if err == nil {
+		n.e.natHeld.Store(n.reqID, g)
+		if g.State() == Lost || g.State() == Released { // ended meanwhile: finish may have missed the entry
+			n.e.natHeld.CompareAndDelete(n.reqID, g)
+		}
+	}
+	if err != nil && !n.registered {
+		// never reported held: give the name back (the grant's nodes go
+		// with the session when it ended)
+		n.s.addCleanup(cleanup{kind: cleanNative, objPath: n.objPath, reqID: n.reqID})
+	}
+	return g, err
+}
+
+// giveBack removes us from the holders and deletes our children, in one
+// guarded multi, after a sync (a create or grant of ours sent on an older
+// connection has landed by then, or never will).
+func (n *nreq) giveBack(ctx context.Context) error {
+	if err := n.s.waitConnected(ctx); err != nil {
+		return err
+	}
+	c := cleanup{kind: cleanNative, objPath: n.objPath, reqID: n.reqID}
+	if _, err := zcall(ctx, func() (struct{}, error) { return struct{}{}, c.run(n.s) }, nil); err != nil {
+		return err
+	}
+	if n.node != "" {
+		n.e.noteGone(n.name, n.node)
+	}
+	n.node, n.uncertain = "", false
+	return nil
+}
+
+// nativeEnd removes reqID from the object's holders (recording X = vanished
+// when lost) and deletes every child carrying reqID, in one multi guarded by
+// the data version read; after a sync. Used for give-backs, lost grants and
+// releases whose outcome is unknown. nil: nothing of ours is left.
+func (s *session) nativeEnd(objPath, reqID string, lost bool, token int64) error {
+	if _, err := s.conn.Sync(objPath); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return err
+	}
+	e := s.e
+	for range 10 {
+		data, st, err := s.conn.Get(objPath)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		kids, _, err := s.conn.Children(objPath)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var ops []any
+		for _, k := range kids {
+			if c, ok := e.parseNative(k); ok && c.req == reqID {
+				ops = append(ops, &zk.DeleteRequest{Path: objPath + "/" + k, Version: -1})
+			}
+		}
+		d, perr := parseNativeData(data)
+		if _, named := d.holder(reqID); perr == nil && named {
+			h := d.filled(st.Mzxid)
+			nd := nativeData{X: d.X}
+			for _, x := range h {
+				if x.R != reqID {
+					nd.H = append(nd.H, x)
+				} else if lost {
+					nd.X = max(x.T, token)
+				}
+			}
+			ops = append(ops, &zk.SetDataRequest{Path: objPath, Data: nd.marshal(), Version: st.Version})
+		} else if len(ops) == 0 {
+			return nil
+		} else {
+			ops = append(ops, &zk.CheckVersionRequest{Path: objPath, Version: st.Version})
+		}
+		_, err = s.conn.Multi(ops...)
+		if err == nil {
+			return nil
+		}
+		if !gone(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("lock: %s: holders kept changing", objPath)
+}
+
+// nativeGrant is a grant's state under the native protocol.
+type nativeGrant struct {
+	version int32 // the object node's data version as last seen by the holder
+	mzxid   int64 // ... and the zxid that wrote it
+	d       *nativeData
+	next    []string // whom to hand the lock to, in order (names)
+}
+
+// endNative releases (mark) or abandons a native grant: one multi deletes
+// our child and rewrites the holders, guarded by the data version. The
+// last holder to leave hands the lock to the next foreground waiter(s) it
+// knows of in that same write (foreground: no later request can sort ahead
+// of it, so it is watching us); otherwise it leaves the object free and
+// the waiter watching us takes it.
+func (g *Grant) endNative(ctx context.Context, mark bool) error {
+	for range 10 {
+		g.mu.Lock()
+		ng := *g.native
+		g.mu.Unlock()
+		var d nativeData
+		if ng.d != nil {
+			d = *ng.d
+		} else {
+			d = nativeData{H: []nativeHolder{{R: g.reqID, S: g.shared, T: g.token}}}
+		}
+		nd := nativeData{}
+		for _, h := range d.filled(ng.mzxid) {
+			if h.R != g.reqID {
+				nd.H = append(nd.H, h)
+			}
+		}
+		passed := false
+		if len(nd.H) == 0 {
+			if !mark {
+				nd.X = g.token
+			} else {
+				succ, rest := g.e.successors(g.name, ng.next)
+				nd.H, nd.N, passed = succ, rest, len(succ) > 0
+			}
+		}
+		ops := []any{
+			&zk.DeleteRequest{Path: g.objPath + "/" + g.node, Version: -1},
+			&zk.SetDataRequest{Path: g.objPath, Data: nd.marshal(), Version: ng.version},
+		}
+		res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return g.s.conn.Multi(ops...) },
+			func(_ []zk.MultiResponse, err error) {
+				if err != nil && (isConnErr(err) || notSent(err)) {
+					g.s.addCleanup(cleanup{kind: cleanNative, objPath: g.objPath, reqID: g.reqID, lost: !mark, token: g.token})
+				}
+			})
+		switch {
+		case err == nil:
+			g.e.noteGone(g.name, g.node)
+			if passed {
+				g.e.handOver(g.s, nd, res[1].Stat)
+			}
+			if mark && !passed && len(nd.H) == 0 {
+				g.mu.Lock()
+				g.relVersion = res[1].Stat.Version
+				g.mu.Unlock()
+			}
+			g.finish(Released, nil)
+			return nil
+		case errors.Is(err, zk.ErrBadVersion):
+			// a co-holder came or went (shared), or we were taken for gone
+			data, st, rerr := g.s.conn.Get(g.objPath)
+			if rerr != nil {
+				g.s.addCleanup(cleanup{kind: cleanNative, objPath: g.objPath, reqID: g.reqID, lost: !mark, token: g.token})
+				g.finish(Released, nil)
+				return nil
+			}
+			nd, perr := parseNativeData(data)
+			if _, ok := nd.holder(g.reqID); perr != nil || !ok {
+				g.lose(errors.New("the object's holders no longer name this grant"))
+				return g.Err()
+			}
+			g.noteNative(&nd, st)
+			continue
+		case errors.Is(err, zk.ErrNoNode):
+			g.lose(errors.New("our lock node was deleted by someone else"))
+			return g.Err()
+		case isConnErr(err), notSent(err), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+			if isConnErr(err) || notSent(err) {
+				g.s.addCleanup(cleanup{kind: cleanNative, objPath: g.objPath, reqID: g.reqID, lost: !mark, token: g.token})
+			}
+			g.finish(Released, nil)
+			return nil
+		default:
+			g.mu.Lock()
+			g.releasing = false
+			g.mu.Unlock()
+			return fmt.Errorf("lock: release %q: %w", g.object, err)
+		}
+	}
+	g.s.addCleanup(cleanup{kind: cleanNative, objPath: g.objPath, reqID: g.reqID, lost: !mark, token: g.token})
+	g.finish(Released, nil)
+	return nil
+}
+
+// successors picks, from the names a holder knows to be behind it, whom
+// to hand the lock to: the first waiter if it is foreground (exclusive), or
+// the leading foreground shared ones; none if the first is background
+// (a later foreground request could sort ahead of it and not be seen).
+// rest is the queue behind them, handed on.
+func (e *Engine) successors(name string, next []string) ([]nativeHolder, []string) {
+	e.objMu.Lock()
+	var gone map[string]time.Time
+	if st := e.objs[name]; st != nil {
+		gone = st.gone
+	}
+	live := make([]nchild, 0, len(next))
+	for _, nm := range next {
+		if _, ok := gone[nm]; ok {
+			continue
+		}
+		if c, ok := e.parseNative(nm); ok {
+			live = append(live, c)
+		}
+	}
+	e.objMu.Unlock()
+	var succ []nativeHolder
+	i := 0
+	for ; i < len(live); i++ {
+		c := live[i]
+		if !c.fg || len(succ) > 0 && (!c.shared || !succ[0].S) {
+			break
+		}
+		succ = append(succ, nativeHolder{R: c.req, S: c.shared})
+		if !c.shared {
+			i++
+			break
+		}
+	}
+	if len(succ) == 0 {
+		return nil, nil
+	}
+	rest := make([]string, 0, min(len(live)-i, nativeMaxNext))
+	for _, c := range live[i:] {
+		if len(rest) == nativeMaxNext {
+			break
+		}
+		rest = append(rest, c.name)
+	}
+	return succ, rest
+}
+
+// noteNative records the object's data as the holder saw it.
+func (g *Grant) noteNative(d *nativeData, st *zk.Stat) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.native.d, g.native.version, g.native.mzxid = d, st.Version, st.Mzxid
+}
+
+// watchNative follows the object's holders while the grant lasts: data
+// that no longer names us, or the object node deleted, loses the grant.
+func (g *Grant) watchNative() {
+	for !g.over() {
+		data, st, ev, err := g.s.conn.GetW(g.objPath)
+		if err == nil {
+			d, perr := parseNativeData(data)
+			if _, ok := d.holder(g.reqID); perr != nil || !ok {
+				if !g.isReleasing() {
+					g.lose(errors.New("the object's holders no longer name this grant"))
+				}
+				return
+			}
+			g.noteNative(&d, st)
+		}
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			if !g.isReleasing() {
+				g.lose(errors.New("the object node was deleted"))
+			}
+			return
+		case err != nil:
+			if errors.Is(err, zk.ErrClosing) {
+				g.lose(ErrClosed)
+				return
+			}
+			ctx, cancel := context.WithCancel(g.ctx)
+			stop := context.AfterFunc(g.e.ctx, cancel)
+			_ = g.s.waitConnected(ctx)
+			stop()
+			cancel()
+			continue
+		}
+		select {
+		case <-g.ctx.Done():
+		case <-g.s.lost:
+		case <-ev:
+		}
+	}
+}
+
+// inspectNative is Inspect under the native protocol: the holders named in
+// the object node's data whose children live, then the waiters in order
+// (the first max; 0 = all).
+func (e *Engine) inspectNative(ctx context.Context, s *session, objPath string, max int) (*Status, error) {
+	r, err := zcall(ctx, func() (nodeRead, error) {
+		d, st, err := s.conn.Get(objPath)
+		return nodeRead{d, st, err}, err
+	}, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		return &Status{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock: inspect %s: %w", objPath, err)
+	}
+	d, err := parseNativeData(r.data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrForeignNode, objPath, err)
+	}
+	kids, err := zcall(ctx, func() ([]string, error) {
+		c, _, err := s.conn.Children(objPath)
+		return c, err
+	}, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		return &Status{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock: inspect %s: %w", objPath, err)
+	}
+	order, err := e.nativeOrder(objPath, kids)
+	if err != nil {
+		return nil, err
+	}
+	v := &nativeView{d: d, st: r.stat}
+	v.setKids(order)
+	w := v.waiters()
+	if max > 0 && len(w) > max {
+		w = w[:max]
+	}
+	names := make([]string, 0, len(v.live)+len(w))
+	for _, h := range v.live {
+		names = append(names, v.childOf(h.R))
+	}
+	for _, c := range w {
+		names = append(names, c.name)
+	}
+	reads := make([]nodeRead, len(names))
+	var wg sync.WaitGroup
+	for i, nm := range names {
+		wg.Go(func() {
+			rr, err := zcall(ctx, func() (nodeRead, error) {
+				d, st, err := s.conn.Get(objPath + "/" + nm)
+				return nodeRead{d, st, err}, err
+			}, nil)
+			rr.err = err
+			reads[i] = rr
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := &Status{}
+	for i, nm := range names {
+		rr := reads[i]
+		if errors.Is(rr.err, zk.ErrNoNode) {
+			continue
+		}
+		if rr.err != nil {
+			return nil, fmt.Errorf("lock: inspect %s/%s: %w", objPath, nm, rr.err)
+		}
+		node := toNode(nm, rr.data, rr.stat)
+		c, _ := e.parseNative(nm)
+		node.Shared = c.shared
+		if i < len(v.live) {
+			node.Token = v.live[i].T
+			out.Holders = append(out.Holders, node)
+			continue
+		}
+		out.Waiters = append(out.Waiters, node)
+	}
+	if len(out.Holders) > 0 {
+		h := out.Holders[0]
+		out.Holder = &h
+	}
+	return out, nil
+}
+
+// checkNative is Check under the native protocol (after the sync): token
+// is current if a holder named in the object's data, whose child lives,
+// has it.
+func (e *Engine) checkNative(ctx context.Context, s *session, objPath string, token int64) (bool, int64, error) {
+	st, err := e.inspectNative(ctx, s, objPath, 1)
+	if err != nil {
+		return false, 0, err
+	}
+	var holder int64
+	for _, h := range st.Holders {
+		if h.Token == token {
+			return true, token, nil
+		}
+		holder = max(holder, h.Token)
+	}
+	return false, holder, nil
+}
+
+// ensureNative makes sure the object node exists with its sentinel: a
+// persistent child named privateLock, created with the object node. The
+// plugin's layout takes the lock by creating an ephemeral privateLock, so
+// under a native object no plugin participant (the original plugin, or
+// Baton on the plugin protocol) can ever be granted: it waits, and Baton
+// on the plugin protocol reports ErrForeignNode. An ephemeral privateLock
+// found here is a plugin holder under a native root: ErrForeignNode. Once
+// per object and engine (remembered while the engine knows the object).
+func (e *Engine) ensureNative(ctx context.Context, s *session, name, objPath string) error {
+	e.objMu.Lock()
+	st := e.objs[name]
+	ok := st != nil && st.sentinel
+	e.objMu.Unlock()
+	if ok {
+		return nil
+	}
+	sentinel := objPath + "/" + privateLock
+	data := nativeData{}.marshal()
+	for range 10 {
+		st, err := zcall(ctx, func() (*zk.Stat, error) {
+			ok, st, err := s.conn.Exists(sentinel)
+			if err == nil && !ok {
+				st = nil
+			}
+			return st, err
+		}, nil)
+		if err != nil {
+			return err
+		}
+		if st != nil {
+			if st.EphemeralOwner != 0 {
+				return fmt.Errorf("%w: %s/%s is a plugin holder's (ephemeral) under the native root %s", ErrForeignNode, path.Base(objPath), privateLock, e.opts.Root)
+			}
+			e.objSentinel(name, true)
+			return nil
+		}
+		_, err = zcall(ctx, func() ([]zk.MultiResponse, error) {
+			return s.conn.Multi(
+				&zk.CreateRequest{Path: objPath, Data: data, Acl: e.acl, Flags: zk.FlagPersistent},
+				&zk.CreateRequest{Path: sentinel, Data: data, Acl: e.acl, Flags: zk.FlagPersistent},
+			)
+		}, nil)
+		if errors.Is(err, zk.ErrNodeExists) { // the object node exists: add the sentinel
+			_, err = zcall(ctx, func() (string, error) { return s.conn.Create(sentinel, data, zk.FlagPersistent, e.acl) }, nil)
+		}
+		switch {
+		case err == nil, errors.Is(err, zk.ErrNodeExists):
+			continue // look again
+		case errors.Is(err, zk.ErrNoNode):
+			if err := e.ensureRoot(ctx, s); err != nil {
+				return err
+			}
+		default:
+			return err
+		}
+	}
+	return fmt.Errorf("lock: could not create %s: it keeps vanishing", sentinel)
+}
+
+// objSentinel records whether the engine knows the object's sentinel.
+func (e *Engine) objSentinel(name string, ok bool) {
+	e.objMu.Lock()
+	defer e.objMu.Unlock()
+	if st := e.objs[name]; st != nil {
+		st.sentinel = ok
+	}
+}
+
+// nativeHandoff is a grant handed over in process: the holder's release
+// multi named a waiter of the same engine and session, whose wake-up needs
+// no watch and no read (the multi's answer has the token).
+type nativeHandoff struct {
+	s  *session
+	d  nativeData
+	st *zk.Stat // the object node's, after the multi
+}
+
+// handOver wakes the local waiters the release just named (d.H), in the
+// session whose multi named them.
+func (e *Engine) handOver(s *session, d nativeData, st *zk.Stat) {
+	for _, h := range d.H {
+		v, ok := e.handoffs.Load(h.R)
+		if !ok {
+			continue // another sidecar's: it wakes on its watch
+		}
+		select {
+		case v.(chan nativeHandoff) <- nativeHandoff{s: s, d: d, st: st}:
+			e.local.Add(1)
+		default:
+		}
+	}
 }

@@ -67,6 +67,9 @@ func (e *Engine) Signal(ctx context.Context, object string, token int64, sig Sig
 // nothing is written. Ask returns the holder and the ask as written;
 // ErrNoNode, ErrNotSignallable as Signal does, ErrTooManyAsks.
 func (e *Engine) Ask(ctx context.Context, object string, sig Signal, check func(holder *Node) error) (*Node, Signal, error) {
+	if e.opts.Protocol == Native {
+		return nil, sig, fmt.Errorf("%w: ask %q", ErrNotNative, object)
+	}
 	e.stamp(&sig)
 	if sig.ID == "" {
 		sig.ID = newRequestID()
@@ -203,6 +206,9 @@ type holderRead struct {
 // are.
 func (e *Engine) onHolder(ctx context.Context, object string, token int64, op string,
 	try func(s *session, objPath string, h holderRead) (n *Node, again bool, err error)) (*Node, error) {
+	if e.opts.Protocol == Native { // signals, asks and orphans are privateLock's
+		return nil, fmt.Errorf("%w: %s", ErrNotNative, op)
+	}
 	s, objPath, err := e.objectPath(ctx, object)
 	if err != nil {
 		return nil, err

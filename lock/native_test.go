@@ -1,0 +1,394 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/batonhq/baton/lock"
+)
+
+func native(o *lock.Options) { o.Protocol = lock.Native }
+
+// rwChecker checks a read/write lock's holders: an exclusive holder is
+// alone; shared holders are only with shared ones; an exclusive grant's
+// token is above every token granted before it.
+type rwChecker struct {
+	mu                 sync.Mutex
+	excl, shared       int
+	maxShared          int
+	violations         int
+	last               int64
+	badToken, grants   int
+	exclGrants, shGrts int
+}
+
+func (c *rwChecker) enter(shared bool, token int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if shared {
+		c.shared++
+		c.shGrts++
+		c.maxShared = max(c.maxShared, c.shared)
+		if c.excl != 0 {
+			c.violations++
+		}
+	} else {
+		c.excl++
+		c.exclGrants++
+		if c.excl != 1 || c.shared != 0 {
+			c.violations++
+		}
+		if token <= c.last {
+			c.badToken++
+		}
+	}
+	c.last = max(c.last, token)
+	c.grants++
+}
+
+func (c *rwChecker) leave(shared bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if shared {
+		c.shared--
+	} else {
+		c.excl--
+	}
+}
+
+// Four engines (four sessions) contend for one object, foreground and
+// background mixed: never two holders, tokens strictly increase.
+func TestNativeExclusive(t *testing.T) {
+	root := testRoot(t, zkServer)
+	var chk overlapChecker
+	const rounds = 25
+	var wg sync.WaitGroup
+	for i := range 4 {
+		e := newEngine(t, zkServer.Servers(), root, native)
+		wg.Go(func() {
+			for j := range rounds {
+				typ := lock.Foreground
+				if (i+j)%3 == 0 {
+					typ = lock.Background
+				}
+				g, err := e.Acquire(context.Background(), "obj", typ, lock.AcquireOptions{Wait: time.Minute})
+				if err != nil {
+					t.Errorf("engine %d: %v", i, err)
+					return
+				}
+				chk.enter(g.Token())
+				time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+				chk.leave()
+				if err := g.Release(context.Background()); err != nil {
+					t.Errorf("release: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if chk.overlaps != 0 || chk.badToken != 0 || chk.grants != 4*rounds {
+		t.Errorf("overlaps=%d non-increasing tokens=%d grants=%d (want 0, 0, %d)", chk.overlaps, chk.badToken, chk.grants, 4*rounds)
+	}
+	conn := rawConn(t, zkServer.Servers())
+	if k := children(t, conn, root, "obj"); len(k) != 1 || k[0] != "privateLock" {
+		t.Errorf("children left: %v", k)
+	}
+}
+
+// Uncontended cycles on one engine take the one-multi path after the first:
+// the sequence number the engine predicts from its own creates is the one
+// ZooKeeper gives.
+func TestNativeFastPath(t *testing.T) {
+	root := testRoot(t, zkServer)
+	obs := &countObserver{}
+	e := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) { o.Observer = obs })
+	var last int64
+	for range 10 {
+		g := acquire(t, e, "fast", lock.Foreground, lock.AcquireOptions{})
+		if g.Token() <= last {
+			t.Errorf("token %d after %d", g.Token(), last)
+		}
+		last = g.Token()
+		release(t, g)
+	}
+	if hit, miss := obs.hits.Load(), obs.misses.Load(); hit != 9 || miss != 0 {
+		t.Errorf("fast path: %d hits, %d misses; want 9, 0", hit, miss)
+	}
+}
+
+type countObserver struct{ hits, misses atomic.Int64 }
+
+func (o *countObserver) SessionState(string) {}
+func (o *countObserver) FastPath(hit bool) {
+	if hit {
+		o.hits.Add(1)
+	} else {
+		o.misses.Add(1)
+	}
+}
+
+// A drain of n queued foreground waiters (one waiting engine, so that few
+// sessions ping meanwhile): every handoff is the holder's one write (which
+// names the next holder) and the next holder's one read. Counted from the
+// server's packets, less the keepers' syncs and an allowance for pings.
+func TestNativeHandoffOneWrite(t *testing.T) {
+	type run struct {
+		proto   lock.Protocol
+		engines int // waiting engines; with 2, every handoff crosses sessions
+	}
+	for _, c := range []run{{lock.Native, 1}, {lock.Native, 2}, {lock.Plugin, 1}} {
+		proto := c.proto
+		t.Run(fmt.Sprintf("%s-%d", proto, c.engines), func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			// no holder watch during the drain: a slow holder would arm one
+			set := func(o *lock.Options) { o.Protocol = proto; o.HolderWatchDelay = time.Minute }
+			gate := newEngine(t, zkServer.Servers(), root, set)
+			h := acquire(t, gate, "herd", lock.Foreground, lock.AcquireOptions{})
+			const n = 24
+			ws := make([]*lock.Engine, c.engines)
+			for i := range ws {
+				ws[i] = newEngine(t, zkServer.Servers(), root, set)
+			}
+			var chk overlapChecker
+			var wg sync.WaitGroup
+			conn := rawConn(t, zkServer.Servers())
+			for i := range n {
+				wg.Go(func() {
+					g, err := ws[i%c.engines].Acquire(context.Background(), "herd", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+					if err != nil {
+						t.Errorf("waiter %d: %v", i, err)
+						return
+					}
+					chk.enter(g.Token())
+					chk.leave()
+					if err := g.Release(context.Background()); err != nil {
+						t.Errorf("release: %v", err)
+					}
+				})
+				// queue in a known order: each waiter's node exists before the next starts
+				waitFor(t, 20*time.Second, "waiter queued", func() bool { return len(children(t, conn, root, "herd")) >= i+2+pl(proto) })
+			}
+			time.Sleep(100 * time.Millisecond) // every waiter is watching
+			syncs := func() int64 {
+				s := gate.Health().Syncs
+				for _, w := range ws {
+					s += w.Health().Syncs
+				}
+				return s
+			}
+			mntr := func() int64 {
+				m, err := zkServer.Mntr(1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var v int64
+				fmt.Sscan(m["zk_packets_received"], &v)
+				return v
+			}
+			p0, s0, t0 := mntr(), syncs(), time.Now()
+			release(t, h)
+			wg.Wait()
+			elapsed := time.Since(t0)
+			pk := mntr() - p0 - (syncs() - s0)
+			// go-zookeeper pings every third of the session timeout
+			pings := int64(1+c.engines) * (1 + int64(elapsed/(gate.Health().Timeout/3)))
+			t.Logf("%s: %.2f packets per handoff (%d packets in %v, keeper syncs excluded, up to %d pings)", proto, float64(pk)/n, pk, elapsed.Round(time.Millisecond), pings)
+			if chk.overlaps != 0 || chk.badToken != 0 || chk.grants != n {
+				t.Errorf("overlaps=%d non-increasing tokens=%d grants=%d", chk.overlaps, chk.badToken, chk.grants)
+			}
+			// Across sessions one write and one read per handoff: 2n; in one
+			// engine the write only (the successor is woken in process):
+			// n. Plus the gate's release, the first waiter's read, listing
+			// and grant (the gate knew of nobody to hand over to) and the
+			// mntr request itself.
+			per := int64(2)
+			if c.engines == 1 {
+				per = 1
+			}
+			if want := per*n + 5 + pings; proto == lock.Native && pk > want {
+				t.Errorf("native: %d packets for %d handoffs, want at most %d (%d per handoff)", pk, n, want, per)
+			}
+		})
+	}
+}
+
+// pl counts privateLock among the children: the plugin's holder, or the
+// native protocol's sentinel.
+func pl(lock.Protocol) int { return 1 }
+
+// Shared holders hold together; an exclusive request waits for them; a
+// shared request arriving after a waiting exclusive one waits behind it (no
+// starvation); the exclusive grant's token is above the shared ones'.
+func TestNativeShared(t *testing.T) {
+	root := testRoot(t, zkServer)
+	es := make([]*lock.Engine, 4)
+	for i := range es {
+		es[i] = newEngine(t, zkServer.Servers(), root, native)
+	}
+	ctx := context.Background()
+	r1 := acquire(t, es[0], "doc", lock.Foreground, lock.AcquireOptions{Shared: true})
+	r2 := acquire(t, es[1], "doc", lock.Foreground, lock.AcquireOptions{Shared: true})
+	if !r1.Shared() || !r2.Shared() || r1.Token() == r2.Token() {
+		t.Fatalf("shared grants: %v %v tokens %d %d", r1.Shared(), r2.Shared(), r1.Token(), r2.Token())
+	}
+	st, err := es[3].Inspect(ctx, "doc")
+	if err != nil || len(st.Holders) != 2 || !st.Holders[0].Shared || !st.Holders[1].Shared {
+		t.Fatalf("Inspect = %+v, %v; want two shared holders", st, err)
+	}
+	if _, err := es[2].Acquire(ctx, "doc", lock.Foreground, lock.AcquireOptions{TryOnce: true}); !errors.Is(err, lock.ErrNotFirst) {
+		t.Fatalf("exclusive try-once while shared held: %v, want ErrNotFirst", err)
+	}
+	wch := make(chan *lock.Grant, 1)
+	go func() {
+		g, err := es[2].Acquire(ctx, "doc", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		wch <- g
+	}()
+	conn := rawConn(t, zkServer.Servers())
+	waitFor(t, 10*time.Second, "writer queued", func() bool { return len(children(t, conn, root, "doc")) == 4 })
+	if _, err := es[3].Acquire(ctx, "doc", lock.Foreground, lock.AcquireOptions{Shared: true, Wait: 300 * time.Millisecond}); err == nil {
+		t.Fatal("a shared request was granted past a waiting exclusive one")
+	}
+	rch := make(chan *lock.Grant, 1)
+	go func() {
+		g, err := es[3].Acquire(ctx, "doc", lock.Foreground, lock.AcquireOptions{Shared: true, Wait: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		rch <- g
+	}()
+	waitFor(t, 10*time.Second, "late reader queued", func() bool { return len(children(t, conn, root, "doc")) == 5 })
+	release(t, r1)
+	select {
+	case <-wch:
+		t.Fatal("writer granted with a shared holder left")
+	case <-time.After(200 * time.Millisecond):
+	}
+	release(t, r2)
+	w := <-wch
+	if w == nil || w.Shared() || w.Token() <= max(r1.Token(), r2.Token()) {
+		t.Fatalf("writer grant %v", w)
+	}
+	select {
+	case <-rch:
+		t.Fatal("late reader granted while the writer holds")
+	case <-time.After(200 * time.Millisecond):
+	}
+	release(t, w)
+	r3 := <-rch
+	if r3 == nil || r3.Token() <= w.Token() {
+		t.Fatalf("late reader grant %v", r3)
+	}
+	release(t, r3)
+}
+
+// Several engines take shared and exclusive locks at random: no exclusive
+// holder is ever with another holder, and shared holders do overlap.
+func TestNativeSharedStress(t *testing.T) {
+	root := testRoot(t, zkServer)
+	var chk rwChecker
+	var wg sync.WaitGroup
+	const rounds = 20
+	for i := range 5 {
+		e := newEngine(t, zkServer.Servers(), root, native)
+		wg.Go(func() {
+			for j := range rounds {
+				shared := (i+j)%3 != 0
+				typ := lock.Foreground
+				if j%4 == 3 {
+					typ = lock.Background
+				}
+				g, err := e.Acquire(context.Background(), "rw", typ, lock.AcquireOptions{Shared: shared, Wait: time.Minute})
+				if err != nil {
+					t.Errorf("engine %d: %v", i, err)
+					return
+				}
+				chk.enter(shared, g.Token())
+				time.Sleep(time.Duration(1+rand.IntN(3)) * time.Millisecond)
+				chk.leave(shared)
+				if err := g.Release(context.Background()); err != nil {
+					t.Errorf("release: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("grants %d (exclusive %d, shared %d), most shared holders together %d", chk.grants, chk.exclGrants, chk.shGrts, chk.maxShared)
+	if chk.violations != 0 || chk.badToken != 0 || chk.grants != 5*rounds {
+		t.Errorf("violations=%d non-increasing exclusive tokens=%d grants=%d", chk.violations, chk.badToken, chk.grants)
+	}
+	if chk.maxShared < 2 {
+		t.Errorf("shared holders never held together (at most %d)", chk.maxShared)
+	}
+}
+
+// A plugin node under a native root is an error naming the root, never a
+// grant; a native node under a plugin root too.
+func TestNativeForeignNode(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	nat := newEngine(t, zkServer.Servers(), root, native)
+	g := acquire(t, nat, "mixed", lock.Foreground, lock.AcquireOptions{})
+	release(t, g)
+	if _, err := conn.Create(root+"/mixed/A-0000000099", nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := nat.Acquire(context.Background(), "mixed", lock.Foreground, lock.AcquireOptions{Wait: 2 * time.Second})
+	if !errors.Is(err, lock.ErrForeignNode) || !strings.Contains(err.Error(), root) || !strings.Contains(err.Error(), "A-0000000099") {
+		t.Fatalf("native acquire beside a plugin node: %v; want ErrForeignNode naming the root and the node", err)
+	}
+	// and the reverse
+	plug := newEngine(t, zkServer.Servers(), root)
+	held := acquire(t, nat, "other", lock.Foreground, lock.AcquireOptions{})
+	defer release(t, held)
+	_, err = plug.Acquire(context.Background(), "other", lock.Foreground, lock.AcquireOptions{Wait: 2 * time.Second})
+	if !errors.Is(err, lock.ErrForeignNode) || !strings.Contains(err.Error(), root) {
+		t.Fatalf("plugin acquire beside a native holder: %v; want ErrForeignNode", err)
+	}
+	if _, err := plug.Acquire(context.Background(), "x", lock.Foreground, lock.AcquireOptions{Shared: true}); !errors.Is(err, lock.ErrSharedNeedsNative) {
+		t.Fatalf("shared on a plugin engine: %v", err)
+	}
+}
+
+// A holder whose engine closes (its session ends) is gone: the waiter is
+// granted with a higher token, and Check answers for the new holder only.
+func TestNativeHolderVanishes(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e1 := newEngine(t, zkServer.Servers(), root, native)
+	e2 := newEngine(t, zkServer.Servers(), root, native)
+	g1 := acquire(t, e1, "v", lock.Background, lock.AcquireOptions{})
+	cur, _, err := e2.Check(context.Background(), "v", g1.Token())
+	if err != nil || !cur {
+		t.Fatalf("Check(holder) = %v, %v", cur, err)
+	}
+	ch := make(chan *lock.Grant, 1)
+	go func() {
+		g, err := e2.Acquire(context.Background(), "v", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- g
+	}()
+	time.Sleep(200 * time.Millisecond)
+	e1.Close()
+	g2 := <-ch
+	if g2 == nil || g2.Token() <= g1.Token() {
+		t.Fatalf("grant after the holder vanished: %v", g2)
+	}
+	cur, holder, err := e2.Check(context.Background(), "v", g1.Token())
+	if err != nil || cur || holder != g2.Token() {
+		t.Fatalf("Check(old) = %v, %d, %v; want stale, %d", cur, holder, err, g2.Token())
+	}
+	release(t, g2)
+}
