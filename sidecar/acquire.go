@@ -62,7 +62,8 @@ const keyForegroundTimeout = "zookeeper.foreground.task.timeout"
 // every refusal is a 400 naming the field (413 for a body over
 // api.MaxBody), except a forceful preemption the caller may not ask for, a
 // 403 (authorization of actForceful: cfg's allow-lists and the caller in
-// r's context). Two refusals need state and are decided later: a lease_id
+// r's context), and preempt or preemptible on a native-protocol sidecar, a
+// 409 NotNative naming the field. Two refusals need state and are decided later: a lease_id
 // this sidecar does not hold (Server.reentrant) and a holder whose cleanup
 // window outlasts the wait (preemptWaits at the ask). With lease_id, the
 // preemption fields are not checked (a re-entry never waits). It reads the
@@ -148,6 +149,16 @@ func parseAcquireAs(r *http.Request, cfg *props.Config, kind acquireKind) (acqui
 // preempt, forceful and preempt_wait_ms.
 func (sp *acquireSpec) parsePreemption(r *http.Request, cfg *props.Config, req api.AcquireRequest) error {
 	var err error
+	if cfg.LockProtocol == "native" { // the asks live in privateLock's data, which native does not have
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"preemptible", req.Preemptible}, {"preempt", req.Preempt}} {
+			if f.set {
+				return notNative(f.name, "preemption asks a holder to yield through its privateLock")
+			}
+		}
+	}
 	sp.preemptible, sp.cleanup = req.Preemptible, DefaultCleanup
 	if req.CleanupMS != nil {
 		if !req.Preemptible {

@@ -111,6 +111,15 @@ func protocolError(err error) *httpError {
 	return e
 }
 
+// notNative refuses field of a request to a native-protocol sidecar:
+// what (a feature of the plugin layout) cannot work there.
+func notNative(field, what string) *httpError {
+	e := newError(api.NotNative, "%s: not with %s=native: %s, which the native protocol does not have; leave %s out, or use a "+
+		"lock root run with the plugin protocol", field, keyLockProtocol, what, field)
+	e.Body.Field, e.Body.Key = field, keyLockProtocol
+	return e
+}
+
 // mountedError maps the error of a mounted op endpoint (the queue's:
 // api/openapi.json) to its answer for the error writer; nil stays nil. An
 // error that is none of the queue's refusals means the queue failed: 503

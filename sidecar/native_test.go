@@ -3,10 +3,13 @@ package sidecar_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/props"
@@ -274,4 +277,67 @@ func TestSharedExclusiveNoOverlap(t *testing.T) {
 		t.Errorf("%d grants, want %d", n, len(ws)*rounds)
 	}
 	t.Logf("peak readers inside one object at once: %d", chk.peakReaders)
+}
+
+// TestNativeRefusals: what the native protocol refuses, through the
+// socket, each a 409 naming zookeeper.lock.protocol: a plugin node under a
+// native object (ForeignNode naming the root and the node, never a grant),
+// a native object met by a plugin-protocol sidecar on the same root
+// (ForeignNode), revocation and preemption (asking, or being preemptible)
+// on a native sidecar (NotNative, a preemption field named: refused
+// before anything is created, as it could never be carried out).
+func TestNativeRefusals(t *testing.T) {
+	root := testRoot(t)
+	conn := rawConn(t)
+	n := start(t, nativeConfig(t, root, "sc-native"))
+	p := start(t, testConfig(t, root, "sc-plugin"))
+	l := n.acquire("fo", `{}`)
+	n.release(l.LeaseID)
+	plug, err := conn.Create(root+"/fo/A-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := plug[strings.LastIndex(plug, "/")+1:]
+	st, b := n.call("POST", "/v1/locks/fo/acquire", `{"wait_ms":2000}`)
+	if st != 409 {
+		t.Fatalf("native acquire with a plugin node under the object: %d %s, want 409", st, b)
+	}
+	if e := decodeError(t, b); e.Kind != api.ForeignNode || e.Key != "zookeeper.lock.protocol" || !strings.Contains(e.Message, root) ||
+		!strings.Contains(e.Message, node) {
+		t.Errorf("native acquire with plugin node %s: %+v; want ForeignNode naming the root %s and the node", node, e, root)
+	}
+	if err := conn.Delete(plug, -1); err != nil {
+		t.Fatal(err)
+	}
+	l = n.acquire("fo", `{"mode":"shared"}`) // granted again once the plugin node is gone
+	n.release(l.LeaseID)
+
+	st, b = p.call("POST", "/v1/locks/fo/acquire", `{"wait_ms":2000}`)
+	if st != 409 {
+		t.Fatalf("plugin-protocol acquire of a native object: %d %s, want 409", st, b)
+	}
+	if e := decodeError(t, b); e.Kind != api.ForeignNode || !strings.Contains(e.Message, root) {
+		t.Errorf("plugin-protocol acquire of a native object: %+v; want ForeignNode naming the root", e)
+	}
+
+	l = n.acquire("nr", `{}`)
+	for _, c := range []struct{ what, path, body string }{
+		{"revoke", "/v1/locks/nr/revoke", `{"reason":"test"}`},
+		{"preempt", "/v1/locks/nr/acquire", `{"preempt":true,"wait_ms":3000}`},
+		{"preemptible", "/v1/locks/np/acquire", `{"preemptible":true}`},
+	} {
+		st, b := n.call("POST", c.path, c.body)
+		if st != 409 {
+			t.Errorf("%s on a native sidecar: %d %s, want 409", c.what, st, b)
+			continue
+		}
+		if e := decodeError(t, b); e.Kind != api.NotNative || e.Key != "zookeeper.lock.protocol" || !strings.Contains(e.Message, "zookeeper.lock.protocol=native") ||
+			(c.what != "revoke" && e.Field != c.what) {
+			t.Errorf("%s on a native sidecar: %+v; want NotNative naming zookeeper.lock.protocol", c.what, e)
+		}
+	}
+	if v := n.lockStatus("nr"); len(v.Holders) != 1 || v.Holders[0].Token != l.Token {
+		t.Errorf("holder after the refusals: %+v, want the lease, untouched", v)
+	}
+	n.release(l.LeaseID)
 }
