@@ -23,6 +23,19 @@ const (
 	Background = "background" // deferred work
 )
 
+// Lock modes, the "mode" of an acquire (and of a lease, a holder, a
+// waiter). A shared lock needs the native protocol
+// (zookeeper.lock.protocol=native).
+const (
+	// ModeExclusive (the default): the only holder of the object.
+	ModeExclusive = "exclusive"
+	// ModeShared: any number of shared holders together, none with an
+	// exclusive holder. Requests are served in line (foreground first, then
+	// by arrival): a shared request behind a waiting exclusive one waits
+	// for it, so a stream of readers never starves a writer.
+	ModeShared = "shared"
+)
+
 // Lease states.
 const (
 	StateHeld     = "held"     // connected to ZooKeeper; valid for valid_for_ms
@@ -160,6 +173,12 @@ type AcquireRequest struct {
 	// that many holders at once among requests that agree on it. Not with
 	// lease_id or the preemption fields.
 	Permits int `json:"permits,omitempty"`
+	// Mode is ModeExclusive (default, "" or absent) or ModeShared. Shared
+	// needs zookeeper.lock.protocol=native (else 409 SharedNeedsNative);
+	// for a set, every object is taken shared; not for a semaphore (400).
+	// A re-entry (LeaseID) must give the lease's own mode: a shared lease
+	// is never re-entered as exclusive, nor the reverse (400 naming mode).
+	Mode string `json:"mode,omitempty"`
 }
 
 // MaxObjectsPerAcquire bounds AcquireRequest.Objects.
@@ -276,6 +295,9 @@ type Lease struct {
 	// object, Token fences the writes made under the permit.
 	Semaphore string `json:"semaphore,omitempty"`
 	Permit    *int   `json:"permit,omitempty"`
+	// Mode is the lock's mode: ModeExclusive or ModeShared. (A sidecar
+	// older than modes leaves it out: exclusive.)
+	Mode string `json:"mode,omitempty"`
 }
 
 // LeaseList is the answer of GET /v1/leases: the caller's leases, oldest
@@ -335,6 +357,8 @@ type Holder struct {
 	Orphan bool `json:"orphan,omitempty"`
 	// Session is the ZooKeeper session that owns an orphan ("0x…").
 	Session string `json:"session,omitempty"`
+	// Mode is ModeExclusive or ModeShared (a plugin node: exclusive).
+	Mode string `json:"mode,omitempty"`
 }
 
 // Waiter is one waiting request, in grant order.
@@ -348,13 +372,18 @@ type Waiter struct {
 	// waited past its bound and goes before at least one foreground
 	// waiter that arrived after that. Absent when false.
 	Aged bool `json:"aged,omitempty"`
+	// Mode is what the request asks for: ModeExclusive or ModeShared.
+	Mode string `json:"mode,omitempty"`
 }
 
 // LockStatus is the answer of GET /v1/locks/{object}: cluster-wide, in grant
 // order. Holder is nil when the object is free; Waiters is never null.
+// Holders is every holder (several only when they hold shared locks), in
+// grant order; Holder is its first. Neither Holders nor Waiters is ever null.
 type LockStatus struct {
 	Object  string   `json:"object"`
 	Holder  *Holder  `json:"holder"`
+	Holders []Holder `json:"holders"`
 	Waiters []Waiter `json:"waiters"`
 }
 
@@ -401,6 +430,9 @@ type Health struct {
 	Reload *ReloadInfo `json:"reload,omitempty"`
 	// Queue summarises the background-op queue; nil when ops are disabled.
 	Queue *QueueInfo `json:"queue,omitempty"`
+	// LockProtocol is zookeeper.lock.protocol as the lock engine runs it:
+	// "plugin" or "native".
+	LockProtocol string `json:"lock_protocol"`
 }
 
 // QueueInfo summarises the background-op queue for /healthz and `baton status`.

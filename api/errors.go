@@ -25,6 +25,18 @@ const (
 	QueueUnavailable      = "QueueUnavailable"      // 503
 	QueueFull             = "QueueFull"             // 503: queue.max.ops reached; 507 for queue.max.bytes
 	OpsDisabled           = "OpsDisabled"           // 503: sidecar.app.url is empty
+	// SharedNeedsNative (409): a shared acquire on a sidecar whose
+	// zookeeper.lock.protocol is plugin (its layout has one holder). Key
+	// names zookeeper.lock.protocol.
+	SharedNeedsNative = "SharedNeedsNative"
+	// NotNative (409): a feature of the plugin layout (revocation,
+	// preemption: signals written to privateLock) asked of a sidecar whose
+	// zookeeper.lock.protocol is native. Key names zookeeper.lock.protocol.
+	NotNative = "NotNative"
+	// ForeignNode (409): a node of the other protocol under the object (a
+	// plugin node under a native root, or a native node under a plugin
+	// root); never a grant. The message names the root and the node.
+	ForeignNode = "ForeignNode"
 )
 
 // Status returns the HTTP status the sidecar answers with for kind, or 500
@@ -41,7 +53,7 @@ func Status(kind string) int {
 		return http.StatusTooManyRequests
 	case MethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case Conflict:
+	case Conflict, SharedNeedsNative, NotNative, ForeignNode:
 		return http.StatusConflict
 	case LockLost:
 		return http.StatusGone
@@ -70,7 +82,7 @@ type Error struct {
 	Holder   *Holder `json:"holder,omitempty"`
 	Position *int    `json:"position,omitempty"`
 	Action   string  `json:"action,omitempty"` // 403: what was refused
-	Key      string  `json:"key,omitempty"`    // 403: the property that allows it; 429: the one that raises the cap
+	Key      string  `json:"key,omitempty"`    // 403: the property that allows it; 429: the one that raises the cap; 409 SharedNeedsNative, NotNative, ForeignNode: zookeeper.lock.protocol
 	MinMS    *int64  `json:"min_ms,omitempty"` // 400 of a millisecond field out of range: the least value accepted
 	MaxMS    *int64  `json:"max_ms,omitempty"` // 400 of a millisecond field out of range: the greatest value accepted
 }

@@ -660,6 +660,21 @@ func TestOpenAPIAnswers(t *testing.T) {
 	call("GET", "/v1/leases/"+short.LeaseID, "", 410, true)
 	call("POST", "/v1/leases/"+short.LeaseID+"/renew", "", 410, true)
 	call("DELETE", "/v1/leases/"+short.LeaseID, "", 410, true)
+	// Modes: shared needs the native protocol (this sidecar runs plugin).
+	call("POST", "/v1/locks/doc-8/acquire", `{"mode":"shared","wait_ms":0}`, 409, true)
+	call("POST", "/v1/locks/acquire", `{"objects":["doc-8","doc-9"],"mode":"shared"}`, 409, true)
+	call("POST", "/v1/locks/doc-8/acquire", `{"mode":"read"}`, 400, false)
+	call("POST", "/v1/semaphores/doc-pool/acquire", `{"permits":2,"mode":"shared"}`, 400, true)
+	if ex := lease(call("POST", "/v1/locks/doc-8/acquire", `{"mode":"exclusive","wait_ms":60000}`, 200, true)); ex.Mode != api.ModeExclusive {
+		t.Errorf("exclusive lease: mode %q", ex.Mode)
+	} else {
+		var st api.LockStatus
+		if err := json.Unmarshal(call("GET", "/v1/locks/doc-8", "", 200, true), &st); err != nil || len(st.Holders) != 1 ||
+			st.Holder == nil || st.Holders[0].Mode != api.ModeExclusive || st.Holder.Mode != api.ModeExclusive {
+			t.Errorf("status of an exclusive holder: %+v, %v; want one holder, mode exclusive, in holder and holders", st, err)
+		}
+		call("DELETE", "/v1/leases/"+ex.LeaseID, "", 200, true)
+	}
 	call("POST", "/v1/locks/doc-1/acquire", `{"typ":"foreground"}`, 400, false)
 	call("POST", "/v1/locks/doc-1/acquire", `{"bind":"thread"}`, 400, false)
 	call("POST", "/v1/locks/doc-1/acquire?wait=1", "", 400, false)

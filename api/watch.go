@@ -8,6 +8,7 @@ package api
 type LockWatch struct {
 	Object  string   `json:"object"`
 	Holder  *Holder  `json:"holder"`
+	Holders []Holder `json:"holders"` // every holder (several: shared), as in LockStatus
 	Waiters []Waiter `json:"waiters"`
 	Version string   `json:"version"`
 	Changed bool     `json:"changed"`

@@ -158,6 +158,7 @@ type acquireOptions struct {
 	stopGrace    time.Duration // Lock only
 	stopGraceSet bool
 	lockDelay    *time.Duration // WithLockDelay (delay.go)
+	shared       bool           // WithShared
 }
 
 // WithStopGrace sets the grace of Lock's stop-by signal (Lease.StopBy):
@@ -199,6 +200,18 @@ var ErrPreempted = errors.New("client: lock preempted by a higher-priority reque
 
 // WithType asks for a Foreground (default) or Background lock.
 func WithType(t string) Option { return func(o *acquireOptions) { o.typ = t } }
+
+// WithShared asks for a shared (read) lock ("mode":"shared"): any number
+// of shared holders together, none with an exclusive one (Lease.Mode says
+// which). Requests are served in line (foreground first, then by arrival),
+// so a waiting exclusive request is not starved by later shared ones. The
+// sidecar must run zookeeper.lock.protocol=native: a plugin-protocol
+// sidecar answers a 409 *APIError of kind api.SharedNeedsNative. With
+// AcquireAll every object is taken shared; AcquirePermit refuses it (400).
+// A re-entry keeps the lease's mode: re-entering a shared lease needs
+// WithShared, and an exclusive one refuses it (400 naming "mode"): there is
+// no upgrade.
+func WithShared() Option { return func(o *acquireOptions) { o.shared = true } }
 
 // WithInfo records info (at most 4 KiB) in the lock's node, for inspection.
 func WithInfo(info string) Option { return func(o *acquireOptions) { o.info = info } }
@@ -310,6 +323,9 @@ func optionsOf(opts []Option) acquireOptions {
 func (o *acquireOptions) request() api.AcquireRequest {
 	req := api.AcquireRequest{Type: o.typ, Info: o.info, Bind: api.BindProcess, LeaseID: o.reenter,
 		Preemptible: o.preemptible, Preempt: o.preempt, Forceful: o.forceful}
+	if o.shared {
+		req.Mode = api.ModeShared
+	}
 	if o.preemptible && o.cleanup > 0 {
 		ms := ceilMS(o.cleanup)
 		req.CleanupMS = &ms

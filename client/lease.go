@@ -25,6 +25,7 @@ type Lease struct {
 	typ    string
 	info   string
 	node   string
+	mode   string // api.ModeExclusive or api.ModeShared
 	token  int64
 	length time.Duration // lease length, for the renewal interval
 	// A set's objects (AcquireAll), a semaphore's name and permit
@@ -55,7 +56,10 @@ func newLease(c *Client, v api.Lease, sent time.Time, o acquireOptions) *Lease {
 	l := &Lease{
 		c: c, id: v.LeaseID, object: v.Object, typ: v.Type, info: v.Info, node: v.Node, token: v.Token,
 		length: o.lease, lost: make(chan struct{}), changed: make(chan struct{}), kick: make(chan struct{}, 1),
-		objects: v.Objects, semaphore: v.Semaphore, permit: -1,
+		objects: v.Objects, semaphore: v.Semaphore, permit: -1, mode: v.Mode,
+	}
+	if l.mode == "" { // a sidecar older than shared locks
+		l.mode = api.ModeExclusive
 	}
 	if v.Permit != nil {
 		l.permit = *v.Permit
@@ -92,6 +96,10 @@ func (l *Lease) Permit() int { return l.permit }
 
 // Type returns api.Foreground or api.Background.
 func (l *Lease) Type() string { return l.typ }
+
+// Mode returns the lock's mode: api.ModeExclusive or api.ModeShared (see
+// WithShared).
+func (l *Lease) Mode() string { return l.mode }
 
 // Node returns the name of the lock's node in ZooKeeper.
 func (l *Lease) Node() string { return l.node }

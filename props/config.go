@@ -35,6 +35,7 @@ type Config struct {
 	RetryCount        int           // elastic.request.retry.count: retries after the first attempt
 	LockRoot          string        // zookeeper.lock.root: absolute path inside the chroot
 	ObjectNode        string        // zookeeper.object.node: "container" or "persistent"
+	LockProtocol      string        // zookeeper.lock.protocol: "plugin" or "native"
 	AuthDigest        string        // zookeeper.auth.digest: "" or "user:password" — secret
 	AuthDigestFile    string        // zookeeper.auth.digest.file: read by [Config.ZKDigest]
 

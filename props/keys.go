@@ -106,6 +106,11 @@ var defs = []keyDef{
 	{"zookeeper.object.node", "container", Restart,
 		"object node type: container, or persistent while the original plugin shares the tree", false,
 		setEnum(func(c *Config) *string { return &c.ObjectNode }, "container", "persistent")},
+	{"zookeeper.lock.protocol", "plugin", Restart,
+		"layout under zookeeper.lock.root: plugin (the original plugin's, mixes with its writers) or native (Baton only: one write " +
+			"per handoff, shared locks; a plugin node under it is an error naming the root). Native always creates persistent " +
+			"object nodes, whatever zookeeper.object.node says. Switch a root only once no plugin writer is left (README, Native protocol)", false,
+		setEnum(func(c *Config) *string { return &c.LockProtocol }, "plugin", "native")},
 	{"zookeeper.auth.digest", "", Restart,
 		"user:password: authenticate and create nodes with a digest ACL; empty = open ACL; never printed", true, setDigest},
 	{"zookeeper.auth.digest.file", "", Restart,

@@ -66,6 +66,7 @@ func TestEachKeyFromFile(t *testing.T) {
 		{"elastic.request.retry.count", "0", func(c Config) bool { return c.RetryCount == 0 }},
 		{"zookeeper.lock.root", "/locks", func(c Config) bool { return c.LockRoot == "/locks" }},
 		{"zookeeper.object.node", "persistent", func(c Config) bool { return c.ObjectNode == "persistent" }},
+		{"zookeeper.lock.protocol", "native", func(c Config) bool { return c.LockProtocol == "native" }},
 		{"zookeeper.auth.digest", "alice:s3cret", func(c Config) bool { return c.AuthDigest == "alice:s3cret" }},
 		{"zookeeper.auth.digest.file", "", func(c Config) bool { return c.AuthDigestFile == "" }}, // set with the digest is an error: TestZKDigestFile
 		{"sidecar.socket.path", "/tmp/b.sock", func(c Config) bool { return c.SocketPath == "/tmp/b.sock" }},
@@ -170,6 +171,8 @@ func TestBadValues(t *testing.T) {
 		{"zookeeper.lock.root", "/", `it is the root`},
 		{"zookeeper.lock.root", "/zookeeper/x", `/zookeeper is reserved`},
 		{"zookeeper.object.node", "ephemeral", `"ephemeral" is not one of container, persistent`},
+		{"zookeeper.lock.protocol", "curator", `"curator" is not one of plugin, native`},
+		{"zookeeper.lock.protocol", "Native", `"Native" is not one of plugin, native`},
 		{"zookeeper.auth.digest", "nocolon", `<redacted> is not user:password`},
 		{"sidecar.socket.path", "/" + strings.Repeat("s", 107), `is not a unix socket path of 1 to 107 bytes`},
 		{"sidecar.socket.mode", "0999", `"0999" is not an octal file mode like 0660, at most 0777`},

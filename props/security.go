@@ -119,5 +119,11 @@ func Cautions(c Config) []Caution {
 				"leaves an empty object node, which ZooKeeper's container reaper deletes with the record the delay relies on, and " +
 				"the next request is then not delayed; set zookeeper.object.node=persistent for the delay to hold in every case"})
 	}
+	if c.LockProtocol == "native" && c.ObjectNode != "persistent" {
+		out = append(out, Caution{"zookeeper.object.node",
+			"zookeeper.lock.protocol is native while zookeeper.object.node is container: the native protocol keeps its holders in " +
+				"the object node's data and always creates persistent object nodes, which ZooKeeper never reaps (one small node per " +
+				"object ever locked stays under zookeeper.lock.root); set zookeeper.object.node=persistent to say so"})
+	}
 	return out
 }

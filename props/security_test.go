@@ -111,6 +111,10 @@ func TestCautions(t *testing.T) {
 		{"plain without tls", append([]string{"zookeeper.auth.digest=u:p"}, plain...),
 			[]string{"kafka.sasl.mechanism: password crosses the network in clear text … set kafka.tls.enabled=true"}},
 		{"plain with tls", append([]string{"zookeeper.auth.digest=u:p", "kafka.tls.enabled=true"}, plain...), nil},
+		{"native with container", []string{"zookeeper.auth.digest=u:p", "zookeeper.lock.protocol=native"},
+			[]string{"zookeeper.object.node: always creates persistent object nodes … never reaps … set zookeeper.object.node=persistent"}},
+		{"native with persistent", []string{"zookeeper.auth.digest=u:p", "zookeeper.lock.protocol=native", "zookeeper.object.node=persistent"}, nil},
+		{"plugin with container", []string{"zookeeper.auth.digest=u:p", "zookeeper.lock.protocol=plugin"}, nil},
 		{"scram without tls", []string{"zookeeper.auth.digest=u:p", "kafka.sasl.mechanism=SCRAM-SHA-256", "kafka.sasl.username=u", "kafka.sasl.password.file=" + pw}, nil},
 	} {
 		l, err := Load(LoadOptions{NoFile: true, Set: tc.set})

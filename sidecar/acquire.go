@@ -47,6 +47,9 @@ type acquireSpec struct {
 	// lockDelay is the engine's AcquireOptions.LockDelay: lock_delay_ms, else
 	// zookeeper.lock.delay; -1 none (lockDelayOf, delay.go).
 	lockDelay time.Duration
+	// shared is "mode":"shared" (default exclusive): the engine's
+	// AcquireOptions.Shared; for a re-entry, the mode the lease must have.
+	shared bool
 }
 
 // keyForegroundTimeout names the default wait of a foreground acquire (the
@@ -59,7 +62,8 @@ const keyForegroundTimeout = "zookeeper.foreground.task.timeout"
 // every refusal is a 400 naming the field (413 for a body over
 // api.MaxBody), except a forceful preemption the caller may not ask for, a
 // 403 (authorization of actForceful: cfg's allow-lists and the caller in
-// r's context). Two refusals need state and are decided later: a lease_id
+// r's context), and preempt or preemptible on a native-protocol sidecar, a
+// 409 NotNative naming the field. Two refusals need state and are decided later: a lease_id
 // this sidecar does not hold (Server.reentrant) and a holder whose cleanup
 // window outlasts the wait (preemptWaits at the ask). With lease_id, the
 // preemption fields are not checked (a re-entry never waits). It reads the
@@ -90,6 +94,16 @@ func parseAcquireAs(r *http.Request, cfg *props.Config, kind acquireKind) (acqui
 	}
 	if err := sp.parseRecipe(kind, req); err != nil {
 		return sp, err
+	}
+	switch req.Mode {
+	case "", api.ModeExclusive:
+	case api.ModeShared:
+		if kind == acquirePermit {
+			return sp, badRequest("mode", "%q is not supported for a semaphore (its permits are exclusive locks; leave mode out)", req.Mode)
+		}
+		sp.shared = true
+	default:
+		return sp, badRequest("mode", "%q is not %q or %q", req.Mode, api.ModeExclusive, api.ModeShared)
 	}
 	switch req.Bind {
 	case api.BindNone, api.BindProcess:
@@ -135,6 +149,16 @@ func parseAcquireAs(r *http.Request, cfg *props.Config, kind acquireKind) (acqui
 // preempt, forceful and preempt_wait_ms.
 func (sp *acquireSpec) parsePreemption(r *http.Request, cfg *props.Config, req api.AcquireRequest) error {
 	var err error
+	if cfg.LockProtocol == "native" { // the asks live in privateLock's data, which native does not have
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"preemptible", req.Preemptible}, {"preempt", req.Preempt}} {
+			if f.set {
+				return notNative(f.name, "preemption asks a holder to yield through its privateLock")
+			}
+		}
+	}
 	sp.preemptible, sp.cleanup = req.Preemptible, DefaultCleanup
 	if req.CleanupMS != nil {
 		if !req.Preemptible {
@@ -187,7 +211,7 @@ func (sp *acquireSpec) canWaitFor(cleanup time.Duration) error {
 // default (its Wait 0) never applies to an API acquire. With asked (a
 // non-forceful preemption ask stands), the wait is cut to preempt_wait_ms.
 func (sp *acquireSpec) lockOptions(asked bool, onSignal func(lock.Signal)) lock.AcquireOptions {
-	o := lock.AcquireOptions{Info: sp.info, Wait: sp.wait, OnSignal: onSignal, LockDelay: sp.lockDelay}
+	o := lock.AcquireOptions{Info: sp.info, Wait: sp.wait, OnSignal: onSignal, LockDelay: sp.lockDelay, Shared: sp.shared}
 	if sp.preemptible { // recorded in the nodes for a preempting requester (preemptWaits)
 		o.Preemptible, o.Cleanup = true, sp.cleanup
 	}
@@ -218,7 +242,7 @@ func (s *Server) acquire(kind acquireKind) handlerFunc {
 			return err
 		}
 		if sp.leaseID != "" { // a re-entry: the lease, with one more hold (reentry.go)
-			l, err := s.leases.reentrant(sp.leaseID, sp.object)
+			l, err := s.leases.reentrant(sp.leaseID, sp.object, sp.shared)
 			if err == nil {
 				err = s.auth.checkOwner(r, l, actReenter)
 			}
@@ -356,6 +380,8 @@ func (a *acquisition) notGranted(err error, ask *preemptAsk, tryOnce bool) error
 		}
 	case api.ZooKeeperUnavailable:
 		a.result = resUnavailable
+	case api.SharedNeedsNative, api.NotNative:
+		a.result = resRefused
 	case api.ShuttingDown:
 		a.result = resShuttingDown
 	}

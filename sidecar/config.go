@@ -41,6 +41,14 @@ func EngineOptions(cfg props.Config, logger *slog.Logger) (lock.Options, error) 
 	default:
 		return lock.Options{}, fmt.Errorf("sidecar: zookeeper.object.node: %q is not container or persistent", cfg.ObjectNode)
 	}
+	proto := lock.Plugin
+	if cfg.LockProtocol != "" {
+		p, err := lock.ParseProtocol(cfg.LockProtocol)
+		if err != nil {
+			return lock.Options{}, fmt.Errorf("sidecar: zookeeper.lock.protocol: %q is not plugin or native", cfg.LockProtocol)
+		}
+		proto = p
+	}
 	if len(cfg.ZKServers) == 0 {
 		return lock.Options{}, fmt.Errorf("sidecar: zookeeper.servers: empty")
 	}
@@ -57,6 +65,7 @@ func EngineOptions(cfg props.Config, logger *slog.Logger) (lock.Options, error) 
 		Chroot:           cfg.ZKChroot,
 		Root:             cfg.LockRoot,
 		ObjectNode:       on,
+		Protocol:         proto,
 		SessionTimeout:   cfg.ZKSessionTimeout,
 		TickTime:         cfg.ZKTickTime,
 		TLS:              tlsCfg,

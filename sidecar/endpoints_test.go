@@ -106,11 +106,12 @@ func TestEndpoints(t *testing.T) {
 			t.Fatal(err)
 		}
 		if st.Object != "obj1" || st.Holder == nil || st.Holder.Token != l.Token || st.Holder.Node != l.Node ||
-			st.Holder.Type != "foreground" || st.Holder.Sidecar != "sc-a" || st.Waiters == nil || len(st.Waiters) != 0 {
+			st.Holder.Type != "foreground" || st.Holder.Sidecar != "sc-a" || st.Holder.Mode != api.ModeExclusive || len(st.Holders) != 1 ||
+			st.Holders[0] != *st.Holder || st.Waiters == nil || len(st.Waiters) != 0 {
 			t.Errorf("inspect = %s", b)
 		}
 		b = s.mustCall(200, "GET", "/v1/locks/free-object", "")
-		if string(b) != "{\"object\":\"free-object\",\"holder\":null,\"waiters\":[]}\n" {
+		if string(b) != "{\"object\":\"free-object\",\"holder\":null,\"holders\":[],\"waiters\":[]}\n" {
 			t.Errorf("inspect of a free object = %s", b)
 		}
 	})

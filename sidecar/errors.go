@@ -44,6 +44,9 @@ func (ew errorWriter) toHTTPError(r *http.Request, err error) *httpError {
 	if he, ok := errors.AsType[*httpError](err); ok {
 		return he
 	}
+	if he := protocolError(err); he != nil {
+		return he
+	}
 	if ile, ok := errors.AsType[*lock.InstanceLockError](err); ok {
 		if ew.drain.stopping() && errors.Is(ile.Err, context.Canceled) {
 			return shuttingDown(err)
@@ -78,6 +81,42 @@ func (ew errorWriter) toHTTPError(r *http.Request, err error) *httpError {
 	}
 	e := newError(api.InternalError, "%v", err)
 	e.Cause = err
+	return e
+}
+
+// keyLockProtocol is the property the protocol refusals name.
+const keyLockProtocol = "zookeeper.lock.protocol"
+
+// protocolError maps the lock engine's protocol refusals to their 409s
+// (nil: err is none of them): a shared acquire on a plugin-protocol sidecar,
+// a plugin-layout feature asked of a native one, a node of the other
+// protocol under the object (never a grant).
+func protocolError(err error) *httpError {
+	var e *httpError
+	switch {
+	case errors.Is(err, lock.ErrSharedNeedsNative):
+		e = newError(api.SharedNeedsNative, "a shared lock needs %s=native: this sidecar runs the plugin protocol, whose layout has one "+
+			"holder (one privateLock node per object), so a plugin writer could take the object beside shared holders; acquire "+
+			"exclusive, or switch the lock root's sidecars to native once no plugin writer is left (README, Native protocol)", keyLockProtocol)
+	case errors.Is(err, lock.ErrNotNative):
+		e = newError(api.NotNative, "%v: this sidecar runs %s=native, which has no privateLock to write revocations and preemptions "+
+			"to (a feature of the plugin layout)", err, keyLockProtocol)
+	case errors.Is(err, lock.ErrForeignNode):
+		e = newError(api.ForeignNode, "%v; not granted: every sidecar of a lock root must run one protocol (%s), and a native root "+
+			"must have no plugin writer left: stop them, or run this root with the plugin protocol (README, Native protocol)", err, keyLockProtocol)
+	default:
+		return nil
+	}
+	e.Body.Key, e.Cause = keyLockProtocol, err
+	return e
+}
+
+// notNative refuses field of a request to a native-protocol sidecar:
+// what (a feature of the plugin layout) cannot work there.
+func notNative(field, what string) *httpError {
+	e := newError(api.NotNative, "%s: not with %s=native: %s, which the native protocol does not have; leave %s out, or use a "+
+		"lock root run with the plugin protocol", field, keyLockProtocol, what, field)
+	e.Body.Field, e.Body.Key = field, keyLockProtocol
 	return e
 }
 

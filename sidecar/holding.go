@@ -23,6 +23,7 @@ type holding interface {
 	Node() string
 	Type() lock.Type
 	Info() string
+	Shared() bool
 	AcquiredAt() time.Time
 	Waited() time.Duration
 	State() lock.State
@@ -90,6 +91,7 @@ func (s *grantSet) Token() int64             { return s.gs[0].Token() }
 func (s *grantSet) Node() string             { return s.gs[0].Node() }
 func (s *grantSet) Type() lock.Type          { return s.gs[0].Type() }
 func (s *grantSet) Info() string             { return s.gs[0].Info() }
+func (s *grantSet) Shared() bool             { return s.gs[0].Shared() } // every member was asked alike
 func (s *grantSet) Done() <-chan struct{}    { return s.ctx.Done() }
 func (s *grantSet) Context() context.Context { return s.ctx }
 
@@ -273,6 +275,14 @@ func recipeView(out *api.Lease, h holding) {
 	if name, i, ok := permitOf(h.Object()); ok {
 		out.Semaphore, out.Permit = name, &i
 	}
+}
+
+// modeOf is the API's mode of a grant or a node.
+func modeOf(shared bool) string {
+	if shared {
+		return api.ModeShared
+	}
+	return api.ModeExclusive
 }
 
 // permitOf returns the semaphore and the permit whose lock object obj is.

@@ -125,7 +125,7 @@ func (t *leaseTable) view(l *lease, tell bool) api.Lease {
 	g := l.g
 	out := api.Lease{
 		LeaseID: l.id, Object: g.Object(), Type: g.Type().String(), Info: g.Info(), Token: g.Token(), Node: g.Node(),
-		AcquiredAt: api.NewTime(g.AcquiredAt()), WaitedMS: g.Waited().Milliseconds(),
+		AcquiredAt: api.NewTime(g.AcquiredAt()), WaitedMS: g.Waited().Milliseconds(), Mode: modeOf(g.Shared()),
 	}
 	recipeView(&out, g)
 	now := time.Now()

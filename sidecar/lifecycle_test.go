@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/lock"
 	"github.com/batonhq/baton/props"
 	"github.com/batonhq/baton/sidecar"
 	"github.com/batonhq/baton/testenv"
@@ -341,7 +342,26 @@ func TestEngineOptions(t *testing.T) {
 			t.Errorf("EngineOptions(object.node=%q) = %+v", c.node, o)
 		}
 	}
-	cfg.ObjectNode, cfg.ZKServers = "container", nil
+	cfg.ObjectNode = "container"
+	for _, c := range []struct {
+		proto   string
+		want    lock.Protocol
+		wantErr bool
+	}{
+		{"", lock.Plugin, false}, {"plugin", lock.Plugin, false}, {"native", lock.Native, false}, {"curator", 0, true},
+	} {
+		cfg.LockProtocol = c.proto
+		o, err := sidecar.EngineOptions(cfg, nil)
+		switch {
+		case (err != nil) != c.wantErr:
+			t.Errorf("EngineOptions(lock.protocol=%q) error = %v, want error %v", c.proto, err, c.wantErr)
+		case err != nil && !strings.Contains(err.Error(), "zookeeper.lock.protocol"):
+			t.Errorf("EngineOptions(lock.protocol=%q) error = %v, want it to name zookeeper.lock.protocol", c.proto, err)
+		case err == nil && o.Protocol != c.want:
+			t.Errorf("EngineOptions(lock.protocol=%q).Protocol = %v, want %v", c.proto, o.Protocol, c.want)
+		}
+	}
+	cfg.LockProtocol, cfg.ZKServers = "plugin", nil
 	if _, err := sidecar.EngineOptions(cfg, nil); err == nil {
 		t.Errorf("EngineOptions without servers: no error")
 	}

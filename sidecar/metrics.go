@@ -19,7 +19,7 @@ const (
 	resUnavailable    = "unavailable" // 503 ZooKeeperUnavailable
 	resTooManyWaiters = "too_many_waiters"
 	resShuttingDown   = "shutting_down"
-	resRefused        = "refused"  // 403 Forbidden, 429 TooManyRequests (auth.go, caps.go)
+	resRefused        = "refused"  // 403 Forbidden, 429 TooManyRequests (auth.go, caps.go), 409 SharedNeedsNative and NotNative
 	resCanceled       = "canceled" // the caller went away
 	resError          = "error"
 )

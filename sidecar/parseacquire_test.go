@@ -70,6 +70,8 @@ func TestParseAcquireRefusals(t *testing.T) {
 		{"forceful by a client", "o", "", `{"preempt":true,"forceful":true,"wait_ms":100}`, app, 403, "preempt forcefully", "sidecar.auth.admin.uids"},
 		{"preempt trying once", "o", "", `{"preempt":true,"wait_ms":0}`, nil, 400, "wait_ms", "(try once)"},
 		{"preempt with a short default wait", "o", "", `{"preempt":true}`, nil, 400, "wait_ms", "zookeeper.foreground.task.timeout = 500"},
+		{"bad mode", "o", "", `{"mode":"read"}`, nil, 400, "mode", `"read" is not "exclusive" or "shared"`},
+		{"mode in capitals", "o", "", `{"mode":"SHARED"}`, nil, 400, "mode", `"SHARED" is not`},
 		{"preempt_wait shorter than the margin", "o", "", `{"preempt":true,"wait_ms":9000,"preempt_wait_ms":999}`, nil, 400, "preempt_wait_ms", "cannot shorten"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -131,5 +133,36 @@ func TestParseAcquireDefaults(t *testing.T) {
 	sp = parseAcquireRequest(t, "o", "", `{"preempt":true,"forceful":true,"wait_ms":9000}`, nil) // in process: an admin
 	if !sp.forceful {
 		t.Errorf("forceful by the sidecar's own uid: %+v", sp)
+	}
+}
+
+// TestParseAcquireMode: "mode" reaches the engine's options as Shared
+// (default exclusive) on a lock and a set, and is refused for a
+// semaphore, naming the field.
+func TestParseAcquireMode(t *testing.T) {
+	for _, tc := range []struct {
+		body   string
+		shared bool
+	}{{``, false}, {`{"mode":"exclusive"}`, false}, {`{"mode":"shared"}`, true}, {`{"mode":"shared","lease_id":"x"}`, true}} {
+		sp := parseAcquireRequest(t, "o", "", tc.body, nil)
+		if o := sp.lockOptions(false, nil); sp.shared != tc.shared || o.Shared != tc.shared {
+			t.Errorf("%s: spec shared %v, engine Shared %v; want %v", tc.body, sp.shared, o.Shared, tc.shared)
+		}
+	}
+	kinds := func(kind acquireKind, path, body string) (acquireSpec, error) {
+		r := httptest.NewRequest("POST", path, strings.NewReader(body))
+		r.SetPathValue("name", "pool")
+		return parseAcquireAs(r, parseCfg, kind)
+	}
+	sp, err := kinds(acquireSet, "/v1/locks/acquire", `{"objects":["b","a"],"mode":"shared"}`)
+	if o := sp.lockOptions(false, nil); err != nil || !o.Shared || len(sp.objects) != 2 {
+		t.Errorf("a shared set: %+v, %v; want every object shared", sp, err)
+	}
+	_, err = kinds(acquirePermit, "/v1/semaphores/pool/acquire", `{"permits":2,"mode":"shared"}`)
+	if he, ok := err.(*httpError); !ok || he.Status != 400 || he.Body.Field != "mode" || !strings.Contains(he.Body.Message, "semaphore") {
+		t.Errorf("a shared semaphore: %v, want a 400 naming mode", err)
+	}
+	if sp, err := kinds(acquirePermit, "/v1/semaphores/pool/acquire", `{"permits":2,"mode":"exclusive"}`); err != nil || sp.shared {
+		t.Errorf("an exclusive semaphore: %+v, %v", sp, err)
 	}
 }

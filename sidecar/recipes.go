@@ -171,10 +171,10 @@ func (v *views) semaphore(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if h := st.Holder; h != nil {
-		out.Waiters = append(out.Waiters, api.Waiter{Node: h.Name, Type: h.Type, Info: h.Info, Sidecar: h.Sidecar, Since: api.NewTime(h.Since)})
+		out.Waiters = append(out.Waiters, waiterOf(*h))
 	}
 	for _, n := range st.Waiters {
-		out.Waiters = append(out.Waiters, api.Waiter{Node: n.Name, Type: n.Type, Info: n.Info, Sidecar: n.Sidecar, Since: api.NewTime(n.Since)})
+		out.Waiters = append(out.Waiters, waiterOf(n))
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -20,8 +20,11 @@ const resReentered = "reentered"
 // reentrant returns the lease an acquire with lease_id re-enters, or the
 // error to answer: a lease of another object, another run of the sidecar,
 // or none at all is a 400 naming lease_id; a lost one answers 410 like a
-// renewal would.
-func (t *leaseTable) reentrant(id, object string) (*lease, error) {
+// renewal would. shared is the mode asked for (default exclusive): a lease
+// of the other mode is a 400 naming mode, so that a shared holder is never
+// told it holds the object exclusively (no silent upgrade), nor the
+// reverse.
+func (t *leaseTable) reentrant(id, object string, shared bool) (*lease, error) {
 	t.mu.Lock()
 	l := t.leases[id]
 	t.mu.Unlock()
@@ -43,6 +46,11 @@ func (t *leaseTable) reentrant(id, object string) (*lease, error) {
 	}
 	if o := l.g.Object(); o != object {
 		return nil, badRequest("lease_id", "lease %s holds %q, not %q: a lease re-enters only its own object", id, o, object)
+	}
+	if has := l.g.Shared(); has != shared {
+		return nil, badRequest("mode", "lease %s holds a %s lock on %q and this re-entry asks for a %s one: a re-entry keeps the lease's mode "+
+			"(give \"mode\":%q). A shared holder is not upgraded: other shared holders may hold %q with it; release the shared lease and "+
+			"acquire exclusive", id, modeOf(has), object, modeOf(shared), modeOf(has), object)
 	}
 	return l, nil
 }

@@ -187,24 +187,41 @@ func (v *views) inspect(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, v.leases.status(obj, st.Holder, st.Waiters))
+	writeJSON(w, http.StatusOK, v.leases.status(obj, st))
 	return nil
 }
 
-// status renders an object's holder and waiters for the API; a holder
+// status renders an object's holders and waiters for the API; a holder
 // this sidecar leased shows its holds and whether it is preemptible.
-func (t *leaseTable) status(obj string, holder *lock.Node, waiters []lock.Node) api.LockStatus {
-	out := api.LockStatus{Object: obj, Holder: holderOf(holder), Waiters: make([]api.Waiter, 0, len(waiters))}
-	if h := out.Holder; h != nil {
+// Holder is the first of Holders (what a client older than shared locks
+// reads).
+func (t *leaseTable) status(obj string, st *lock.Status) api.LockStatus {
+	holders := st.Holders
+	if len(holders) == 0 && st.Holder != nil {
+		holders = []lock.Node{*st.Holder}
+	}
+	out := api.LockStatus{Object: obj, Holders: make([]api.Holder, 0, len(holders)), Waiters: make([]api.Waiter, 0, len(st.Waiters))}
+	for i := range holders {
+		h := holderOf(&holders[i])
 		if l := t.byToken(obj, h.Token); l != nil {
 			h.Holds = l.holdsOf()
 			h.Preemptible = l.preemptibleOf()
 		}
+		out.Holders = append(out.Holders, *h)
 	}
-	for _, n := range waiters {
-		out.Waiters = append(out.Waiters, api.Waiter{Node: n.Name, Type: n.Type, Info: n.Info, Sidecar: n.Sidecar, Since: api.NewTime(n.Since), Aged: n.Aged})
+	if len(out.Holders) > 0 {
+		h := out.Holders[0]
+		out.Holder = &h
+	}
+	for _, n := range st.Waiters {
+		out.Waiters = append(out.Waiters, waiterOf(n))
 	}
 	return out
+}
+
+// waiterOf renders a waiting request's node for the API.
+func waiterOf(n lock.Node) api.Waiter {
+	return api.Waiter{Node: n.Name, Type: n.Type, Info: n.Info, Sidecar: n.Sidecar, Since: api.NewTime(n.Since), Aged: n.Aged, Mode: modeOf(n.Shared)}
 }
 
 // holderOf renders a holder's node for the API (nil: none), with its
@@ -213,7 +230,7 @@ func holderOf(n *lock.Node) *api.Holder {
 	if n == nil {
 		return nil
 	}
-	h := &api.Holder{Node: n.Name, Type: n.Type, Info: n.Info, Sidecar: n.Sidecar, Token: n.Token, Since: api.NewTime(n.Since)}
+	h := &api.Holder{Node: n.Name, Type: n.Type, Info: n.Info, Sidecar: n.Sidecar, Token: n.Token, Since: api.NewTime(n.Since), Mode: modeOf(n.Shared)}
 	if n.Orphan {
 		h.Orphan, h.Session = true, "0x"+strconv.FormatInt(n.Session, 16)
 	}
@@ -277,7 +294,7 @@ func (s *Server) health() (h api.Health, kind string) {
 	cfg := s.config()
 	h = api.Health{
 		Status: "serving", Sidecar: cfg.NodeID, Incarnation: s.inc, Leases: s.leases.active(),
-		PID: os.Getpid(), Reload: s.lastReload.Load(),
+		PID: os.Getpid(), Reload: s.lastReload.Load(), LockProtocol: s.proto.String(),
 		ZooKeeper: api.ZKInfo{
 			Connected: eh.Connected, TimeoutMS: eh.Timeout.Milliseconds(),
 			LocksHeld: eh.Held, Waiting: eh.Waiting, CleanupPending: eh.CleanupPending,

@@ -49,6 +49,7 @@ type Server struct {
 	reg     *prometheus.Registry
 	m       *metrics
 	inc     string
+	proto   lock.Protocol // zookeeper.lock.protocol as the engine runs it (a restart key)
 	handler http.Handler
 	ops     mountPoint // the op dispatcher's endpoints, readiness and drain (Mount)
 
@@ -112,6 +113,7 @@ func New(cfg props.Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	eo.Observer = observer{s}
+	s.proto = eo.Protocol
 	s.eng, err = lock.New(eo)
 	if err != nil {
 		s.drain.cancel()

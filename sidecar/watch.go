@@ -125,7 +125,7 @@ func (v *views) watch(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return err
 	}
-	st := v.leases.status(obj, snap.Holder, snap.Waiters)
-	writeJSON(w, http.StatusOK, api.LockWatch{Object: obj, Holder: st.Holder, Waiters: st.Waiters, Version: snap.Version, Changed: changed})
+	st := v.leases.status(obj, &snap.Status)
+	writeJSON(w, http.StatusOK, api.LockWatch{Object: obj, Holder: st.Holder, Holders: st.Holders, Waiters: st.Waiters, Version: snap.Version, Changed: changed})
 	return nil
 }

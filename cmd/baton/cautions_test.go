@@ -18,6 +18,8 @@ import (
 // empty zookeeper.auth.digest (world ACL) and for SASL PLAIN without TLS,
 // each naming the key, what it means and what to set; none once they are
 // set safely (the digest from zookeeper.auth.digest.file, never printed).
+// The native protocol with container object nodes warns that native
+// creates persistent ones.
 func TestServeWarnsInsecureSettings(t *testing.T) {
 	dir := cleanEnv(t)
 	pw := writeFile(t, filepath.Join(dir, "pw"), "kafka-pw")
@@ -36,6 +38,10 @@ func TestServeWarnsInsecureSettings(t *testing.T) {
 			`level=WARN msg="insecure setting" key=kafka.sasl.mechanism warning="kafka.sasl.mechanism is PLAIN while kafka.tls.enabled is false: the Kafka password crosses the network in clear text; set kafka.tls.enabled=true`,
 		}},
 		{"secure", append([]string{"zookeeper.auth.digest.file=" + digest, "kafka.tls.enabled=true"}, plain...), nil},
+		{"native with container object nodes", []string{"zookeeper.auth.digest.file=" + digest, "zookeeper.lock.protocol=native"}, []string{
+			`level=WARN msg="insecure setting" key=zookeeper.object.node warning="zookeeper.lock.protocol is native while zookeeper.object.node is container: .*always creates persistent object nodes.*set zookeeper.object.node=persistent`,
+		}},
+		{"native with persistent object nodes", []string{"zookeeper.auth.digest.file=" + digest, "zookeeper.lock.protocol=native", "zookeeper.object.node=persistent"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sub := t.TempDir()

@@ -393,6 +393,8 @@ func TestE2E(t *testing.T) {
 	t.Run("watch", func(t *testing.T) { testWatch(t, e, shared) })
 	t.Run("lock/hold-without-command", func(t *testing.T) { testLockHold(t, e, shared) })
 	t.Run("lock/recipes", func(t *testing.T) { testLockRecipes(t, e, shared) })
+	t.Run("lock/shared", func(t *testing.T) { testLockShared(t, e, shared) })
+	t.Run("lock/shared-native", func(t *testing.T) { testLockSharedNative(t, e) })
 	t.Run("auth/other-uid", func(t *testing.T) { testOtherUID(t, e) })
 	// Each with its own sidecar(s); mostly waiting, so in parallel.
 	t.Run("parallel", func(t *testing.T) {

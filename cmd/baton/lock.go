@@ -63,7 +63,8 @@ type lockFlags struct {
 	verbose      bool
 	lockDelay    time.Duration // --lock-delay, sent when lockDelaySet
 	lockDelaySet bool
-	permits      int // -n: a semaphore of that many permits
+	permits      int  // -n: a semaphore of that many permits
+	shared       bool // --shared: a shared (read) lock
 }
 
 func newLockCmd(g *globals) *cobra.Command {
@@ -102,6 +103,15 @@ BATON_OBJECT and BATON_FENCING_TOKEN of that permit's lock. Not preemptible.
 Run by a baton lock holding the same OBJECT (BATON_OBJECT and BATON_LEASE_ID
 in the environment), it re-enters that lease instead of waiting on its
 parent: same token, one more hold, released when CMD exits.
+
+With --shared the lock is a shared (read) lock: any number of shared holders
+together, none with an exclusive one (a plain baton lock); requests are
+served in line, so a waiting exclusive one is not starved by later shared
+ones. It needs zookeeper.lock.protocol=native on the sidecar (a plugin-protocol
+sidecar refuses it: exit 64). Several objects with --shared are each taken
+shared; not with -n. Run inside a baton lock of the same object, the mode
+must be the parent's (no upgrade: release the shared lock, then take it
+exclusive).
 
 With --wait forever it waits until granted, for a leader election (hold a
 lock for as long as a server runs; observers run baton watch OBJECT): it
@@ -164,7 +174,8 @@ Exit status:
   baton lock --wait 10s article-42        # hold until Ctrl-C; prints the lease
   baton lock --wait forever leader -- ./server   # leader election: serve while elected (observers: baton watch leader)
   baton lock article-42 category-7 -- ./move-article.sh   # both or neither; BATON_FENCING_TOKENS
-  baton lock -n 3 --wait 1m reindex-pool -- ./reindex.sh  # at most 3 at once; BATON_PERMIT`,
+  baton lock -n 3 --wait 1m reindex-pool -- ./reindex.sh  # at most 3 at once; BATON_PERMIT
+  baton lock --shared article-1 -- cat /data/article-1.json   # readers together, never with a writer (native protocol)`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.waitSet = cmd.Flags().Changed("wait")
@@ -195,6 +206,7 @@ Exit status:
 	fl.DurationVar(&f.preemptWait, "preempt-wait", 0, "with --preempt: how long to wait for the holder to yield before giving up, at least its cleanup + 1s (default: --wait)")
 	fl.BoolVar(&f.forceful, "forceful", false, "with --preempt: take the lock from a holder that did not yield in time")
 	fl.DurationVar(&f.lockDelay, "lock-delay", 0, "after a holder vanished without releasing, wait this long before taking the lock (0 = none); default: zookeeper.lock.delay")
+	fl.BoolVar(&f.shared, "shared", false, "a shared (read) lock: held together with other shared holders, never with an exclusive one (needs zookeeper.lock.protocol=native)")
 	fl.IntVarP(&f.permits, "permits", "n", 0, "NAME is a counting semaphore of `N` permits: at most N holders at once (1 to 256)")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "say on stderr what the wait is for (who holds the lock, how many wait); on by default when stderr is a terminal")
 	return cmd
@@ -228,6 +240,8 @@ func (f *lockFlags) checkRecipe(objs []string, hold bool) error {
 		return usageErrorf("-n: %d is not between 1 and %d", f.permits, api.MaxPermits)
 	case f.permits != 0 && len(objs) > 1:
 		return usageErrorf("-n: a semaphore has one NAME, got %d (%s)", len(objs), strings.Join(objs, " "))
+	case f.permits != 0 && f.shared:
+		return usageErrorf("--shared: not with -n (a semaphore's permits are exclusive)")
 	case f.permits != 0:
 		what = "-n (a semaphore)"
 	case len(objs) > 1:
@@ -332,7 +346,7 @@ func runLock(ctx context.Context, g *globals, objs []string, argv []string, f lo
 	for _, kv := range recipeEnv(lease) {
 		fmt.Fprintln(g.stdout, kv)
 	}
-	fmt.Fprintf(g.stderr, "baton: holding %q (token %d) until SIGINT (Ctrl-C) or SIGTERM\n", obj, lease.Token())
+	fmt.Fprintf(g.stderr, "baton: holding %q %s (token %d) until SIGINT (Ctrl-C) or SIGTERM\n", obj, lease.Mode(), lease.Token())
 	err = h.run(ctx, path, argv, sigc)
 	if ee, ok := errors.AsType[*exitError](err); ok {
 		switch ee.code {
@@ -376,6 +390,9 @@ func acquireForLock(ctx context.Context, c *client.Client, objs []string, f lock
 	}
 	if f.lockDelaySet {
 		opts = append(opts, client.WithLockDelay(f.lockDelay))
+	}
+	if f.shared {
+		opts = append(opts, client.WithShared())
 	}
 	if id := os.Getenv(envLeaseID); id != "" && len(objs) == 1 && f.permits == 0 && os.Getenv(envObject) == obj {
 		// Run by a baton lock (or an op handler) already holding obj:
@@ -468,7 +485,7 @@ func acquireExit(err error, f lockFlags) error {
 // lockFlagOf maps the fields of an acquire request the sidecar may reject
 // to the flags of `baton lock` that set them.
 var lockFlagOf = map[string]string{"lease_ms": "--lease", "wait_ms": "--wait", "type": "--type", "info": "--info",
-	"lock_delay_ms": "--lock-delay", "permits": "-n"}
+	"lock_delay_ms": "--lock-delay", "permits": "-n", "mode": "--shared"}
 
 // flagProblem says what the sidecar found wrong with a flag's value: for
 // a millisecond field out of range, the bounds its answer gives.

@@ -24,7 +24,9 @@ func newLocksCmd(g *globals) *cobra.Command {
 		Short: "List locked objects, or show one object's holder and waiters",
 		Long: `locks lists the objects of the lock root, cluster-wide, with their holder and
 number of waiters (GET /v1/locks, every page). With OBJECT it shows that
-object's holder and its waiters in grant order (GET /v1/locks/OBJECT).
+object's holder and its waiters in grant order (GET /v1/locks/OBJECT), each
+with its mode (exclusive or shared); several holders are shared holders, one
+"holder" line each.
 Nodes Baton did not create (the original plugin's) show an empty type and
 sidecar.
 
@@ -70,6 +72,15 @@ func orDash(s string) string {
 	return s
 }
 
+// modeOf is a holder's or waiter's mode as printed: exclusive when the
+// sidecar gave none (one older than shared locks).
+func modeOf(m string) string {
+	if m == "" {
+		return api.ModeExclusive
+	}
+	return printable(m)
+}
+
 func since(t api.Time) string {
 	if t.IsZero() {
 		return "-"
@@ -84,13 +95,13 @@ func printLocks(w io.Writer, ll api.LockList) error {
 		return err
 	}
 	tw := newTable(w)
-	fmt.Fprintln(tw, "OBJECT\tHOLDER\tTYPE\tSIDECAR\tTOKEN\tSINCE\tWAITERS\tINFO")
+	fmt.Fprintln(tw, "OBJECT\tHOLDER\tTYPE\tMODE\tSIDECAR\tTOKEN\tSINCE\tWAITERS\tINFO")
 	for _, l := range locks {
 		if h := l.Holder; h != nil {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", printable(l.Object), printable(h.Node), orDash(printable(h.Type)),
-				orDash(printable(h.Sidecar)), h.Token, since(h.Since), l.Waiters, strconv.Quote(h.Info))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", printable(l.Object), printable(h.Node), orDash(printable(h.Type)),
+				modeOf(h.Mode), orDash(printable(h.Sidecar)), h.Token, since(h.Since), l.Waiters, strconv.Quote(h.Info))
 		} else {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%d\t\n", printable(l.Object), l.Waiters)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t%d\t\n", printable(l.Object), l.Waiters)
 		}
 	}
 	return tw.Flush()
@@ -99,10 +110,15 @@ func printLocks(w io.Writer, ll api.LockList) error {
 func printLock(w io.Writer, st *api.LockStatus) error {
 	tw := newTable(w)
 	fmt.Fprintf(tw, "object\t%s\n", printable(st.Object))
-	if h := st.Holder; h != nil {
-		fmt.Fprintf(tw, "holder\t%s  type %s  sidecar %s  token %d  since %s  info %s\n",
-			printable(h.Node), orDash(printable(h.Type)), orDash(printable(h.Sidecar)), h.Token, since(h.Since), strconv.Quote(h.Info))
-	} else {
+	holders := st.Holders
+	if len(holders) == 0 && st.Holder != nil { // a sidecar older than shared locks
+		holders = []api.Holder{*st.Holder}
+	}
+	for _, h := range holders { // several: shared holders, in grant order
+		fmt.Fprintf(tw, "holder\t%s  type %s  mode %s  sidecar %s  token %d  since %s  info %s\n",
+			printable(h.Node), orDash(printable(h.Type)), modeOf(h.Mode), orDash(printable(h.Sidecar)), h.Token, since(h.Since), strconv.Quote(h.Info))
+	}
+	if len(holders) == 0 {
 		fmt.Fprintln(tw, "holder\tnone")
 	}
 	fmt.Fprintf(tw, "waiters\t%d\n", len(st.Waiters))
@@ -113,10 +129,10 @@ func printLock(w io.Writer, st *api.LockStatus) error {
 		return nil
 	}
 	tw = newTable(w)
-	fmt.Fprintln(tw, "  #\tNODE\tTYPE\tSIDECAR\tSINCE\tINFO")
+	fmt.Fprintln(tw, "  #\tNODE\tTYPE\tMODE\tSIDECAR\tSINCE\tINFO")
 	for i, wt := range st.Waiters {
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", i+1, printable(wt.Node), orDash(printable(wt.Type)), orDash(printable(wt.Sidecar)),
-			since(wt.Since), strconv.Quote(wt.Info))
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, printable(wt.Node), orDash(printable(wt.Type)), modeOf(wt.Mode),
+			orDash(printable(wt.Sidecar)), since(wt.Since), strconv.Quote(wt.Info))
 	}
 	return tw.Flush()
 }

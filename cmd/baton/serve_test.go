@@ -86,6 +86,7 @@ func testStatus(t *testing.T, e *env, s *sidecarProc) {
 		`(?m)^ready\s+yes$`,
 		`(?m)^zookeeper\s+connected \(servers ` + regexp.QuoteMeta(e.zk.ConnString()) + `\)$`,
 		`(?m)^session\s+0x[0-9a-f]+, negotiated timeout 3s$`,
+		`(?m)^lock protocol\s+plugin$`,
 		`(?m)^last reload\s+none since the sidecar started$`,
 		`(?m)^locks held\s+1$`,
 		`(?m)^waiters\s+0$`,
@@ -162,9 +163,9 @@ func testLocks(t *testing.T, e *env, s *sidecarProc) {
 	}
 	for _, re := range []string{
 		`(?m)^object\s+lk-a$`,
-		`(?m)^holder\s+A-\d{10}  type foreground  sidecar shared  token ` + strconv.FormatInt(a.Token(), 10) + `  since \S+Z  info "holder-a"$`,
+		`(?m)^holder\s+A-\d{10}  type foreground  mode exclusive  sidecar shared  token ` + strconv.FormatInt(a.Token(), 10) + `  since \S+Z  info "holder-a"$`,
 		`(?m)^waiters\s+1$`,
-		`(?m)^\s+1\s+B-\d{10}\s+background\s+shared\s+\S+Z\s+"waiter-1"$`,
+		`(?m)^\s+1\s+B-\d{10}\s+background\s+exclusive\s+shared\s+\S+Z\s+"waiter-1"$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(stdout) {
 			t.Errorf("locks lk-a: no match for %s in\n%s", re, stdout)
@@ -172,9 +173,9 @@ func testLocks(t *testing.T, e *env, s *sidecarProc) {
 	}
 	code, stdout, _ = runBaton(t, append(base, "--prefix", "lk-")...)
 	for _, re := range []string{
-		`(?m)^OBJECT\s+HOLDER\s+TYPE\s+SIDECAR\s+TOKEN\s+SINCE\s+WAITERS\s+INFO$`,
-		`(?m)^lk-a\s+A-\d{10}\s+foreground\s+shared\s+\d+\s+\S+Z\s+1\s+"holder-a"$`,
-		`(?m)^lk-b\s+B-\d{10}\s+background\s+shared\s+\d+\s+\S+Z\s+0\s+""$`,
+		`(?m)^OBJECT\s+HOLDER\s+TYPE\s+MODE\s+SIDECAR\s+TOKEN\s+SINCE\s+WAITERS\s+INFO$`,
+		`(?m)^lk-a\s+A-\d{10}\s+foreground\s+exclusive\s+shared\s+\d+\s+\S+Z\s+1\s+"holder-a"$`,
+		`(?m)^lk-b\s+B-\d{10}\s+background\s+exclusive\s+shared\s+\d+\s+\S+Z\s+0\s+""$`,
 	} {
 		if code != 0 || !regexp.MustCompile(re).MatchString(stdout) {
 			t.Errorf("locks --prefix lk-: exit %d, no match for %s in\n%s", code, re, stdout)

@@ -192,6 +192,9 @@ func printHealth(w io.Writer, socket string, h *api.Health) error {
 	fmt.Fprintf(tw, "ready\t%s\n", ready)
 	fmt.Fprintf(tw, "zookeeper\t%s\n", conn)
 	fmt.Fprintf(tw, "session\t%s\n", session)
+	if h.LockProtocol != "" { // a sidecar older than the native protocol leaves it out
+		fmt.Fprintf(tw, "lock protocol\t%s\n", printable(h.LockProtocol))
+	}
 	if zk.LastError != "" {
 		fmt.Fprintf(tw, "last error\t%s\n", zk.LastError)
 	}

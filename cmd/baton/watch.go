@@ -38,8 +38,10 @@ lasted less than a ZooKeeper round trip may not have been seen. Observers
 of a leader elected with "baton lock --wait forever NAME -- server" run it.
 
 Each line is the time the change was seen, the object, then "held" or
-"free" and key=value fields (info quoted, as Go quotes strings):
-  2026-11-26T10:00:00.000Z leader held token=8589934602 node=A-0000000003 sidecar=node-1 type=foreground since=2026-11-26T09:59:59.812Z info="node-a" waiters=1 queue=A-0000000004@node-2 version=8589934604
+"free" and key=value fields (info quoted, as Go quotes strings); with
+shared holders, holders= lists every one (node@sidecar), and a shared
+waiter of queue= is marked (shared):
+  2026-11-26T10:00:00.000Z leader held token=8589934602 node=A-0000000003 sidecar=node-1 type=foreground mode=exclusive since=2026-11-26T09:59:59.812Z info="node-a" waiters=1 queue=A-0000000004@node-2 version=8589934604
   2026-11-26T10:00:05.000Z leader free waiters=0 version=8589934610
 With --json, each answer of the API (a LockWatch) on one line.
 
@@ -132,10 +134,17 @@ func printWatch(w io.Writer, st *api.LockWatch, asJSON bool) error {
 	var b strings.Builder
 	b.WriteString(time.Now().UTC().Format(api.TimeFormat) + " " + watchField(st.Object))
 	if h := st.Holder; h != nil {
-		fmt.Fprintf(&b, " held token=%d node=%s sidecar=%s type=%s since=%s info=%s", h.Token, watchField(h.Node),
-			watchField(h.Sidecar), watchField(h.Type), h.Since.Format(api.TimeFormat), strconv.Quote(h.Info))
+		fmt.Fprintf(&b, " held token=%d node=%s sidecar=%s type=%s mode=%s since=%s info=%s", h.Token, watchField(h.Node),
+			watchField(h.Sidecar), watchField(h.Type), watchField(modeOf(h.Mode)), h.Since.Format(api.TimeFormat), strconv.Quote(h.Info))
 		if h.Orphan {
 			b.WriteString(" orphan=true")
+		}
+		if len(st.Holders) > 1 { // shared holders: every one, the first included
+			hs := make([]string, len(st.Holders))
+			for i, o := range st.Holders {
+				hs[i] = watchField(o.Node) + "@" + watchField(o.Sidecar)
+			}
+			b.WriteString(" holders=" + strings.Join(hs, ","))
 		}
 	} else {
 		b.WriteString(" free")
@@ -145,6 +154,9 @@ func printWatch(w io.Writer, st *api.LockWatch, asJSON bool) error {
 		q := make([]string, len(st.Waiters))
 		for i, wt := range st.Waiters {
 			q[i] = watchField(wt.Node) + "@" + watchField(wt.Sidecar)
+			if wt.Mode == api.ModeShared {
+				q[i] += "(shared)"
+			}
 		}
 		b.WriteString(" queue=" + strings.Join(q, ","))
 	}

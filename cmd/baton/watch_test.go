@@ -17,7 +17,7 @@ import (
 )
 
 // watchLineRE is the form of a `baton watch` line.
-var watchLineRE = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ldr/1 (held token=(\d+) node=A-\d{10} sidecar=shared type=foreground since=\S+ info="([^"]*)"|free) waiters=(\d+)( queue=(A-\d{10}@shared))? version=[0-9.a-z]+$`)
+var watchLineRE = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ldr/1 (held token=(\d+) node=A-\d{10} sidecar=shared type=foreground mode=exclusive since=\S+ info="([^"]*)"|free) waiters=(\d+)( queue=(A-\d{10}@shared))? version=[0-9.a-z]+$`)
 
 // testWatch: `baton watch OBJECT` (a process) prints one line per change of
 // the holder and the queue: free, a holder with its token and info, a

@@ -17,6 +17,12 @@ public final class AcquireOptions {
     boolean renew = true;
     Boolean bindProcess;
     Duration lockDelay;
+    boolean shared;
+
+    /** The mode of an exclusive lock (the default), as the sidecar names it. */
+    public static final String EXCLUSIVE = "exclusive";
+    /** The mode of a shared (read) lock, as the sidecar names it. */
+    public static final String SHARED = "shared";
 
     /** Foreground, no info, the sidecar's defaults, renewed in the background. */
     public static AcquireOptions defaults() {
@@ -77,6 +83,19 @@ public final class AcquireOptions {
     public AcquireOptions lockDelay(Duration d) {
         if (d != null && d.isNegative()) throw new IllegalArgumentException("lockDelay: negative");
         this.lockDelay = d;
+        return this;
+    }
+
+    /**
+     * A shared (read) lock ({@code "mode":"shared"}): any number of shared holders together, none with
+     * an exclusive one; requests are served in line (foreground first, then by arrival), so a waiting
+     * exclusive request is not starved by later shared ones. The sidecar must run {@code
+     * zookeeper.lock.protocol=native}: a plugin-protocol sidecar refuses it (a {@link BatonException}
+     * with status 409 and kind {@code SharedNeedsNative}). With {@link BatonClient#acquireAll} every
+     * object is taken shared; a semaphore refuses it. Default false (exclusive).
+     */
+    public AcquireOptions shared(boolean on) {
+        this.shared = on;
         return this;
     }
 

@@ -146,6 +146,7 @@ public final class BatonClient implements AutoCloseable {
         }
         if (o.lease != null) req.put("lease_ms", AcquireOptions.ceilMillis(o.lease));
         if (o.lockDelay != null) req.put("lock_delay_ms", AcquireOptions.ceilMillis(o.lockDelay));
+        if (o.shared) req.put("mode", AcquireOptions.SHARED);
         if (o.bindProcess != null ? o.bindProcess : BIND_PROCESS_DEFAULT) req.put("bind", "process");
         long sent = System.nanoTime();
         UnixHttp.Response r;
@@ -207,17 +208,24 @@ public final class BatonClient implements AutoCloseable {
     }
 
     private static LockStatus lockStatus(Map<String, Object> v) {
-        List<Holder> waiters = new ArrayList<>();
-        if (v.get("waiters") instanceof List<?> ws) {
+        Holder holder = Holder.from(Json.obj(v, "holder"));
+        List<Holder> holders = holders(v.get("holders"));
+        if (holders.isEmpty() && holder != null) holders = List.of(holder); // a sidecar older than shared locks
+        return new LockStatus(Json.str(v, "object"), holder, holders(v.get("waiters")), holders);
+    }
+
+    private static List<Holder> holders(Object list) {
+        List<Holder> out = new ArrayList<>();
+        if (list instanceof List<?> ws) {
             for (Object w : ws) {
                 if (w instanceof Map<?, ?>) {
                     @SuppressWarnings("unchecked")
                     Map<String, Object> wm = (Map<String, Object>) w;
-                    waiters.add(Holder.from(wm));
+                    out.add(Holder.from(wm));
                 }
             }
         }
-        return new LockStatus(Json.str(v, "object"), Holder.from(Json.obj(v, "holder")), List.copyOf(waiters));
+        return List.copyOf(out);
     }
 
     /** Returns normally when the sidecar is ready (/readyz 200); else an UnavailableException saying why. */

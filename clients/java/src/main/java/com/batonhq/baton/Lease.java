@@ -45,6 +45,7 @@ public final class Lease implements AutoCloseable {
     private final String type;
     private final String info;
     private final String node;
+    private final String mode;
     private final long token;
     private final String acquiredAt;
     private final long waitedMillis;
@@ -71,6 +72,8 @@ public final class Lease implements AutoCloseable {
         this.type = Json.str(v, "type");
         this.info = Json.str(v, "info");
         this.node = Json.str(v, "node");
+        String m = Json.str(v, "mode");
+        this.mode = m.isEmpty() ? AcquireOptions.EXCLUSIVE : m;
         this.token = Json.num(v, "token", 0);
         this.acquiredAt = Json.str(v, "acquired_at");
         this.waitedMillis = Json.num(v, "waited_ms", 0);
@@ -112,6 +115,11 @@ public final class Lease implements AutoCloseable {
     /** The name of the lock's node in ZooKeeper ({@code A-0000000007}). */
     public String node() {
         return node;
+    }
+
+    /** {@code exclusive} or {@code shared} (see {@link AcquireOptions#shared}). */
+    public String mode() {
+        return mode;
     }
 
     /** The fencing token: strictly greater than every earlier grant's for this object. */

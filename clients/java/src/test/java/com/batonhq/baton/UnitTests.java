@@ -183,6 +183,11 @@ public final class UnitTests {
             sent = Json.parseObject(f.requests("POST", "/v1/semaphores/pool%2Fx/acquire").get(0).body());
             eq(3L, sent.get("permits"), "permits sent");
             eq(1L, p.answerMember("permit"), "the permit in the answer");
+            check(!sent.containsKey("mode"), "no mode unless shared");
+            eq("exclusive", p.mode(), "a lease without mode (an older sidecar) is exclusive");
+            c.acquireAll(List.of("b", "a"), AcquireOptions.defaults().shared(true).renew(false));
+            sent = Json.parseObject(f.requests("POST", "/v1/locks/acquire").get(1).body());
+            eq("shared", sent.get("mode"), "shared(true): mode shared sent");
         }
     }
 
