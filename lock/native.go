@@ -282,6 +282,14 @@ func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
 	done := false
 	if p.seq >= 0 && p.version >= 0 && n.delay <= 0 {
 		g, err, done = n.fast(ctx, p)
+	} else if !p.contended && n.delay <= 0 {
+		// No prediction, nobody seen here lately: read the holders; if
+		// there are none, create our child and name ourselves in one
+		// multi guarded by that version, then verify nobody waits ahead
+		// (three round trips, one write; queueing first costs four, two).
+		if v, err := n.readData(ctx); err == nil && len(v.d.H) == 0 {
+			g, err, done = n.fast(ctx, prediction{seq: -1, czxid: v.st.Czxid, version: v.st.Version})
+		}
 	}
 	if !done {
 		g, err = n.slow(ctx)
@@ -321,14 +329,22 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 			g, err := n.granted(ctx, st.Mzxid, st, d, nil, seq+1)
 			return g, err, true
 		}
-		n.e.observe(func(o Observer) { o.FastPath(false) })
-		n.e.objContended(n.name)
+		if p.seq >= 0 {
+			n.e.observe(func(o Observer) { o.FastPath(false) })
+		}
 		if st.Czxid == p.czxid {
 			// Someone created a child since: are they ahead of us?
 			v, err := n.read(ctx)
+			if err == nil && len(v.kids) > 1 {
+				n.e.objContended(n.name)
+			}
 			if err == nil && v.holds(n.reqID) {
 				if !n.waiterAhead(v) {
-					g, err := n.granted(ctx, st.Mzxid, v.st, v.d, n.after(v), -1)
+					next := int64(-1)
+					if len(v.kids) == 1 && n.e.objAlone(n.name) {
+						next = seq + 1
+					}
+					g, err := n.granted(ctx, st.Mzxid, v.st, v.d, n.after(v), next)
 					return g, err, true
 				}
 			}
@@ -340,7 +356,9 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 		}
 		return nil, nil, false
 	case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNoNode):
-		n.e.observe(func(o Observer) { o.FastPath(false) })
+		if p.seq >= 0 {
+			n.e.observe(func(o Observer) { o.FastPath(false) })
+		}
 		return nil, nil, false // nothing created
 	case isConnErr(err):
 		n.uncertain = true
