@@ -1,0 +1,268 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/batonhq/baton/lock"
+)
+
+// Independent review of the native protocol (issue 21 §2, issue 22 §1).
+
+// grantAsync acquires in the background; the channel delivers the grant or
+// the error.
+type asyncResult struct {
+	g   *lock.Grant
+	err error
+}
+
+func grantAsync(ctx context.Context, e *lock.Engine, obj string, typ lock.Type, o lock.AcquireOptions) <-chan asyncResult {
+	ch := make(chan asyncResult, 1)
+	go func() {
+		g, err := e.Acquire(ctx, obj, typ, o)
+		ch <- asyncResult{g, err}
+	}()
+	return ch
+}
+
+// The successor's session is lost between the holder's listing and its
+// release: the release names a waiter whose child is gone. Nobody may be
+// granted beside anyone, and the waiter behind it, which asks for a
+// lock-delay, must not be delayed: the holder released cleanly and the
+// named successor never held (the doc: "A clean release is not delayed").
+func TestReviewNativeSuccessorSessionLost(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	eA := newEngine(t, zkServer.Servers(), root, native)
+	eB := newEngine(t, zkServer.Servers(), root, native)
+	eC := newEngine(t, zkServer.Servers(), root, native)
+	ctx := context.Background()
+	gate := acquire(t, eA, "s", lock.Foreground, lock.AcquireOptions{})
+	hch := grantAsync(ctx, eA, "s", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+	waitFor(t, 10*time.Second, "H queued", func() bool { return len(children(t, conn, root, "s")) == 3 })
+	sch := grantAsync(ctx, eB, "s", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+	waitFor(t, 10*time.Second, "S queued", func() bool { return len(children(t, conn, root, "s")) == 4 })
+	wch := grantAsync(ctx, eC, "s", lock.Foreground, lock.AcquireOptions{Wait: 4 * time.Second, LockDelay: time.Minute})
+	waitFor(t, 10*time.Second, "W queued", func() bool { return len(children(t, conn, root, "s")) == 5 })
+	time.Sleep(100 * time.Millisecond)
+	release(t, gate) // names nobody (granted alone): H lists [H S W] and takes
+	h := <-hch
+	if h.err != nil {
+		t.Fatal(h.err)
+	}
+	var chk overlapChecker
+	chk.enter(h.g.Token())
+	eB.Close() // S's session ends: its child goes, H's queue still names it
+	waitFor(t, 10*time.Second, "S gone", func() bool { return len(children(t, conn, root, "s")) == 3 })
+	if r := <-sch; r.err == nil {
+		t.Fatal("S granted after its engine closed")
+	}
+	time.Sleep(100 * time.Millisecond) // W is watching H again
+	chk.leave()
+	release(t, h.g)
+	w := <-wch
+	if w.err != nil {
+		t.Fatalf("W after a clean release (its predecessor's session ended before the release): %v; want a grant without a lock-delay (delays waited out: %d)", w.err, eC.Health().LockDelays)
+	}
+	chk.enter(w.g.Token())
+	chk.leave()
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("overlaps=%d bad tokens=%d", chk.overlaps, chk.badToken)
+	}
+	release(t, w.g)
+}
+
+// A plugin holder under a native root that the engine has used before (its
+// sentinel known): an operator deleted the sentinel and a plugin
+// participant took the object with an ephemeral privateLock. A native
+// acquire must fail with ErrForeignNode naming the root, never be granted
+// beside it.
+func TestReviewNativeForeignPrivateLockAfterSentinelDeleted(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	e := newEngine(t, zkServer.Servers(), root, native)
+	release(t, acquire(t, e, "p", lock.Foreground, lock.AcquireOptions{}))
+	objPath := root + "/p"
+	if err := conn.Delete(objPath+"/privateLock", -1); err != nil {
+		t.Fatal(err)
+	}
+	plugin := rawConn(t, zkServer.Servers())
+	if _, err := plugin.Create(objPath+"/privateLock", nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	g, err := e.Acquire(context.Background(), "p", lock.Foreground, lock.AcquireOptions{Wait: 2 * time.Second})
+	if err == nil {
+		release(t, g)
+		t.Fatalf("granted (token %d) beside a plugin holder's ephemeral privateLock", g.Token())
+	}
+	if !errors.Is(err, lock.ErrForeignNode) || !strings.Contains(err.Error(), root) {
+		t.Fatalf("acquire beside a plugin holder: %v; want ErrForeignNode naming %s", err, root)
+	}
+	plugin.Close()
+}
+
+// An operator deleted the object node (sentinel and all) and re-created
+// it plainly. The engine's next grant there must leave the sentinel in
+// place again, so that the original plugin (pluginLock) is kept out and
+// never granted beside the native holder.
+func TestReviewNativeObjectRecreatedKeepsPluginOut(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	e := newEngine(t, zkServer.Servers(), root, native)
+	release(t, acquire(t, e, "r", lock.Foreground, lock.AcquireOptions{}))
+	objPath := root + "/r"
+	if err := conn.Delete(objPath+"/privateLock", -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Delete(objPath, -1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Create(objPath, nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	g := acquire(t, e, "r", lock.Foreground, lock.AcquireOptions{})
+	pl := &pluginLock{conn: rawConn(t, zkServer.Servers()), objPath: objPath}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	tok, err := pl.lock(ctx, "A")
+	cancel()
+	if err == nil {
+		_ = pl.unlock()
+		release(t, g)
+		t.Fatalf("plugin granted (token %d) beside the native holder (token %d)", tok, g.Token())
+	}
+	release(t, g)
+}
+
+// Upgrade: a shared holder's own engine asks for an exclusive lock on the
+// object. The engine cannot tell the asker from any other client of the
+// sidecar, so it queues it: it must not be granted beside the shared
+// holder, and its wait ends with an InstanceLockError naming the shared
+// holder (not a silent hang past Wait).
+func TestReviewNativeUpgradeWaits(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root, native)
+	s := acquire(t, e, "u", lock.Foreground, lock.AcquireOptions{Shared: true})
+	g, err := e.Acquire(context.Background(), "u", lock.Foreground, lock.AcquireOptions{Wait: 500 * time.Millisecond})
+	if err == nil {
+		release(t, g)
+		t.Fatal("exclusive granted beside the engine's own shared holder")
+	}
+	var ile *lock.InstanceLockError
+	if !errors.As(err, &ile) || ile.Holder == nil || ile.Holder.RequestID != s.RequestID() {
+		t.Fatalf("upgrade: %v (holder %+v); want an InstanceLockError naming the shared holder %s", err, ile, s.RequestID())
+	}
+	// a second shared grant beside it is fine
+	s2 := acquire(t, e, "u", lock.Foreground, lock.AcquireOptions{Shared: true})
+	release(t, s2)
+	release(t, s)
+}
+
+// A local successor (same engine) whose wait ends exactly when the holder
+// hands it the lock: no node is left behind, nobody is granted beside
+// anyone, and the next waiter (another engine, with a lock-delay: every
+// release here is clean) gets the lock without a delay.
+func TestReviewNativeLocalSuccessorCancelledAtHandoff(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	eA := newEngine(t, zkServer.Servers(), root, native)
+	eC := newEngine(t, zkServer.Servers(), root, native)
+	bg := context.Background()
+	var chk overlapChecker
+	hits := 0
+	for i := range 12 {
+		h := acquire(t, eA, "l", lock.Foreground, lock.AcquireOptions{})
+		sctx, scancel := context.WithCancel(bg)
+		sch := grantAsync(sctx, eA, "l", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+		waitFor(t, 10*time.Second, "S queued", func() bool { return len(children(t, conn, root, "l")) == 3 })
+		wch := grantAsync(bg, eC, "l", lock.Foreground, lock.AcquireOptions{Wait: 3 * time.Second, LockDelay: time.Minute})
+		waitFor(t, 10*time.Second, "W queued", func() bool { return len(children(t, conn, root, "l")) == 4 })
+		time.Sleep(20 * time.Millisecond)
+		chk.enter(h.Token())
+		chk.leave()
+		// release and cancel together; H's grant knew nobody waiting (it
+		// was granted alone), so stagger a little around the handoff
+		go func() {
+			time.Sleep(time.Duration(i%4) * 300 * time.Microsecond)
+			scancel()
+		}()
+		release(t, h)
+		s := <-sch
+		if s.err == nil {
+			hits++
+			chk.enter(s.g.Token())
+			chk.leave()
+			release(t, s.g)
+		}
+		w := <-wch
+		if w.err != nil {
+			t.Fatalf("round %d: W: %v (S granted: %v); want a grant without a lock-delay after clean releases", i, w.err, s.err == nil)
+		}
+		chk.enter(w.g.Token())
+		chk.leave()
+		release(t, w.g)
+	}
+	t.Logf("S granted in %d of 12 rounds", hits)
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("overlaps=%d bad tokens=%d", chk.overlaps, chk.badToken)
+	}
+}
+
+// Check answers stale for the old token right after an in-process handoff
+// and a cross-engine one, from another engine; tokens increase.
+func TestReviewNativeCheckAfterHandoff(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	eA := newEngine(t, zkServer.Servers(), root, native)
+	eB := newEngine(t, zkServer.Servers(), root, native)
+	eC := newEngine(t, zkServer.Servers(), root, native)
+	bg := context.Background()
+	g1 := acquire(t, eA, "c", lock.Foreground, lock.AcquireOptions{})
+	ch2 := grantAsync(bg, eA, "c", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+	waitFor(t, 10*time.Second, "2 queued", func() bool { return len(children(t, conn, root, "c")) == 3 })
+	ch3 := grantAsync(bg, eB, "c", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+	waitFor(t, 10*time.Second, "3 queued", func() bool { return len(children(t, conn, root, "c")) == 4 })
+	time.Sleep(50 * time.Millisecond)
+	release(t, g1)
+	r2 := <-ch2
+	if r2.err != nil {
+		t.Fatal(r2.err)
+	}
+	for _, tc := range []struct {
+		tok  int64
+		want bool
+	}{{g1.Token(), false}, {r2.g.Token(), true}} {
+		cur, holder, err := eC.Check(bg, "c", tc.tok)
+		if err != nil || cur != tc.want || holder != r2.g.Token() {
+			t.Errorf("Check(%d) after the local handoff = %v, %d, %v; want %v, %d", tc.tok, cur, holder, err, tc.want, r2.g.Token())
+		}
+	}
+	release(t, r2.g)
+	r3 := <-ch3
+	if r3.err != nil {
+		t.Fatal(r3.err)
+	}
+	if !(g1.Token() < r2.g.Token() && r2.g.Token() < r3.g.Token()) {
+		t.Errorf("tokens %d %d %d not increasing", g1.Token(), r2.g.Token(), r3.g.Token())
+	}
+	cur, holder, err := eC.Check(bg, "c", r2.g.Token())
+	if err != nil || cur || holder != r3.g.Token() {
+		t.Errorf("Check(old) after the cross-engine handoff = %v, %d, %v; want stale, %d", cur, holder, err, r3.g.Token())
+	}
+	release(t, r3.g)
+}
+
+var _ = fmt.Sprint
+var _ = rand.Int
+var _ = path.Base
+var _ sync.Mutex
+var _ atomic.Int64
