@@ -851,17 +851,27 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 			}
 		}
 		passed := false
+		var named []string // the successors' children, checked in the multi
 		if len(nd.H) == 0 {
 			if !mark {
 				nd.X = g.token
 			} else {
-				succ, rest := g.e.successors(g.name, ng.next)
-				nd.H, nd.N, passed = succ, rest, len(succ) > 0
+				var succ []nativeHolder
+				succ, named, nd.N = g.e.successors(g.name, ng.next)
+				nd.H, passed = succ, len(succ) > 0
 			}
 		}
 		ops := []any{
 			&zk.DeleteRequest{Path: g.objPath + "/" + g.node, Version: -1},
 			&zk.SetDataRequest{Path: g.objPath, Data: nd.marshal(), Version: ng.version},
+		}
+		// A successor is named only while its child lives (checked in the
+		// same multi): a waiter that gave up or whose session ended since
+		// our listing is not named (a dead name would read as a vanished
+		// holder to lock-delay waiters, and a request that queued again
+		// under the same id would find itself named out of its turn).
+		for _, nm := range named {
+			ops = append(ops, &zk.CheckVersionRequest{Path: g.objPath + "/" + nm, Version: -1})
 		}
 		res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return g.s.conn.Multi(ops...) },
 			func(_ []zk.MultiResponse, err error) {
@@ -897,6 +907,13 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 			}
 			g.noteNative(&nd, st)
 			continue
+		case errors.Is(err, zk.ErrNoNode) && goneSuccessor(res, named) != "":
+			// that successor left since our listing: hand over without it
+			gone := goneSuccessor(res, named)
+			g.mu.Lock()
+			g.native.next = slices.DeleteFunc(slices.Clone(g.native.next), func(nm string) bool { return nm == gone })
+			g.mu.Unlock()
+			continue
 		case errors.Is(err, zk.ErrNoNode):
 			g.lose(errors.New("our lock node was deleted by someone else"))
 			return g.Err()
@@ -918,12 +935,23 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 	return nil
 }
 
+// goneSuccessor returns the successor's child (of named, checked after the
+// release multi's first two operations) whose check failed, or "".
+func goneSuccessor(res []zk.MultiResponse, named []string) string {
+	for i, nm := range named {
+		if 2+i < len(res) && errors.Is(res[2+i].Error, zk.ErrNoNode) {
+			return nm
+		}
+	}
+	return ""
+}
+
 // successors picks, from the names a holder knows to be behind it, whom
 // to hand the lock to: the first waiter if it is foreground (exclusive), or
 // the leading foreground shared ones; none if the first is background
 // (a later foreground request could sort ahead of it and not be seen).
-// rest is the queue behind them, handed on.
-func (e *Engine) successors(name string, next []string) ([]nativeHolder, []string) {
+// names are their children; rest is the queue behind them, handed on.
+func (e *Engine) successors(name string, next []string) ([]nativeHolder, []string, []string) {
 	e.objMu.Lock()
 	var gone map[string]time.Time
 	if st := e.objs[name]; st != nil {
@@ -940,6 +968,7 @@ func (e *Engine) successors(name string, next []string) ([]nativeHolder, []strin
 	}
 	e.objMu.Unlock()
 	var succ []nativeHolder
+	var names []string
 	i := 0
 	for ; i < len(live); i++ {
 		c := live[i]
@@ -947,13 +976,14 @@ func (e *Engine) successors(name string, next []string) ([]nativeHolder, []strin
 			break
 		}
 		succ = append(succ, nativeHolder{R: c.req, S: c.shared})
+		names = append(names, c.name)
 		if !c.shared {
 			i++
 			break
 		}
 	}
 	if len(succ) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	rest := make([]string, 0, min(len(live)-i, nativeMaxNext))
 	for _, c := range live[i:] {
@@ -962,7 +992,7 @@ func (e *Engine) successors(name string, next []string) ([]nativeHolder, []strin
 		}
 		rest = append(rest, c.name)
 	}
-	return succ, rest
+	return succ, names, rest
 }
 
 // noteNative records the object's data as the holder saw it.
