@@ -303,6 +303,7 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 	ops := []any{
 		&zk.CreateRequest{Path: n.objPath + "/" + n.e.nativePrefix(n.typ, n.shared, n.reqID), Data: n.data, Acl: n.e.acl, Flags: zk.FlagEphemeralSequential},
 		&zk.SetDataRequest{Path: n.objPath, Data: d.marshal(), Version: p.version},
+		&zk.CheckVersionRequest{Path: sentinelMark(n.objPath), Version: -1},
 	}
 	res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return n.s.conn.Multi(ops...) },
 		func(_ []zk.MultiResponse, err error) {
@@ -341,6 +342,12 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 		return nil, nil, false
 	case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNoNode):
 		n.e.observe(func(o Observer) { o.FastPath(false) })
+		if sentinelGone(res, 2) {
+			n.e.objSentinel(n.name, false)
+			if err := n.e.ensureNative(ctx, n.s, n.name, n.objPath); err != nil {
+				return nil, n.fail(ctx, err), true
+			}
+		}
 		return nil, nil, false // nothing created
 	case isConnErr(err):
 		n.uncertain = true
@@ -693,6 +700,7 @@ func (n *nreq) take(ctx context.Context, v *nativeView) (*Grant, error) {
 	ops := []any{
 		&zk.CheckVersionRequest{Path: n.objPath + "/" + n.node, Version: -1},
 		&zk.SetDataRequest{Path: n.objPath, Data: d.marshal(), Version: v.st.Version},
+		&zk.CheckVersionRequest{Path: sentinelMark(n.objPath), Version: -1},
 	}
 	res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return n.s.conn.Multi(ops...) },
 		func(_ []zk.MultiResponse, err error) {
@@ -710,6 +718,11 @@ func (n *nreq) take(ctx context.Context, v *nativeView) (*Grant, error) {
 		return n.granted(ctx, st.Mzxid, st, d, n.after(v), next)
 	case errors.Is(err, zk.ErrBadVersion):
 		return nil, nil
+	case errors.Is(err, zk.ErrNoNode) && sentinelGone(res, 2):
+		// the sentinel went (an operator): make it again, or find the
+		// plugin holder that took its place
+		n.e.objSentinel(n.name, false)
+		return nil, n.e.ensureNative(ctx, n.s, n.name, n.objPath)
 	case errors.Is(err, zk.ErrNoNode):
 		n.node = ""
 		return nil, nil
@@ -873,6 +886,9 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 		for _, nm := range named {
 			ops = append(ops, &zk.CheckVersionRequest{Path: g.objPath + "/" + nm, Version: -1})
 		}
+		if passed { // a successor is granted by this write: only beside our sentinel
+			ops = append(ops, &zk.CheckVersionRequest{Path: sentinelMark(g.objPath), Version: -1})
+		}
 		res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return g.s.conn.Multi(ops...) },
 			func(_ []zk.MultiResponse, err error) {
 				if err != nil && (isConnErr(err) || notSent(err)) {
@@ -906,6 +922,14 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 				return g.Err()
 			}
 			g.noteNative(&nd, st)
+			continue
+		case errors.Is(err, zk.ErrNoNode) && passed && sentinelGone(res, 2+len(named)):
+			// the sentinel went (an operator): release without naming
+			// anyone; the next request finds out (take)
+			g.e.objSentinel(g.name, false)
+			g.mu.Lock()
+			g.native.next = nil
+			g.mu.Unlock()
 			continue
 		case errors.Is(err, zk.ErrNoNode) && goneSuccessor(res, named) != "":
 			// that successor left since our listing: hand over without it
@@ -1165,6 +1189,7 @@ func (e *Engine) ensureNative(ctx context.Context, s *session, name, objPath str
 		return nil
 	}
 	sentinel := objPath + "/" + privateLock
+	mark := sentinelMark(objPath)
 	data := nativeData{}.marshal()
 	for range 10 {
 		st, err := zcall(ctx, func() (*zk.Stat, error) {
@@ -1181,17 +1206,30 @@ func (e *Engine) ensureNative(ctx context.Context, s *session, name, objPath str
 			if st.EphemeralOwner != 0 {
 				return fmt.Errorf("%w: %s/%s is a plugin holder's (ephemeral) under the native root %s", ErrForeignNode, path.Base(objPath), privateLock, e.opts.Root)
 			}
-			e.objSentinel(name, true)
-			return nil
+			if st.NumChildren > 0 {
+				e.objSentinel(name, true)
+				return nil
+			}
+			_, err = zcall(ctx, func() (string, error) { return s.conn.Create(mark, nil, zk.FlagPersistent, e.acl) }, nil)
+			if err != nil && !errors.Is(err, zk.ErrNodeExists) && !errors.Is(err, zk.ErrNoNode) {
+				return err
+			}
+			continue // look again
 		}
 		_, err = zcall(ctx, func() ([]zk.MultiResponse, error) {
 			return s.conn.Multi(
 				&zk.CreateRequest{Path: objPath, Data: data, Acl: e.acl, Flags: zk.FlagPersistent},
 				&zk.CreateRequest{Path: sentinel, Data: data, Acl: e.acl, Flags: zk.FlagPersistent},
+				&zk.CreateRequest{Path: mark, Acl: e.acl, Flags: zk.FlagPersistent},
 			)
 		}, nil)
 		if errors.Is(err, zk.ErrNodeExists) { // the object node exists: add the sentinel
-			_, err = zcall(ctx, func() (string, error) { return s.conn.Create(sentinel, data, zk.FlagPersistent, e.acl) }, nil)
+			_, err = zcall(ctx, func() ([]zk.MultiResponse, error) {
+				return s.conn.Multi(
+					&zk.CreateRequest{Path: sentinel, Data: data, Acl: e.acl, Flags: zk.FlagPersistent},
+					&zk.CreateRequest{Path: mark, Acl: e.acl, Flags: zk.FlagPersistent},
+				)
+			}, nil)
 		}
 		switch {
 		case err == nil, errors.Is(err, zk.ErrNodeExists):
@@ -1205,6 +1243,19 @@ func (e *Engine) ensureNative(ctx context.Context, s *session, name, objPath str
 		}
 	}
 	return fmt.Errorf("lock: could not create %s: it keeps vanishing", sentinel)
+}
+
+// sentinelMark is the sentinel's child: an ephemeral node (a plugin
+// holder's privateLock) cannot have one, so a grant's multi that checks it
+// proves the object's privateLock is our persistent sentinel at that
+// moment, however the engine last saw it (an operator may have deleted the
+// sentinel, or the object node, since).
+func sentinelMark(objPath string) string { return objPath + "/" + privateLock + "/native" }
+
+// sentinelGone reports whether a failed multi failed on its check of the
+// sentinel's mark (operation i).
+func sentinelGone(res []zk.MultiResponse, i int) bool {
+	return i < len(res) && errors.Is(res[i].Error, zk.ErrNoNode)
 }
 
 // objSentinel records whether the engine knows the object's sentinel.

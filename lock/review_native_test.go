@@ -19,6 +19,22 @@ import (
 
 // Independent review of the native protocol (issue 21 §2, issue 22 §1).
 
+// deleteTree deletes p and everything under it, as an operator's zkCli
+// deleteall does.
+func deleteTree(t testing.TB, conn *zk.Conn, p string) {
+	t.Helper()
+	kids, _, err := conn.Children(p)
+	if err != nil {
+		t.Fatalf("deleteall %s: %v", p, err)
+	}
+	for _, k := range kids {
+		deleteTree(t, conn, p+"/"+k)
+	}
+	if err := conn.Delete(p, -1); err != nil {
+		t.Fatalf("deleteall %s: %v", p, err)
+	}
+}
+
 // grantAsync acquires in the background; the channel delivers the grant or
 // the error.
 type asyncResult struct {
@@ -93,9 +109,8 @@ func TestReviewNativeForeignPrivateLockAfterSentinelDeleted(t *testing.T) {
 	e := newEngine(t, zkServer.Servers(), root, native)
 	release(t, acquire(t, e, "p", lock.Foreground, lock.AcquireOptions{}))
 	objPath := root + "/p"
-	if err := conn.Delete(objPath+"/privateLock", -1); err != nil {
-		t.Fatal(err)
-	}
+	deleteTree(t, conn, objPath+"/privateLock") // zkCli deleteall
+
 	plugin := rawConn(t, zkServer.Servers())
 	if _, err := plugin.Create(objPath+"/privateLock", nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatal(err)
@@ -121,12 +136,7 @@ func TestReviewNativeObjectRecreatedKeepsPluginOut(t *testing.T) {
 	e := newEngine(t, zkServer.Servers(), root, native)
 	release(t, acquire(t, e, "r", lock.Foreground, lock.AcquireOptions{}))
 	objPath := root + "/r"
-	if err := conn.Delete(objPath+"/privateLock", -1); err != nil {
-		t.Fatal(err)
-	}
-	if err := conn.Delete(objPath, -1); err != nil {
-		t.Fatal(err)
-	}
+	deleteTree(t, conn, objPath) // zkCli deleteall
 	if _, err := conn.Create(objPath, nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatal(err)
 	}
