@@ -276,3 +276,61 @@ var _ = rand.Int
 var _ = path.Base
 var _ sync.Mutex
 var _ atomic.Int64
+
+// A shared request granted past a shared waiter ahead of it that has not
+// taken yet (its read was slow): when it releases, that waiter is still
+// first in order and must come before the exclusive request behind them.
+// The holder's queue listed only the waiters behind it, so its release
+// named the exclusive one out of turn; in TestNativeSharedStress that
+// deadlocked (the named exclusive request watched the shared waiter ahead
+// of it, which watched the exclusive holder).
+func TestReviewNativeSharedPastSharedKeepsOrder(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	objPath := root + "/d"
+	var st staller
+	eA := newEngine(t, zkServer.Servers(), root, native)
+	eB := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) { o.Dialer = st.dial })
+	eC := newEngine(t, zkServer.Servers(), root, native)
+	bg := context.Background()
+	g := acquire(t, eA, "d", lock.Foreground, lock.AcquireOptions{})
+	wch := grantAsync(bg, eB, "d", lock.Foreground, lock.AcquireOptions{Shared: true, Wait: time.Minute})
+	waitFor(t, 10*time.Second, "W queued", func() bool { return len(children(t, conn, root, "d")) == 3 })
+	hch := grantAsync(bg, eA, "d", lock.Foreground, lock.AcquireOptions{Shared: true, Wait: time.Minute})
+	waitFor(t, 10*time.Second, "H queued", func() bool { return len(children(t, conn, root, "d")) == 4 })
+	rch := grantAsync(bg, eC, "d", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+	waitFor(t, 10*time.Second, "R queued", func() bool { return len(children(t, conn, root, "d")) == 5 })
+	time.Sleep(100 * time.Millisecond) // everyone watches
+	st.arm(objPath, objPath)           // W's read after G's release is not answered
+	release(t, g)
+	h := <-hch
+	if h.err != nil {
+		t.Fatal(h.err)
+	}
+	waitFor(t, 10*time.Second, "W's read swallowed", func() bool { return st.count() > 0 })
+	release(t, h.g)
+	time.Sleep(200 * time.Millisecond)
+	st.lift()
+	var order []string
+	for range 2 {
+		select {
+		case w := <-wch:
+			if w.err != nil {
+				t.Fatalf("W: %v", w.err)
+			}
+			order = append(order, "W")
+			release(t, w.g)
+		case r := <-rch:
+			if r.err != nil {
+				t.Fatalf("R: %v", r.err)
+			}
+			order = append(order, "R")
+			release(t, r.g)
+		case <-time.After(15 * time.Second):
+			t.Fatalf("stuck after %v (W shared ahead, R exclusive behind: two waiters watching each other?)", order)
+		}
+	}
+	if order[0] != "W" {
+		t.Errorf("grant order %v: the exclusive request R overtook the shared waiter W ahead of it", order)
+	}
+}
