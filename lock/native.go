@@ -371,16 +371,15 @@ func (n *nreq) waiterAhead(v *nativeView) bool {
 	return false
 }
 
-// after returns the waiters behind our child in v's order: whom we may
-// hand the lock to.
+// after returns the waiters in v's order but us: whom we may hand the
+// lock to. Not only those behind our child: a shared request is granted
+// past shared waiters ahead of it that have not taken yet, and they stay
+// first in order (naming a request behind them could have it watch one of
+// them while that one watches it).
 func (n *nreq) after(v *nativeView) []string {
 	var out []string
-	seen := false
 	for _, k := range v.kids {
-		switch {
-		case k.req == n.reqID:
-			seen = true
-		case seen && !v.holds(k.req) && len(out) < nativeMaxNext:
+		if k.req != n.reqID && !v.holds(k.req) && len(out) < nativeMaxNext {
 			out = append(out, k.name)
 		}
 	}
