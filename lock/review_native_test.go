@@ -334,3 +334,55 @@ func TestReviewNativeSharedPastSharedKeepsOrder(t *testing.T) {
 		t.Errorf("grant order %v: the exclusive request R overtook the shared waiter W ahead of it", order)
 	}
 }
+
+// A successor named in the release multi just as it gives up (its read of
+// the grant is slow, then its wait ends): it never learnt of the grant, so
+// its end is no vanish. Nobody is granted beside anyone, no node is left,
+// and the waiter behind it, which asks for a lock-delay, is granted
+// without one (every release here is clean).
+func TestReviewNativeSuccessorCancelledDuringHandoff(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	objPath := root + "/h"
+	var st staller
+	eA := newEngine(t, zkServer.Servers(), root, native)
+	eB := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) { o.Dialer = st.dial })
+	eC := newEngine(t, zkServer.Servers(), root, native)
+	bg := context.Background()
+	gate := acquire(t, eA, "h", lock.Foreground, lock.AcquireOptions{})
+	hch := grantAsync(bg, eA, "h", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+	waitFor(t, 10*time.Second, "H queued", func() bool { return len(children(t, conn, root, "h")) == 3 })
+	sctx, scancel := context.WithCancel(bg)
+	defer scancel()
+	sch := grantAsync(sctx, eB, "h", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+	waitFor(t, 10*time.Second, "S queued", func() bool { return len(children(t, conn, root, "h")) == 4 })
+	wch := grantAsync(bg, eC, "h", lock.Foreground, lock.AcquireOptions{Wait: 8 * time.Second, LockDelay: time.Minute})
+	waitFor(t, 10*time.Second, "W queued", func() bool { return len(children(t, conn, root, "h")) == 5 })
+	time.Sleep(100 * time.Millisecond)
+	release(t, gate) // H lists [H S W] and takes
+	h := <-hch
+	if h.err != nil {
+		t.Fatal(h.err)
+	}
+	var chk overlapChecker
+	chk.enter(h.g.Token())
+	st.arm(objPath, objPath) // S's read of its grant is not answered
+	chk.leave()
+	release(t, h.g) // names S
+	waitFor(t, 10*time.Second, "S's read swallowed", func() bool { return st.count() > 0 })
+	scancel()
+	if s := <-sch; s.err == nil {
+		t.Fatal("S granted after its wait ended")
+	}
+	st.lift()
+	w := <-wch
+	if w.err != nil {
+		t.Fatalf("W: %v; want a grant without a lock-delay (S never learnt of its grant; delays waited out: %d)", w.err, eC.Health().LockDelays)
+	}
+	chk.enter(w.g.Token())
+	chk.leave()
+	release(t, w.g)
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("overlaps=%d bad tokens=%d", chk.overlaps, chk.badToken)
+	}
+}
