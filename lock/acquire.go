@@ -715,6 +715,9 @@ func (r *request) fail(ctx context.Context, cause error) error {
 	}
 	if r.node != "" {
 		c := cleanup{kind: cleanChild, objPath: r.objPath, node: r.node, reqID: r.reqID}
+		if r.nat { // and our name, if a release named us meanwhile
+			c.kind = cleanNative
+		}
 		if _, err := zcall(bg, func() (struct{}, error) { return struct{}{}, c.run(r.s) }, nil); err != nil {
 			r.s.addCleanup(c)
 		} else {

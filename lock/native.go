@@ -831,6 +831,48 @@ func (s *session) nativeEnd(objPath, reqID string, lost bool, token int64) error
 	return fmt.Errorf("lock: %s: holders kept changing", objPath)
 }
 
+// nativeLeave is a waiter giving up: it deletes our child and, if a
+// release named us meanwhile (a grant we never reported), our name among
+// the holders, in one multi guarded by the data version read: a dead name
+// would read as a vanished holder (lock-delay) after a clean release. Two
+// round trips, as the plugin's deleteOwnChild.
+func (s *session) nativeLeave(objPath, node, reqID string) error {
+	child := objPath + "/" + node
+	for range 10 {
+		data, st, err := s.conn.Get(objPath)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		d, perr := parseNativeData(data)
+		if _, named := d.holder(reqID); perr != nil || !named {
+			if err := s.conn.Delete(child, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				return err
+			}
+			return nil
+		}
+		nd := nativeData{X: d.X, N: d.N}
+		for _, h := range d.filled(st.Mzxid) {
+			if h.R != reqID {
+				nd.H = append(nd.H, h)
+			}
+		}
+		_, err = s.conn.Multi(
+			&zk.DeleteRequest{Path: child, Version: -1},
+			&zk.SetDataRequest{Path: objPath, Data: nd.marshal(), Version: st.Version},
+		)
+		switch {
+		case err == nil, errors.Is(err, zk.ErrNoNode): // gone already: its name is dead (the safe side)
+			return nil
+		case !errors.Is(err, zk.ErrBadVersion):
+			return err
+		}
+	}
+	return fmt.Errorf("lock: %s: holders kept changing", objPath)
+}
+
 // nativeGrant is a grant's state under the native protocol.
 type nativeGrant struct {
 	version int32 // the object node's data version as last seen by the holder
