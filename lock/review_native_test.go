@@ -386,3 +386,107 @@ func TestReviewNativeSuccessorCancelledDuringHandoff(t *testing.T) {
 		t.Errorf("overlaps=%d bad tokens=%d", chk.overlaps, chk.badToken)
 	}
 }
+
+// Shared and exclusive requests from several engines at random, three of
+// them behind random cutters (any request about the object may lose its
+// reply: releases, grants, creates, give-backs), some with waits short
+// enough to end at any point of the protocol: never an exclusive holder
+// beside another holder, exclusive tokens above every earlier grant, no
+// grant lost while its session lives, no node left, and the object free
+// at the end.
+func TestReviewNativeFuzzCutsCancels(t *testing.T) {
+	if testing.Short() {
+		t.Skip("random cuts")
+	}
+	root := testRoot(t, zkServer)
+	const obj = "fz"
+	objPath := root + "/" + obj
+	cutters := []*randCutter{{rng: rand.New(rand.NewSource(11))}, {rng: rand.New(rand.NewSource(12))}, {rng: rand.New(rand.NewSource(13))}}
+	var engines []*lock.Engine
+	for _, c := range cutters {
+		engines = append(engines, newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) {
+			o.Dialer = c.dial
+			o.SessionTimeout = 6 * time.Second
+		}))
+	}
+	engines = append(engines, newEngine(t, zkServer.Servers(), root, native))
+	// the object and its sentinel exist before the cuts start
+	release(t, acquire(t, engines[3], obj, lock.Foreground, lock.AcquireOptions{}))
+	for _, c := range cutters {
+		c.set(objPath, 0.05)
+	}
+	var chk rwChecker
+	var mu sync.Mutex
+	var violations []string
+	var granted, failed, cancelled atomic.Int64
+	var wg sync.WaitGroup
+	for i, e := range engines {
+		for w := range 2 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewSource(int64(100*i + w)))
+				for c := range 12 {
+					shared := rng.Intn(2) == 0
+					typ := lock.Foreground
+					if rng.Intn(4) == 0 {
+						typ = lock.Background
+					}
+					wait := 30 * time.Second
+					if rng.Intn(4) == 0 {
+						wait = time.Duration(1+rng.Intn(30)) * time.Millisecond
+					}
+					g, err := e.Acquire(context.Background(), obj, typ, lock.AcquireOptions{Shared: shared, Wait: wait})
+					if err != nil {
+						if wait < time.Second { // a short wait may end anywhere, disconnected too
+							cancelled.Add(1)
+						} else {
+							failed.Add(1)
+							t.Logf("engine %d round %d: %v", i, c, err)
+						}
+						continue
+					}
+					granted.Add(1)
+					chk.enter(shared, g.Token())
+					time.Sleep(time.Duration(rng.Intn(3)) * time.Millisecond)
+					chk.leave(shared)
+					if err := g.Err(); err != nil {
+						mu.Lock()
+						violations = append(violations, fmt.Sprintf("engine %d: grant %d lost while held: %v", i, g.Token(), err))
+						mu.Unlock()
+					}
+					if err := g.Release(context.Background()); err != nil && g.Err() == nil {
+						mu.Lock()
+						violations = append(violations, fmt.Sprintf("engine %d: release of %d: %v", i, g.Token(), err))
+						mu.Unlock()
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for _, c := range cutters {
+		c.set("", 0)
+	}
+	cuts := 0
+	for _, c := range cutters {
+		cuts += c.count()
+	}
+	t.Logf("granted %d (exclusive %d, shared %d, most shared together %d), waits ended %d, failed %d, cuts %d", granted.Load(), chk.exclGrants, chk.shGrts, chk.maxShared, cancelled.Load(), failed.Load(), cuts)
+	if chk.violations != 0 || chk.badToken != 0 {
+		t.Errorf("exclusion violations %d, non-increasing exclusive tokens %d", chk.violations, chk.badToken)
+	}
+	for _, v := range violations {
+		t.Error(v)
+	}
+	if failed.Load() > 0 {
+		t.Errorf("%d acquires with a long wait failed", failed.Load())
+	}
+	conn := rawConn(t, zkServer.Servers())
+	assertNoLeftovers(t, conn, root)
+	// the object is free: a try-once exclusive acquire is granted
+	g, err := engines[3].Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{TryOnce: true})
+	if err != nil {
+		data, _, _ := conn.Get(objPath)
+		t.Fatalf("object not free at the end: %v (data %s)", err, data)
+	}
+	release(t, g)
+}
