@@ -490,3 +490,156 @@ func TestReviewNativeFuzzCutsCancels(t *testing.T) {
 	}
 	release(t, g)
 }
+
+// A sidecar killed mid-handoff: the holder's engine closes as its release
+// multi is sent. Whether or not the multi landed, the waiter on another
+// engine is granted, with a higher token, and nothing is left.
+func TestReviewNativeKilledMidHandoff(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	bg := context.Background()
+	eB := newEngine(t, zkServer.Servers(), root, native)
+	for i := range 4 {
+		eA := newEngine(t, zkServer.Servers(), root, native)
+		gate := acquire(t, eA, "k", lock.Foreground, lock.AcquireOptions{})
+		hch := grantAsync(bg, eA, "k", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+		waitFor(t, 10*time.Second, "H queued", func() bool { return len(children(t, conn, root, "k")) == 3 })
+		sch := grantAsync(bg, eB, "k", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+		waitFor(t, 10*time.Second, "S queued", func() bool { return len(children(t, conn, root, "k")) == 4 })
+		time.Sleep(50 * time.Millisecond)
+		release(t, gate) // H takes, knowing S
+		h := <-hch
+		if h.err != nil {
+			t.Fatal(h.err)
+		}
+		go func() { _ = h.g.Release(bg) }()
+		time.Sleep(time.Duration(i) * 500 * time.Microsecond)
+		eA.Close()
+		s := <-sch
+		if s.err != nil {
+			t.Fatalf("round %d: S after the holder's engine closed mid-handoff: %v", i, s.err)
+		}
+		if s.g.Token() <= h.g.Token() {
+			t.Errorf("round %d: token %d after %d", i, s.g.Token(), h.g.Token())
+		}
+		release(t, s.g)
+	}
+}
+
+// A background successor while a foreground request arrives: the holder
+// knows only the background waiter and names nobody; the foreground
+// request, which sorts ahead, is granted first; no two waiters wait for
+// each other.
+func TestReviewNativeBackgroundSuccessorForegroundArrives(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	bg := context.Background()
+	eA := newEngine(t, zkServer.Servers(), root, native)
+	eB := newEngine(t, zkServer.Servers(), root, native)
+	eC := newEngine(t, zkServer.Servers(), root, native)
+	gate := acquire(t, eA, "b", lock.Foreground, lock.AcquireOptions{})
+	hch := grantAsync(bg, eA, "b", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+	waitFor(t, 10*time.Second, "H queued", func() bool { return len(children(t, conn, root, "b")) == 3 })
+	bch := grantAsync(bg, eB, "b", lock.Background, lock.AcquireOptions{Wait: time.Minute})
+	waitFor(t, 10*time.Second, "B queued", func() bool { return len(children(t, conn, root, "b")) == 4 })
+	time.Sleep(50 * time.Millisecond)
+	release(t, gate)
+	h := <-hch // knows B only
+	if h.err != nil {
+		t.Fatal(h.err)
+	}
+	fch := grantAsync(bg, eC, "b", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+	waitFor(t, 10*time.Second, "F queued", func() bool { return len(children(t, conn, root, "b")) == 4 })
+	time.Sleep(50 * time.Millisecond)
+	release(t, h.g)
+	var order []string
+	var last int64
+	for range 2 {
+		var r asyncResult
+		who := ""
+		select {
+		case r = <-bch:
+			who = "B"
+		case r = <-fch:
+			who = "F"
+		case <-time.After(15 * time.Second):
+			t.Fatalf("stuck after %v: two waiters waiting for each other?", order)
+		}
+		if r.err != nil {
+			t.Fatalf("%s: %v", who, r.err)
+		}
+		if r.g.Token() <= last {
+			t.Errorf("%s: token %d after %d", who, r.g.Token(), last)
+		}
+		last = r.g.Token()
+		order = append(order, who)
+		time.Sleep(20 * time.Millisecond) // the other must not be granted meanwhile
+		release(t, r.g)
+	}
+	if order[0] != "F" {
+		t.Errorf("order %v: the background request went before the foreground one", order)
+	}
+}
+
+// Lock-delay: a native holder that vanished (its engine closed) delays a
+// waiter asking for one; an abandoned grant too; a clean release does not.
+func TestReviewNativeLockDelay(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	bg := context.Background()
+	eW := newEngine(t, zkServer.Servers(), root, native)
+	delayed := func() int64 { return eW.Health().LockDelays }
+	o := lock.AcquireOptions{Wait: 20 * time.Second, LockDelay: 300 * time.Millisecond}
+
+	// clean release: not delayed
+	eA := newEngine(t, zkServer.Servers(), root, native)
+	g := acquire(t, eA, "ld", lock.Foreground, lock.AcquireOptions{})
+	wch := grantAsync(bg, eW, "ld", lock.Foreground, o)
+	waitFor(t, 10*time.Second, "W queued", func() bool { return len(children(t, conn, root, "ld")) == 3 })
+	d0 := delayed()
+	release(t, g)
+	w := <-wch
+	if w.err != nil {
+		t.Fatal(w.err)
+	}
+	release(t, w.g)
+	if delayed() != d0 {
+		t.Errorf("a clean release delayed the next holder (%d delays)", delayed()-d0)
+	}
+
+	// vanished holder: delayed
+	g = acquire(t, eA, "ld", lock.Foreground, lock.AcquireOptions{})
+	wch = grantAsync(bg, eW, "ld", lock.Foreground, o)
+	waitFor(t, 10*time.Second, "W queued", func() bool { return len(children(t, conn, root, "ld")) == 3 })
+	d0 = delayed()
+	eA.Close()
+	w = <-wch
+	if w.err != nil {
+		t.Fatal(w.err)
+	}
+	if delayed() == d0 {
+		t.Errorf("the grant after a vanished holder (engine closed) was not delayed")
+	}
+	if w.g.Token() <= g.Token() {
+		t.Errorf("token %d after %d", w.g.Token(), g.Token())
+	}
+	release(t, w.g)
+
+	// abandoned grant: delayed
+	eA2 := newEngine(t, zkServer.Servers(), root, native)
+	g = acquire(t, eA2, "ld", lock.Foreground, lock.AcquireOptions{})
+	wch = grantAsync(bg, eW, "ld", lock.Foreground, o)
+	waitFor(t, 10*time.Second, "W queued", func() bool { return len(children(t, conn, root, "ld")) == 3 })
+	d0 = delayed()
+	if err := g.Abandon(bg); err != nil {
+		t.Fatal(err)
+	}
+	w = <-wch
+	if w.err != nil {
+		t.Fatal(w.err)
+	}
+	if delayed() == d0 {
+		t.Errorf("the grant after an abandoned one was not delayed")
+	}
+	release(t, w.g)
+}
