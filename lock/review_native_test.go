@@ -643,3 +643,71 @@ func TestReviewNativeLockDelay(t *testing.T) {
 	}
 	release(t, w.g)
 }
+
+// The fast path's prediction after others touched the object: another
+// engine's grant (the data version moved) and a waiter created since (the
+// sequence number moved) both send the request the long way; a waiter
+// ahead keeps it from being granted; tokens increase throughout.
+func TestReviewNativeFastPathAfterOthers(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	obs := &countObserver{}
+	eA := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) { o.Observer = obs })
+	eB := newEngine(t, zkServer.Servers(), root, native)
+	var last int64
+	step := func(e *lock.Engine) {
+		t.Helper()
+		g := acquire(t, e, "f", lock.Foreground, lock.AcquireOptions{})
+		if g.Token() <= last {
+			t.Errorf("token %d after %d", g.Token(), last)
+		}
+		last = g.Token()
+		release(t, g)
+	}
+	step(eA)
+	step(eA) // predicted
+	step(eB) // another engine's grant
+	step(eA) // the prediction is stale: the long way, granted
+	step(eA)
+	// a waiter created since (by hand, the native layout): it is first
+	w, err := conn.Create(root+"/f/A_x_byhand_", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, err := eA.Acquire(context.Background(), "f", lock.Foreground, lock.AcquireOptions{Wait: 500 * time.Millisecond}); err == nil {
+		release(t, g)
+		t.Fatalf("granted (token %d) with a waiter ahead", g.Token())
+	}
+	if k := children(t, conn, root, "f"); len(k) != 2 {
+		t.Errorf("children after the refused acquire: %v; want the sentinel and the hand-made waiter", k)
+	}
+	if err := conn.Delete(w, -1); err != nil {
+		t.Fatal(err)
+	}
+	step(eA)
+	step(eA)
+	t.Logf("fast path: %d hits, %d misses", obs.hits.Load(), obs.misses.Load())
+	if obs.hits.Load() == 0 || obs.misses.Load() == 0 {
+		t.Errorf("fast path hits %d, misses %d: want both", obs.hits.Load(), obs.misses.Load())
+	}
+}
+
+// Baton on the plugin protocol pointed at a native root (objects with
+// only their sentinel, no holder): ErrForeignNode naming the root, and no
+// node left.
+func TestReviewNativePluginEngineOnNativeRoot(t *testing.T) {
+	root := testRoot(t, zkServer)
+	nat := newEngine(t, zkServer.Servers(), root, native)
+	release(t, acquire(t, nat, "q", lock.Foreground, lock.AcquireOptions{}))
+	plug := newEngine(t, zkServer.Servers(), root)
+	for _, typ := range []lock.Type{lock.Foreground, lock.Background} {
+		_, err := plug.Acquire(context.Background(), "q", typ, lock.AcquireOptions{Wait: 2 * time.Second})
+		if !errors.Is(err, lock.ErrForeignNode) || !strings.Contains(err.Error(), root) {
+			t.Fatalf("plugin engine on a native root (%v): %v; want ErrForeignNode naming %s", typ, err, root)
+		}
+	}
+	_, err := plug.Acquire(context.Background(), "q", lock.Foreground, lock.AcquireOptions{TryOnce: true})
+	if !errors.Is(err, lock.ErrForeignNode) {
+		t.Errorf("plugin engine, try-once, on a native root: %v; want ErrForeignNode", err)
+	}
+}
