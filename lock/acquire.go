@@ -327,6 +327,18 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 			continue // someone else created privateLock first
 		}
 		if r.tryOnce {
+			if idx == 0 { // first, privateLock there: a native root's sentinel is no holder (one read, on refusal only)
+				st, err := zcall(ctx, func() (*zk.Stat, error) {
+					ok, st, err := r.s.conn.Exists(r.objPath + "/" + privateLock)
+					if err == nil && !ok {
+						st = nil
+					}
+					return st, err
+				}, nil)
+				if err == nil && st != nil && st.EphemeralOwner == 0 {
+					return nil, r.fail(ctx, fmt.Errorf("%w: %s/%s is persistent: a native protocol object under the plugin root %s (this root is zookeeper.lock.protocol=plugin)", ErrForeignNode, r.name, privateLock, r.e.opts.Root))
+				}
+			}
 			return nil, r.fail(ctx, ErrNotFirst)
 		}
 		target := privateLock
