@@ -711,3 +711,65 @@ func TestReviewNativePluginEngineOnNativeRoot(t *testing.T) {
 		t.Errorf("plugin engine, try-once, on a native root: %v; want ErrForeignNode", err)
 	}
 }
+
+// A reconnect with the release multi in flight: its reply lost (applied),
+// or its write failed (not applied). Release returns; the successor on
+// another engine is granted with a higher token, the waiter behind it
+// (with a lock-delay) without a delay, and nothing is left.
+func TestReviewNativeReleaseInFlight(t *testing.T) {
+	for _, applied := range []bool{true, false} {
+		t.Run(fmt.Sprintf("applied=%v", applied), func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			conn := rawConn(t, zkServer.Servers())
+			objPath := root + "/m"
+			cut := &randCutter{rng: rand.New(rand.NewSource(1))}
+			wf := &writeFailer{}
+			dial := wf.dial
+			if applied {
+				dial = cut.dial
+			}
+			bg := context.Background()
+			eA := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) { o.Dialer = dial; o.HolderWatchDelay = time.Minute })
+			eB := newEngine(t, zkServer.Servers(), root, native)
+			eC := newEngine(t, zkServer.Servers(), root, native)
+			gate := acquire(t, eA, "m", lock.Foreground, lock.AcquireOptions{})
+			hch := grantAsync(bg, eA, "m", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+			waitFor(t, 10*time.Second, "H queued", func() bool { return len(children(t, conn, root, "m")) == 3 })
+			sch := grantAsync(bg, eB, "m", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+			waitFor(t, 10*time.Second, "S queued", func() bool { return len(children(t, conn, root, "m")) == 4 })
+			wch := grantAsync(bg, eC, "m", lock.Foreground, lock.AcquireOptions{Wait: 10 * time.Second, LockDelay: time.Minute})
+			waitFor(t, 10*time.Second, "W queued", func() bool { return len(children(t, conn, root, "m")) == 5 })
+			time.Sleep(50 * time.Millisecond)
+			release(t, gate)
+			h := <-hch
+			if h.err != nil {
+				t.Fatal(h.err)
+			}
+			if applied {
+				cut.set(objPath, 1)
+			} else {
+				wf.arm(objPath)
+			}
+			if err := h.g.Release(bg); err != nil {
+				t.Fatalf("release with its multi in flight: %v", err)
+			}
+			cut.set("", 0)
+			if applied && cut.count() != 1 {
+				t.Fatalf("%d cuts, want the release multi's", cut.count())
+			}
+			s := <-sch
+			if s.err != nil {
+				t.Fatal(s.err)
+			}
+			if s.g.Token() <= h.g.Token() {
+				t.Errorf("token %d after %d", s.g.Token(), h.g.Token())
+			}
+			release(t, s.g)
+			w := <-wch
+			if w.err != nil {
+				t.Fatalf("W: %v (delays %d); want a grant without a lock-delay", w.err, eC.Health().LockDelays)
+			}
+			release(t, w.g)
+		})
+	}
+}
