@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"net"
 	"path"
 	"strings"
 	"sync"
@@ -771,5 +772,126 @@ func TestReviewNativeReleaseInFlight(t *testing.T) {
 			}
 			release(t, w.g)
 		})
+	}
+}
+
+// onceCutter lets the server apply the first request about one path (a
+// multi by its first operation's path), then drops the connection before
+// the reply: once. Reconnects are at once.
+type onceCutter struct {
+	mu   sync.Mutex
+	path string
+	cuts int
+}
+
+func (c *onceCutter) arm(p string) { c.mu.Lock(); c.path = p; c.mu.Unlock() }
+
+func (c *onceCutter) count() int { c.mu.Lock(); defer c.mu.Unlock(); return c.cuts }
+
+func (c *onceCutter) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	nc, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &onceConn{Conn: nc, c: c}, nil
+}
+
+type onceConn struct {
+	net.Conn
+	c      *onceCutter
+	frames int
+	dead   atomic.Bool
+}
+
+func (s *onceConn) Read(p []byte) (int, error) {
+	n, err := s.Conn.Read(p)
+	if s.dead.Load() {
+		return 0, errors.New("onceConn: connection cut")
+	}
+	return n, err
+}
+
+func (s *onceConn) Write(p []byte) (int, error) {
+	s.frames++
+	if s.frames == 1 || s.dead.Load() {
+		return s.Conn.Write(p)
+	}
+	c := s.c
+	c.mu.Lock()
+	_, pth, ok := requestPath(p)
+	cut := ok && c.path != "" && pth == c.path
+	if cut {
+		c.path = ""
+		c.cuts++
+		s.dead.Store(true)
+	}
+	c.mu.Unlock()
+	if !cut {
+		return s.Conn.Write(p)
+	}
+	n, err := s.Conn.Write(p)
+	time.Sleep(20 * time.Millisecond)
+	s.Conn.Close()
+	return n, err
+}
+
+// A reconnect with a grant multi in flight: the waiter's take is applied
+// and its reply lost. It gives the grant back (never reported) and queues
+// again; the waiter behind it, with a lock-delay, is granted without one
+// (nobody vanished), then the first; no overlap, tokens increase, nothing
+// is left.
+func TestReviewNativeGrantInFlight(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	objPath := root + "/gi"
+	cut := &onceCutter{}
+	bg := context.Background()
+	eA := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) { o.Dialer = cut.dial })
+	eB := newEngine(t, zkServer.Servers(), root, native)
+	eC := newEngine(t, zkServer.Servers(), root, native)
+	h := acquire(t, eB, "gi", lock.Background, lock.AcquireOptions{}) // granted alone: names nobody
+	rch := grantAsync(bg, eA, "gi", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, RequestID: "rq1"})
+	waitFor(t, 10*time.Second, "R queued", func() bool { return len(children(t, conn, root, "gi")) == 3 })
+	var rnode string
+	for _, k := range children(t, conn, root, "gi") {
+		if strings.Contains(k, "_rq1_") {
+			rnode = k
+		}
+	}
+	pch := grantAsync(bg, eC, "gi", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, LockDelay: time.Minute})
+	waitFor(t, 10*time.Second, "P queued", func() bool { return len(children(t, conn, root, "gi")) == 4 })
+	time.Sleep(50 * time.Millisecond)
+	cut.arm(objPath + "/" + rnode) // R's take (its first operation checks R's child)
+	release(t, h)
+	var chk overlapChecker
+	chk.enter(h.Token())
+	chk.leave()
+	var order []string
+	for range 2 {
+		var r asyncResult
+		who := ""
+		select {
+		case r = <-rch:
+			who = "R"
+		case r = <-pch:
+			who = "P"
+		case <-time.After(40 * time.Second):
+			t.Fatalf("stuck after %v", order)
+		}
+		if r.err != nil {
+			t.Fatalf("%s: %v (cuts %d, delays %d)", who, r.err, cut.count(), eC.Health().LockDelays)
+		}
+		order = append(order, who)
+		chk.enter(r.g.Token())
+		time.Sleep(20 * time.Millisecond)
+		chk.leave()
+		release(t, r.g)
+	}
+	t.Logf("order %v, cuts %d", order, cut.count())
+	if cut.count() != 1 {
+		t.Errorf("%d cuts, want R's take", cut.count())
+	}
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("overlaps=%d bad tokens=%d", chk.overlaps, chk.badToken)
 	}
 }
