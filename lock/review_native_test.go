@@ -895,3 +895,29 @@ func TestReviewNativeGrantInFlight(t *testing.T) {
 		t.Errorf("overlaps=%d bad tokens=%d", chk.overlaps, chk.badToken)
 	}
 }
+
+// AcquireOptions.RequestID is the caller's: two requests may carry the
+// same one (a job name, a retried idempotency key), on two engines. The
+// native protocol names holders by request id; a second request with the
+// holder's id must not find itself named and be granted beside it.
+func TestReviewNativeSameRequestIDTwoEngines(t *testing.T) {
+	root := testRoot(t, zkServer)
+	eA := newEngine(t, zkServer.Servers(), root, native)
+	eB := newEngine(t, zkServer.Servers(), root, native)
+	o := lock.AcquireOptions{RequestID: "job-7"}
+	g := acquire(t, eA, "id", lock.Foreground, o)
+	o.Wait = time.Second
+	if g2, err := eB.Acquire(context.Background(), "id", lock.Foreground, o); err == nil {
+		defer g.Release(context.Background())
+		defer g2.Release(context.Background())
+		t.Fatalf("granted (token %d) beside the holder (token %d) that carries the same request id", g2.Token(), g.Token())
+	}
+	if g2, err := eA.Acquire(context.Background(), "id", lock.Foreground, o); err == nil {
+		defer g.Release(context.Background())
+		defer g2.Release(context.Background())
+		t.Fatalf("same engine: granted (token %d) beside the holder (token %d) that carries the same request id", g2.Token(), g.Token())
+	}
+	release(t, g)
+	o.Wait = 10 * time.Second
+	release(t, acquire(t, eB, "id", lock.Foreground, o))
+}
