@@ -854,7 +854,7 @@ func TestReviewNativeGrantInFlight(t *testing.T) {
 	waitFor(t, 10*time.Second, "R queued", func() bool { return len(children(t, conn, root, "gi")) == 3 })
 	var rnode string
 	for _, k := range children(t, conn, root, "gi") {
-		if strings.Contains(k, "_rq1_") {
+		if strings.Contains(k, "_rq1~") || strings.Contains(k, "_rq1_") {
 			rnode = k
 		}
 	}
