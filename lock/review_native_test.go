@@ -921,3 +921,77 @@ func TestReviewNativeSameRequestIDTwoEngines(t *testing.T) {
 	o.Wait = 10 * time.Second
 	release(t, acquire(t, eB, "id", lock.Foreground, o))
 }
+
+// slowReplies delays, once armed, every read from the server by d: a
+// request sent meanwhile is applied at once and answered late.
+type slowReplies struct {
+	mu sync.Mutex
+	d  time.Duration
+}
+
+func (s *slowReplies) set(d time.Duration) { s.mu.Lock(); s.d = d; s.mu.Unlock() }
+
+func (s *slowReplies) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	nc, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &slowConn{Conn: nc, s: s}, nil
+}
+
+type slowConn struct {
+	net.Conn
+	s *slowReplies
+}
+
+func (c *slowConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.s.mu.Lock()
+	d := c.s.d
+	c.s.mu.Unlock()
+	time.Sleep(d)
+	return n, err
+}
+
+// A release whose ctx ends while its multi is in flight, the multi then
+// failing (here: the successor it names left meanwhile, so its check
+// fails): the release reports done, so the session must finish it. If it
+// does not, the holder's child and name stay for as long as its session
+// lives and nobody is granted again.
+func TestReviewNativeReleaseCtxEndsMultiFails(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	slow := &slowReplies{}
+	bg := context.Background()
+	eA := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) { o.Dialer = slow.dial; o.HolderWatchDelay = time.Minute })
+	eB := newEngine(t, zkServer.Servers(), root, native)
+	eC := newEngine(t, zkServer.Servers(), root, native)
+	gate := acquire(t, eA, "rc", lock.Foreground, lock.AcquireOptions{})
+	hch := grantAsync(bg, eA, "rc", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+	waitFor(t, 10*time.Second, "H queued", func() bool { return len(children(t, conn, root, "rc")) == 3 })
+	sch := grantAsync(bg, eB, "rc", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+	waitFor(t, 10*time.Second, "S queued", func() bool { return len(children(t, conn, root, "rc")) == 4 })
+	time.Sleep(50 * time.Millisecond)
+	release(t, gate) // H takes, knowing S
+	h := <-hch
+	if h.err != nil {
+		t.Fatal(h.err)
+	}
+	eB.Close() // S leaves: H's release multi will fail on its check of S
+	<-sch
+	waitFor(t, 10*time.Second, "S gone", func() bool { return len(children(t, conn, root, "rc")) == 2 })
+	slow.set(300 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
+	err := h.g.Release(ctx)
+	cancel()
+	slow.set(0)
+	t.Logf("release with its ctx ending in flight: %v", err)
+	g, err := eC.Acquire(bg, "rc", lock.Foreground, lock.AcquireOptions{Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("after the release: %v (children %v)", err, children(t, conn, root, "rc"))
+	}
+	if g.Token() <= h.g.Token() {
+		t.Errorf("token %d after %d", g.Token(), h.g.Token())
+	}
+	release(t, g)
+}
