@@ -932,7 +932,10 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 		}
 		res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return g.s.conn.Multi(ops...) },
 			func(_ []zk.MultiResponse, err error) {
-				if err != nil && (isConnErr(err) || notSent(err)) {
+				// the release reported done when ctx ended: any failure
+				// (a co-holder's write, a named successor gone, a lost
+				// connection) leaves it to the session
+				if err != nil {
 					g.s.addCleanup(cleanup{kind: cleanNative, objPath: g.objPath, reqID: g.reqID, lost: !mark, token: g.token})
 				}
 			})
