@@ -282,7 +282,8 @@
 //     request queues afresh.
 //   - Lock-delay: a holder named in the data whose child is gone vanished;
 //     so did one recorded in "x" (Abandon, a lost grant's cleanup). A clean
-//     release leaves neither.
+//     release leaves neither, and a waiter named just as it gave up
+//     deletes its name with its child.
 //
 // Not in the native protocol: signals and asks (preemption, revocation:
 // they live in privateLock's data; ErrNotNative), FreeOrphan, and aging
