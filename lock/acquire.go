@@ -327,6 +327,18 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 			continue // someone else created privateLock first
 		}
 		if r.tryOnce {
+			if idx == 0 { // first, privateLock there: a native root's sentinel is no holder (one read, on refusal only)
+				st, err := zcall(ctx, func() (*zk.Stat, error) {
+					ok, st, err := r.s.conn.Exists(r.objPath + "/" + privateLock)
+					if err == nil && !ok {
+						st = nil
+					}
+					return st, err
+				}, nil)
+				if err == nil && st != nil && st.EphemeralOwner == 0 {
+					return nil, r.fail(ctx, fmt.Errorf("%w: %s/%s is persistent: a native protocol object under the plugin root %s (this root is zookeeper.lock.protocol=plugin)", ErrForeignNode, r.name, privateLock, r.e.opts.Root))
+				}
+			}
 			return nil, r.fail(ctx, ErrNotFirst)
 		}
 		target := privateLock
@@ -715,8 +727,8 @@ func (r *request) fail(ctx context.Context, cause error) error {
 	}
 	if r.node != "" {
 		c := cleanup{kind: cleanChild, objPath: r.objPath, node: r.node, reqID: r.reqID}
-		if r.nat { // a holder may have named us as it left: take our name out with our child
-			c = cleanup{kind: cleanNative, objPath: r.objPath, reqID: r.reqID}
+		if r.nat { // and our name, if a release named us meanwhile
+			c.kind = cleanNative
 		}
 		if _, err := zcall(bg, func() (struct{}, error) { return struct{}{}, c.run(r.s) }, nil); err != nil {
 			r.s.addCleanup(c)

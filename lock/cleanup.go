@@ -53,7 +53,7 @@ const (
 	cleanPL                         // our privateLock, if no Baton grant happened since
 	cleanRelease                    // a release whose outcome is unknown
 	cleanSweep                      // every node of a request whose creates may have landed unseen
-	cleanNative                     // native protocol: our children and our name among the holders (lost: record a vanish)
+	cleanNative                     // native protocol: our children and our name among the holders (lost: record a vanish); with node: a waiter's leave (nativeLeave)
 )
 
 func (c cleanup) String() string {
@@ -98,6 +98,9 @@ func (c cleanup) run(s *session) error {
 	case cleanSweep:
 		return s.sweep(c.objPath, c.reqID)
 	case cleanNative:
+		if c.node != "" {
+			return s.nativeLeave(c.objPath, c.node, c.reqID)
+		}
 		return s.nativeEnd(c.objPath, c.reqID, c.lost, c.token)
 	}
 	return fmt.Errorf("lock: unknown cleanup kind %d", c.kind)

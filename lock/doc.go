@@ -225,7 +225,10 @@
 //
 //   - A child is "<prefix>_<x|s>_<request id>_<10 digits>": x exclusive,
 //     s shared. The object node is persistent and carries a persistent
-//     child named privateLock, the sentinel, created with it: a plugin
+//     child named privateLock, the sentinel, created with it (with a child
+//     of its own, privateLock/native, that every grant's multi checks: an
+//     ephemeral privateLock cannot have one, so a grant proves the sentinel
+//     is still ours even after an operator deleted it): a plugin
 //     participant (the original plugin, or Baton on the plugin protocol)
 //     takes the lock by creating an ephemeral privateLock, which cannot
 //     succeed here, so it waits and is never granted; Baton on the plugin
@@ -234,7 +237,9 @@
 //     acquire fail with ErrForeignNode naming the root and the node: never
 //     a grant beside it.
 //   - The object node's data names the holders: {"native":1,"h":[{"r":
-//     request id,"s":shared,"t":token}],"n":[queue],"x":token}. Every write
+//     request id,"s":shared,"t":token}],"n":[queue],"x":token}; a
+//     caller's AcquireOptions.RequestID gets a unique suffix here, as ids
+//     name holders. Every write
 //     of it is guarded by the data version its writer read, so grants,
 //     releases and hand-overs are serialised by ZooKeeper. A holder named
 //     there whose child is gone (its session ended) holds nothing. The data
@@ -251,8 +256,11 @@
 //     of it (for a shared request, the nearest exclusive one), or, first
 //     in line, a live holder's.
 //   - Release is one multi: delete our child and rewrite the data. The
-//     last holder to leave names the next holder(s) in that write — the
-//     first waiter it knows of if it is foreground (no later request can
+//     last holder to leave names the next holder(s) in that write, with a
+//     check in the multi that each named child lives (one that left since
+//     is skipped, not named dead) — the first waiter it knows of (ahead of
+//     it too: a shared grant may pass shared waiters that have not taken
+//     yet) if it is foreground (no later request can
 //     sort ahead of a foreground one, so that waiter is the one watching
 //     us), or the leading foreground shared ones — and hands on the queue
 //     behind them (at most 64 names) so that the next holder can do the
@@ -274,7 +282,8 @@
 //     request queues afresh.
 //   - Lock-delay: a holder named in the data whose child is gone vanished;
 //     so did one recorded in "x" (Abandon, a lost grant's cleanup). A clean
-//     release leaves neither.
+//     release leaves neither, and a waiter named just as it gave up
+//     deletes its name with its child.
 //
 // Not in the native protocol: signals and asks (preemption, revocation:
 // they live in privateLock's data; ErrNotNative), FreeOrphan, and aging

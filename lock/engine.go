@@ -273,6 +273,9 @@ type AcquireOptions struct {
 	// is free right away (HTTP wait_ms: 0).
 	TryOnce bool
 	// RequestID identifies the request in its nodes; default random.
+	// Under the native protocol a given id gets a unique suffix
+	// ("~" and 12 hex digits; Grant.RequestID shows it): holders are named
+	// by request id there, and a caller's id may repeat.
 	RequestID string
 	// OnSignal, if set, is called (from the grant's holder watch; it must
 	// not block) when a Signal reaches the grant. See Engine.Signal.
@@ -365,6 +368,10 @@ func (e *Engine) Acquire(ctx context.Context, object string, typ Type, o Acquire
 	}
 	if o.RequestID == "" {
 		o.RequestID = newRequestID()
+	} else if e.opts.Protocol == Native {
+		// The native protocol names holders by request id, and a caller's
+		// id may repeat (two engines, a retry): make it this request's.
+		o.RequestID += "~" + newRequestID()[:12]
 	}
 	nd := nodeData{V: 1, Req: o.RequestID, Sidecar: e.opts.NodeID, Type: typ.String(), Info: o.Info}
 	if o.Preemptible {

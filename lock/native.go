@@ -296,8 +296,15 @@ func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
 		case v.d.V == 1:
 			n.e.objSentinel(n.name, true)
 		}
-		if v == nil || v.d.V != 1 {
-			if err := n.e.ensureNative(ctx, n.s, n.name, n.objPath); err != nil {
+		for v == nil || v.d.V != 1 {
+			err := n.e.ensureNative(ctx, n.s, n.name, n.objPath)
+			if err == nil {
+				break
+			}
+			if !retry(err) {
+				return nil, n.fail(ctx, err)
+			}
+			if err := n.s.waitConnected(ctx); err != nil { // disconnected: look again once connected
 				return nil, n.fail(ctx, err)
 			}
 		}
@@ -339,6 +346,7 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 	ops := []any{
 		&zk.CreateRequest{Path: n.objPath + "/" + n.e.nativePrefix(n.typ, n.shared, n.reqID), Data: n.data, Acl: n.e.acl, Flags: zk.FlagEphemeralSequential},
 		&zk.SetDataRequest{Path: n.objPath, Data: d.marshal(), Version: p.version},
+		&zk.CheckVersionRequest{Path: sentinelMark(n.objPath), Version: -1},
 	}
 	res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return n.s.conn.Multi(ops...) },
 		func(_ []zk.MultiResponse, err error) {
@@ -387,6 +395,12 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 		if p.seq >= 0 {
 			n.e.observe(func(o Observer) { o.FastPath(false) })
 		}
+		if sentinelGone(res, 2) {
+			n.e.objSentinel(n.name, false)
+			if err := n.e.ensureNative(ctx, n.s, n.name, n.objPath); err != nil {
+				return nil, n.fail(ctx, err), true
+			}
+		}
 		return nil, nil, false // nothing created
 	case isConnErr(err):
 		n.uncertain = true
@@ -410,8 +424,11 @@ func (n *nreq) waiterAhead(v *nativeView) bool {
 	return false
 }
 
-// after returns the waiters of v in order but us: whom we may hand the
-// lock to.
+// after returns the waiters in v's order but us: whom we may hand the
+// lock to. Not only those behind our child: a shared request is granted
+// past shared waiters ahead of it that have not taken yet, and they stay
+// first in order (naming a request behind them could have it watch one of
+// them while that one watches it).
 func (n *nreq) after(v *nativeView) []string {
 	return waitersBut(v.kids, v.holds, n.reqID)
 }
@@ -746,6 +763,7 @@ func (n *nreq) take(ctx context.Context, v *nativeView) (*Grant, error) {
 	ops := []any{
 		&zk.CheckVersionRequest{Path: n.objPath + "/" + n.node, Version: -1},
 		&zk.SetDataRequest{Path: n.objPath, Data: d.marshal(), Version: v.st.Version},
+		&zk.CheckVersionRequest{Path: sentinelMark(n.objPath), Version: -1},
 	}
 	res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return n.s.conn.Multi(ops...) },
 		func(_ []zk.MultiResponse, err error) {
@@ -763,6 +781,11 @@ func (n *nreq) take(ctx context.Context, v *nativeView) (*Grant, error) {
 		return n.granted(ctx, st.Mzxid, st, d, n.after(v), next)
 	case errors.Is(err, zk.ErrBadVersion):
 		return nil, nil
+	case errors.Is(err, zk.ErrNoNode) && sentinelGone(res, 2):
+		// the sentinel went (an operator): make it again, or find the
+		// plugin holder that took its place
+		n.e.objSentinel(n.name, false)
+		return nil, n.e.ensureNative(ctx, n.s, n.name, n.objPath)
 	case errors.Is(err, zk.ErrNoNode):
 		n.node = ""
 		return nil, nil
@@ -880,6 +903,48 @@ func (s *session) nativeEnd(objPath, reqID string, lost bool, token int64) error
 	return fmt.Errorf("lock: %s: holders kept changing", objPath)
 }
 
+// nativeLeave is a waiter giving up: it deletes our child and, if a
+// release named us meanwhile (a grant we never reported), our name among
+// the holders, in one multi guarded by the data version read: a dead name
+// would read as a vanished holder (lock-delay) after a clean release. Two
+// round trips, as the plugin's deleteOwnChild.
+func (s *session) nativeLeave(objPath, node, reqID string) error {
+	child := objPath + "/" + node
+	for range 10 {
+		data, st, err := s.conn.Get(objPath)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		d, perr := parseNativeData(data)
+		if _, named := d.holder(reqID); perr != nil || !named {
+			if err := s.conn.Delete(child, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				return err
+			}
+			return nil
+		}
+		nd := nativeData{X: d.X, N: d.N}
+		for _, h := range d.filled(st.Mzxid) {
+			if h.R != reqID {
+				nd.H = append(nd.H, h)
+			}
+		}
+		_, err = s.conn.Multi(
+			&zk.DeleteRequest{Path: child, Version: -1},
+			&zk.SetDataRequest{Path: objPath, Data: nd.marshal(), Version: st.Version},
+		)
+		switch {
+		case err == nil, errors.Is(err, zk.ErrNoNode): // gone already: its name is dead (the safe side)
+			return nil
+		case !errors.Is(err, zk.ErrBadVersion):
+			return err
+		}
+	}
+	return fmt.Errorf("lock: %s: holders kept changing", objPath)
+}
+
 // nativeGrant is a grant's state under the native protocol.
 type nativeGrant struct {
 	version int32 // the object node's data version as last seen by the holder
@@ -948,21 +1013,37 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 			}
 		}
 		passed := false
+		var named []string // the successors' children, checked in the multi
 		if len(nd.H) == 0 {
 			if !mark {
 				nd.X = g.token
 			} else {
-				succ, rest := g.e.successors(g.name, ng.next)
-				nd.H, nd.N, passed = succ, rest, len(succ) > 0
+				var succ []nativeHolder
+				succ, named, nd.N = g.e.successors(g.name, ng.next)
+				nd.H, passed = succ, len(succ) > 0
 			}
 		}
 		ops := []any{
 			&zk.DeleteRequest{Path: g.objPath + "/" + g.node, Version: -1},
 			&zk.SetDataRequest{Path: g.objPath, Data: nd.marshal(), Version: ng.version},
 		}
+		// A successor is named only while its child lives (checked in the
+		// same multi): a waiter that gave up or whose session ended since
+		// our listing is not named (a dead name would read as a vanished
+		// holder to lock-delay waiters, and a request that queued again
+		// under the same id would find itself named out of its turn).
+		for _, nm := range named {
+			ops = append(ops, &zk.CheckVersionRequest{Path: g.objPath + "/" + nm, Version: -1})
+		}
+		if passed { // a successor is granted by this write: only beside our sentinel
+			ops = append(ops, &zk.CheckVersionRequest{Path: sentinelMark(g.objPath), Version: -1})
+		}
 		res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return g.s.conn.Multi(ops...) },
 			func(_ []zk.MultiResponse, err error) {
-				if err != nil && (isConnErr(err) || notSent(err)) {
+				// the release reported done when ctx ended: any failure
+				// (a co-holder's write, a named successor gone, a lost
+				// connection) leaves it to the session
+				if err != nil {
 					g.s.addCleanup(cleanup{kind: cleanNative, objPath: g.objPath, reqID: g.reqID, lost: !mark, token: g.token})
 				}
 			})
@@ -994,13 +1075,30 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 			}
 			g.noteNative(&nd, st)
 			continue
+		case errors.Is(err, zk.ErrNoNode) && passed && sentinelGone(res, 2+len(named)):
+			// the sentinel went (an operator): release without naming
+			// anyone; the next request finds out (take)
+			g.e.objSentinel(g.name, false)
+			g.mu.Lock()
+			g.native.next = nil
+			g.mu.Unlock()
+			continue
+		case errors.Is(err, zk.ErrNoNode) && goneSuccessor(res, named) != "":
+			// that successor left since our listing: hand over without it
+			gone := goneSuccessor(res, named)
+			g.mu.Lock()
+			g.native.next = slices.DeleteFunc(slices.Clone(g.native.next), func(nm string) bool { return nm == gone })
+			g.mu.Unlock()
+			continue
 		case errors.Is(err, zk.ErrNoNode):
 			g.lose(errors.New("our lock node was deleted by someone else"))
 			return g.Err()
 		case isConnErr(err), notSent(err), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-			if isConnErr(err) || notSent(err) {
-				g.s.addCleanup(cleanup{kind: cleanNative, objPath: g.objPath, reqID: g.reqID, lost: !mark, token: g.token})
-			}
+			// Completes in the background. With ctx ended the multi may
+			// never have been sent (zcall checks ctx first), or its
+			// outcome goes to the orphan handler: queue the cleanup here
+			// too (a second one finds nothing of ours).
+			g.s.addCleanup(cleanup{kind: cleanNative, objPath: g.objPath, reqID: g.reqID, lost: !mark, token: g.token})
 			g.finish(Released, nil)
 			return nil
 		default:
@@ -1015,12 +1113,23 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 	return nil
 }
 
+// goneSuccessor returns the successor's child (of named, checked after the
+// release multi's first two operations) whose check failed, or "".
+func goneSuccessor(res []zk.MultiResponse, named []string) string {
+	for i, nm := range named {
+		if 2+i < len(res) && errors.Is(res[2+i].Error, zk.ErrNoNode) {
+			return nm
+		}
+	}
+	return ""
+}
+
 // successors picks, from the names a holder knows to be behind it, whom
 // to hand the lock to: the first waiter if it is foreground (exclusive), or
 // the leading foreground shared ones; none if the first is background
 // (a later foreground request could sort ahead of it and not be seen).
-// rest is the queue behind them, handed on.
-func (e *Engine) successors(name string, next []string) ([]nativeHolder, []string) {
+// names are their children; rest is the queue behind them, handed on.
+func (e *Engine) successors(name string, next []string) ([]nativeHolder, []string, []string) {
 	e.objMu.Lock()
 	var gone map[string]time.Time
 	if st := e.objs[name]; st != nil {
@@ -1037,6 +1146,7 @@ func (e *Engine) successors(name string, next []string) ([]nativeHolder, []strin
 	}
 	e.objMu.Unlock()
 	var succ []nativeHolder
+	var names []string
 	i := 0
 	for ; i < len(live); i++ {
 		c := live[i]
@@ -1044,13 +1154,14 @@ func (e *Engine) successors(name string, next []string) ([]nativeHolder, []strin
 			break
 		}
 		succ = append(succ, nativeHolder{R: c.req, S: c.shared})
+		names = append(names, c.name)
 		if !c.shared {
 			i++
 			break
 		}
 	}
 	if len(succ) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	rest := make([]string, 0, min(len(live)-i, nativeMaxNext))
 	for _, c := range live[i:] {
@@ -1059,7 +1170,7 @@ func (e *Engine) successors(name string, next []string) ([]nativeHolder, []strin
 		}
 		rest = append(rest, c.name)
 	}
-	return succ, rest
+	return succ, names, rest
 }
 
 // noteNative records the object's data as the holder saw it.
@@ -1232,6 +1343,7 @@ func (e *Engine) ensureNative(ctx context.Context, s *session, name, objPath str
 		return nil
 	}
 	sentinel := objPath + "/" + privateLock
+	mark := sentinelMark(objPath)
 	data := nativeData{}.marshal()
 	for range 10 {
 		st, err := zcall(ctx, func() (*zk.Stat, error) {
@@ -1248,17 +1360,30 @@ func (e *Engine) ensureNative(ctx context.Context, s *session, name, objPath str
 			if st.EphemeralOwner != 0 {
 				return fmt.Errorf("%w: %s/%s is a plugin holder's (ephemeral) under the native root %s", ErrForeignNode, path.Base(objPath), privateLock, e.opts.Root)
 			}
-			e.objSentinel(name, true)
-			return nil
+			if st.NumChildren > 0 {
+				e.objSentinel(name, true)
+				return nil
+			}
+			_, err = zcall(ctx, func() (string, error) { return s.conn.Create(mark, nil, zk.FlagPersistent, e.acl) }, nil)
+			if err != nil && !errors.Is(err, zk.ErrNodeExists) && !errors.Is(err, zk.ErrNoNode) {
+				return err
+			}
+			continue // look again
 		}
 		_, err = zcall(ctx, func() ([]zk.MultiResponse, error) {
 			return s.conn.Multi(
 				&zk.CreateRequest{Path: objPath, Data: data, Acl: e.acl, Flags: zk.FlagPersistent},
 				&zk.CreateRequest{Path: sentinel, Data: data, Acl: e.acl, Flags: zk.FlagPersistent},
+				&zk.CreateRequest{Path: mark, Acl: e.acl, Flags: zk.FlagPersistent},
 			)
 		}, nil)
 		if errors.Is(err, zk.ErrNodeExists) { // the object node exists: add the sentinel
-			_, err = zcall(ctx, func() (string, error) { return s.conn.Create(sentinel, data, zk.FlagPersistent, e.acl) }, nil)
+			_, err = zcall(ctx, func() ([]zk.MultiResponse, error) {
+				return s.conn.Multi(
+					&zk.CreateRequest{Path: sentinel, Data: data, Acl: e.acl, Flags: zk.FlagPersistent},
+					&zk.CreateRequest{Path: mark, Acl: e.acl, Flags: zk.FlagPersistent},
+				)
+			}, nil)
 		}
 		switch {
 		case err == nil, errors.Is(err, zk.ErrNodeExists):
@@ -1272,6 +1397,19 @@ func (e *Engine) ensureNative(ctx context.Context, s *session, name, objPath str
 		}
 	}
 	return fmt.Errorf("lock: could not create %s: it keeps vanishing", sentinel)
+}
+
+// sentinelMark is the sentinel's child: an ephemeral node (a plugin
+// holder's privateLock) cannot have one, so a grant's multi that checks it
+// proves the object's privateLock is our persistent sentinel at that
+// moment, however the engine last saw it (an operator may have deleted the
+// sentinel, or the object node, since).
+func sentinelMark(objPath string) string { return objPath + "/" + privateLock + "/native" }
+
+// sentinelGone reports whether a failed multi failed on its check of the
+// sentinel's mark (operation i).
+func sentinelGone(res []zk.MultiResponse, i int) bool {
+	return i < len(res) && errors.Is(res[i].Error, zk.ErrNoNode)
 }
 
 // objSentinel records whether the engine knows the object's sentinel.
