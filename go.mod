@@ -88,3 +88,4 @@ require (
 )
 
 tool honnef.co/go/tools/cmd/staticcheck
+replace github.com/go-zookeeper/zk => ./third_party/zk
