@@ -671,7 +671,7 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 		if ev == nil {
 			continue
 		}
-		local := func(h nativeHandoff) bool { return h.s == n.s } // the holders are named by request id: see nativeData
+		local := func(h nativeHandoff) bool { return h.s == n.s && h.node == n.node }
 		select {
 		case <-ev:
 		case h := <-handed:
@@ -1051,7 +1051,7 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 		case err == nil:
 			g.e.noteGone(g.name, g.node)
 			if passed {
-				g.e.handOver(g.s, nd, res[1].Stat)
+				g.e.handOver(g.s, nd, res[1].Stat, named)
 			}
 			if mark && !passed && len(nd.H) == 0 {
 				g.mu.Lock()
@@ -1425,21 +1425,25 @@ func (e *Engine) objSentinel(name string, ok bool) {
 // multi named a waiter of the same engine and session, whose wake-up needs
 // no watch and no read (the multi's answer has the token).
 type nativeHandoff struct {
-	s  *session
-	d  nativeData
-	st *zk.Stat // the object node's, after the multi
+	s *session
+	// node is the child the multi checked and named: a request that gave
+	// everything back and queued again since (its name out of the data) is
+	// not the one named, and a stale message must not grant it.
+	node string
+	d    nativeData
+	st   *zk.Stat // the object node's, after the multi
 }
 
 // handOver wakes the local waiters the release just named (d.H), in the
 // session whose multi named them.
-func (e *Engine) handOver(s *session, d nativeData, st *zk.Stat) {
-	for _, h := range d.H {
+func (e *Engine) handOver(s *session, d nativeData, st *zk.Stat, named []string) {
+	for i, h := range d.H {
 		v, ok := e.handoffs.Load(h.R)
-		if !ok {
+		if !ok || i >= len(named) {
 			continue // another sidecar's: it wakes on its watch
 		}
 		select {
-		case v.(chan nativeHandoff) <- nativeHandoff{s: s, d: d, st: st}:
+		case v.(chan nativeHandoff) <- nativeHandoff{s: s, node: named[i], d: d, st: st}:
 			e.local.Add(1)
 		default:
 		}
