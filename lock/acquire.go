@@ -715,6 +715,9 @@ func (r *request) fail(ctx context.Context, cause error) error {
 	}
 	if r.node != "" {
 		c := cleanup{kind: cleanChild, objPath: r.objPath, node: r.node, reqID: r.reqID}
+		if r.nat { // a holder may have named us as it left: take our name out with our child
+			c = cleanup{kind: cleanNative, objPath: r.objPath, reqID: r.reqID}
+		}
 		if _, err := zcall(bg, func() (struct{}, error) { return struct{}{}, c.run(r.s) }, nil); err != nil {
 			r.s.addCleanup(c)
 		} else {

@@ -364,16 +364,16 @@ func (n *nreq) waiterAhead(v *nativeView) bool {
 	return false
 }
 
-// after returns the waiters behind our child in v's order: whom we may
-// hand the lock to.
+// after returns the waiters of v in order but us: whom we may hand the
+// lock to.
 func (n *nreq) after(v *nativeView) []string {
+	return waitersBut(v.kids, v.holds, n.reqID)
+}
+
+func waitersBut(kids []nchild, holds func(req string) bool, req string) []string {
 	var out []string
-	seen := false
-	for _, k := range v.kids {
-		switch {
-		case k.req == n.reqID:
-			seen = true
-		case seen && !v.holds(k.req) && len(out) < nativeMaxNext:
+	for _, k := range kids {
+		if k.req != req && !holds(k.req) && len(out) < nativeMaxNext {
 			out = append(out, k.name)
 		}
 	}
@@ -733,6 +733,11 @@ func (n *nreq) granted(ctx context.Context, token int64, st *zk.Stat, d nativeDa
 		n.e.natHeld.Store(n.reqID, g)
 		if g.State() == Lost || g.State() == Released { // ended meanwhile: finish may have missed the entry
 			n.e.natHeld.CompareAndDelete(n.reqID, g)
+		}
+		if len(next) == 0 && predict < 0 {
+			// Contended, and we know of nobody to hand over to: learn of
+			// arrivals while we hold, off the handoff's path.
+			n.e.wg.Go(g.learnNative)
 		}
 	}
 	if err != nil && !n.registered {
@@ -1207,6 +1212,48 @@ func (e *Engine) handOver(s *session, d nativeData, st *zk.Stat) {
 		case v.(chan nativeHandoff) <- nativeHandoff{s: s, d: d, st: st}:
 			e.local.Add(1)
 		default:
+		}
+	}
+}
+
+// learnNative keeps the waiters a holder may hand over to up to date while
+// it holds: a children watch on the object, re-listed when it fires (an
+// arrival), until the grant ends or its release begins.
+func (g *Grant) learnNative() {
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-g.s.lost:
+			return
+		default:
+		}
+		if g.isReleasing() {
+			return
+		}
+		kids, _, ev, err := g.s.conn.ChildrenW(g.objPath)
+		if err != nil {
+			return
+		}
+		ks, err := g.e.nativeOrder(g.objPath, kids)
+		if err != nil {
+			return
+		}
+		g.mu.Lock()
+		holders := map[string]bool{}
+		if d := g.native.d; d != nil {
+			for _, h := range d.H {
+				holders[h.R] = true
+			}
+		}
+		g.native.next = waitersBut(ks, func(r string) bool { return holders[r] }, g.reqID)
+		g.mu.Unlock()
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-g.s.lost:
+			return
+		case <-ev:
 		}
 	}
 }

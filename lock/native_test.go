@@ -312,6 +312,10 @@ func TestNativeSharedStress(t *testing.T) {
 				g, err := e.Acquire(context.Background(), "rw", typ, lock.AcquireOptions{Shared: shared, Wait: time.Minute})
 				if err != nil {
 					t.Errorf("engine %d: %v", i, err)
+					conn := rawConn(t, zkServer.Servers())
+					d, _, _ := conn.Get(root + "/rw")
+					k, _, _ := conn.Children(root + "/rw")
+					t.Errorf("object data %s, children %v", d, k)
 					return
 				}
 				chk.enter(shared, g.Token())
@@ -391,4 +395,46 @@ func TestNativeHolderVanishes(t *testing.T) {
 		t.Fatalf("Check(old) = %v, %d, %v; want stale, %d", cur, holder, err, g2.Token())
 	}
 	release(t, g2)
+}
+
+// A watcher of a native object sees a shared request granted beside a
+// holder: the object's data changes, its children do not.
+func TestNativeWaitChangeShared(t *testing.T) {
+	root := testRoot(t, zkServer)
+	a := newEngine(t, zkServer.Servers(), root, native)
+	b := newEngine(t, zkServer.Servers(), root, native)
+	w := newEngine(t, zkServer.Servers(), root, native)
+	ctx := context.Background()
+	ga := acquire(t, a, "shw", lock.Foreground, lock.AcquireOptions{Shared: true})
+	defer release(t, ga)
+	snap, _, err := w.WaitChange(ctx, "shw", lock.Seen{}, time.Second)
+	if err != nil || len(snap.Holders) != 1 {
+		t.Fatalf("first state %+v, %v; want one holder", snap, err)
+	}
+	ch := make(chan *lock.Snapshot, 1)
+	go func() { // chain: the new child, then its grant
+		v := snap.Version
+		for {
+			start := time.Now()
+			s, changed, err := w.WaitChange(ctx, "shw", lock.Seen{Version: v}, 10*time.Second)
+			if time.Since(start) >= 10*time.Second {
+				t.Errorf("the watch never fired: the change was found only by the read at the timeout")
+			}
+			if err != nil || !changed || len(s.Holders) == 2 {
+				if err != nil || !changed {
+					t.Errorf("WaitChange = %v, %v", changed, err)
+				}
+				ch <- s
+				return
+			}
+			v = s.Version
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	gb := acquire(t, b, "shw", lock.Foreground, lock.AcquireOptions{Shared: true})
+	defer release(t, gb)
+	s := <-ch
+	if s == nil || len(s.Holders) != 2 {
+		t.Fatalf("after a second shared grant the watcher saw %+v; want two holders", s)
+	}
 }

@@ -240,12 +240,15 @@ func (ow *objWatch) after(version string) *Snapshot {
 	return nil
 }
 
-// key is what a change is a change of: the holder (token and node) and the
-// waiters' nodes, in order.
+// key is what a change is a change of: the holders (token and node) and
+// the waiters' nodes, in order.
 func (s *Snapshot) key() string {
 	var b strings.Builder
 	if h := s.Holder; h != nil {
 		fmt.Fprintf(&b, "%d/%s", h.Token, h.Name)
+	}
+	for _, h := range s.Holders[min(1, len(s.Holders)):] { // shared holders beside the first
+		fmt.Fprintf(&b, "+%d/%s", h.Token, h.Name)
 	}
 	for _, w := range s.Waiters {
 		b.WriteString(" " + w.Name)
@@ -425,6 +428,40 @@ func (ow *objWatch) read(ctx context.Context, s *session, syncFirst bool) (*Snap
 			kids, st, ev, err := s.conn.ChildrenW(ow.objPath)
 			return childrenW{kids, st, ev}, err
 		}, nil)
+		if err == nil && e.opts.Protocol == Native {
+			// The holders are in the object node's data: a shared request
+			// granted beside others changes it and no child. Watch it too;
+			// the version is the newer of the children's and the data's.
+			type dataW struct {
+				st *zk.Stat
+				ev <-chan zk.Event
+			}
+			e.watch.arms.Add(1)
+			d, err := zcall(ctx, func() (dataW, error) {
+				_, st, ev, err := s.conn.GetW(ow.objPath)
+				return dataW{st, ev}, err
+			}, nil)
+			if errors.Is(err, zk.ErrNoNode) {
+				continue
+			}
+			if err != nil {
+				return nil, nil, err
+			}
+			st, err := e.describe(ctx, s, ow.objPath, r.kids, 0)
+			if err != nil {
+				return nil, nil, err
+			}
+			either := make(chan zk.Event, 1)
+			go func() {
+				select {
+				case ev := <-r.ev:
+					either <- ev
+				case ev := <-d.ev:
+					either <- ev
+				}
+			}()
+			return &Snapshot{Status: *st, Version: strconv.FormatInt(max(r.st.Pzxid, d.st.Mzxid), 10)}, either, nil
+		}
 		if err == nil {
 			st, err := e.describe(ctx, s, ow.objPath, r.kids, 0)
 			if err != nil {

@@ -66,6 +66,7 @@ const sessionTimeout = 15 * time.Second
 type config struct {
 	impl, workload, zkAddr, root, baton    string
 	clients, ops, objects, waiters, warmup int
+	protocol                               string // zookeeper.lock.protocol: plugin or native
 }
 
 type result struct {
@@ -108,6 +109,7 @@ func main() {
 	fs.StringVar(&cfg.baton, "baton", "", "the baton executable for the process impls (default $BATON_BIN, ./baton beside this executable, PATH)")
 	fs.StringVar(&cfg.zkAddr, "zk", "127.0.0.1:2181", "ZooKeeper address")
 	fs.StringVar(&cfg.root, "root", "/bench", "lock root for this run")
+	fs.StringVar(&cfg.protocol, "protocol", "plugin", "lock protocol: plugin or native (the impl is reported as <impl>-native)")
 	fs.IntVar(&cfg.clients, "clients", 8, "clients for W2/W3")
 	fs.IntVar(&cfg.ops, "ops", 2000, "measured operations")
 	fs.IntVar(&cfg.objects, "objects", 1000, "objects for W3")
@@ -122,6 +124,9 @@ func main() {
 	}
 	res, err := run(cfg)
 	res.Impl, res.Workload, res.Warmup = cfg.impl, cfg.workload, cfg.warmup
+	if cfg.protocol == "native" {
+		res.Impl += "-native"
+	}
 	if err != nil {
 		res.Error = err.Error()
 	}
@@ -187,6 +192,10 @@ func (e *env) newSession(int) (session, error) {
 	}
 	lo := lock.Options{Servers: []string{e.cfg.zkAddr}, Root: e.cfg.root, SessionTimeout: sessionTimeout,
 		NodeID: "bench-" + strconv.FormatInt(i, 10), ForegroundWait: time.Minute}
+	var err error
+	if lo.Protocol, err = lock.ParseProtocol(e.cfg.protocol); err != nil {
+		return nil, err
+	}
 	if e.cfg.impl == "baton-engine" {
 		eng, err := lock.New(lo)
 		if err != nil {

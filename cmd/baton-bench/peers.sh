@@ -13,6 +13,8 @@
 #   cmd/baton-bench/peers.sh            # all workloads, REPS=3 (about 25 min on a busy 2-core VM)
 #   WORKLOADS="W1 W4" REPS=5 cmd/baton-bench/peers.sh
 #   BATON_IMPLS="http client" cmd/baton-bench/peers.sh   # a subset of Baton's
+#   BATON_IMPLS="http shared http:native shared:native" ...  # :native = zookeeper.lock.protocol=native
+#                  (reported as baton-<impl>-native)
 # Env as run_all.sh (REPS, WORKLOADS, PARAMS, ZK_PORT); OUT defaults to
 # ./bench-results/<time>; BATON_SRC builds baton and baton-bench from
 # another tree (e.g. a `git archive HEAD` export).
@@ -41,13 +43,16 @@ go build -C "$src" -o "$work/baton/baton" ./cmd/baton
 baton_impls=""
 for b in ${BATON_IMPLS:-inproc engine http client shared}; do
   if [[ $b = inproc ]]; then baton_impls="$baton_impls $work/baton/baton-bench"; continue; fi
+  proto=plugin
+  if [[ $b = *:native ]]; then proto=native; b=${b%:native}; fi
   impl=baton-$b
-  cat >"$work/baton/$b" <<SH
+  wrapper=$work/baton/$b-$proto
+  cat >"$wrapper" <<SH
 #!/usr/bin/env bash
-w=\$1; shift; exec "\$(dirname "\$0")/baton-bench" "\$w" --impl $impl --baton "\$(dirname "\$0")/baton" "\$@"
+w=\$1; shift; exec "\$(dirname "\$0")/baton-bench" "\$w" --impl $impl --protocol $proto --baton "\$(dirname "\$0")/baton" "\$@"
 SH
-  chmod +x "$work/baton/$b"
-  baton_impls="$baton_impls $work/baton/$b"
+  chmod +x "$wrapper"
+  baton_impls="$baton_impls $wrapper"
 done
 export OUT=${OUT:-$top/bench-results/$(date +%Y%m%dT%H%M%S)}
 mkdir -p "$OUT"
