@@ -22,3 +22,6 @@ func (e *Engine) KeeperQuiet() int64 {
 	}
 	return s.quiet.Load()
 }
+
+// LocalHandoffs counts native grants handed over in process.
+func (e *Engine) LocalHandoffs() int64 { return e.local.Load() }

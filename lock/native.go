@@ -282,6 +282,14 @@ func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
 	done := false
 	if p.seq >= 0 && p.version >= 0 && n.delay <= 0 {
 		g, err, done = n.fast(ctx, p)
+	} else if !p.contended && n.delay <= 0 {
+		// No prediction, nobody seen here lately: read the holders; if
+		// there are none, create our child and name ourselves in one
+		// multi guarded by that version, then verify nobody waits ahead
+		// (three round trips, one write; queueing first costs four, two).
+		if v, err := n.readData(ctx); err == nil && len(v.d.H) == 0 {
+			g, err, done = n.fast(ctx, prediction{seq: -1, czxid: v.st.Czxid, version: v.st.Version})
+		}
 	}
 	if !done {
 		g, err = n.slow(ctx)
@@ -321,14 +329,22 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 			g, err := n.granted(ctx, st.Mzxid, st, d, nil, seq+1)
 			return g, err, true
 		}
-		n.e.observe(func(o Observer) { o.FastPath(false) })
-		n.e.objContended(n.name)
+		if p.seq >= 0 {
+			n.e.observe(func(o Observer) { o.FastPath(false) })
+		}
 		if st.Czxid == p.czxid {
 			// Someone created a child since: are they ahead of us?
 			v, err := n.read(ctx)
+			if err == nil && len(v.kids) > 1 {
+				n.e.objContended(n.name)
+			}
 			if err == nil && v.holds(n.reqID) {
 				if !n.waiterAhead(v) {
-					g, err := n.granted(ctx, st.Mzxid, v.st, v.d, n.after(v), -1)
+					next := int64(-1)
+					if len(v.kids) == 1 && n.e.objAlone(n.name) {
+						next = seq + 1
+					}
+					g, err := n.granted(ctx, st.Mzxid, v.st, v.d, n.after(v), next)
 					return g, err, true
 				}
 			}
@@ -340,7 +356,9 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 		}
 		return nil, nil, false
 	case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNoNode):
-		n.e.observe(func(o Observer) { o.FastPath(false) })
+		if p.seq >= 0 {
+			n.e.observe(func(o Observer) { o.FastPath(false) })
+		}
 		return nil, nil, false // nothing created
 	case isConnErr(err):
 		n.uncertain = true
@@ -585,6 +603,13 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 		if t == "" {
 			continue
 		}
+		if c, ok := n.e.parseNative(t); ok && v.holds(c.req) {
+			// First in line behind a holder of this engine: tell it, so that
+			// its release names us without listing.
+			if hv, ok := n.e.natHeld.Load(c.req); ok {
+				hv.(*Grant).learn(n.node)
+			}
+		}
 		ev, err := zcall(ctx, func() (<-chan zk.Event, error) {
 			ok, _, ev, err := n.s.conn.ExistsW(n.objPath + "/" + t)
 			if err == nil && !ok {
@@ -737,6 +762,9 @@ func (n *nreq) granted(ctx context.Context, token int64, st *zk.Stat, d nativeDa
 		if len(next) == 0 && predict < 0 {
 			// Contended, and we know of nobody to hand over to: learn of
 			// arrivals while we hold, off the handoff's path.
+			g.mu.Lock()
+			g.native.learning = true
+			g.mu.Unlock()
 			n.e.wg.Go(g.learnNative)
 		}
 	}
@@ -830,6 +858,21 @@ type nativeGrant struct {
 	mzxid   int64 // ... and the zxid that wrote it
 	d       *nativeData
 	next    []string // whom to hand the lock to, in order (names)
+	// learning: learnNative follows arrivals (the grant was contended and
+	// came with nobody known to hand over to); a release that still knows
+	// of nobody then lists before it writes.
+	learning bool
+}
+
+// learn puts node, a waiter of this engine first in line behind this
+// grant, at the head of the names the grant may hand over to.
+func (g *Grant) learn(node string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.native == nil || slices.Contains(g.native.next, node) {
+		return
+	}
+	g.native.next = append([]string{node}, g.native.next...)
 }
 
 // endNative releases (mark) or abandons a native grant: one multi deletes
@@ -839,6 +882,27 @@ type nativeGrant struct {
 // of it, so it is watching us); otherwise it leaves the object free and
 // the waiter watching us takes it.
 func (g *Grant) endNative(ctx context.Context, mark bool) error {
+	g.mu.Lock()
+	unknown := g.native.learning && len(g.native.next) == 0
+	g.mu.Unlock()
+	if unknown && mark { // arrivals may not have been seen yet: one read beats the successor's three
+		if kids, err := zcall(ctx, func() ([]string, error) {
+			c, _, err := g.s.conn.Children(g.objPath)
+			return c, err
+		}, nil); err == nil {
+			if ks, err := g.e.nativeOrder(g.objPath, kids); err == nil {
+				g.mu.Lock()
+				holders := map[string]bool{}
+				if d := g.native.d; d != nil {
+					for _, h := range d.H {
+						holders[h.R] = true
+					}
+				}
+				g.native.next = waitersBut(ks, func(r string) bool { return holders[r] }, g.reqID)
+				g.mu.Unlock()
+			}
+		}
+	}
 	for range 10 {
 		g.mu.Lock()
 		ng := *g.native

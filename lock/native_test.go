@@ -438,3 +438,58 @@ func TestNativeWaitChangeShared(t *testing.T) {
 		t.Fatalf("after a second shared grant the watcher saw %+v; want two holders", s)
 	}
 }
+
+// Two requests of one engine ping-pong on an object (issue 21's W4 on one
+// sidecar): every handoff is in process (the release multi names the
+// waiter, which its own engine wakes with the multi's answer) and costs
+// the holder's one write; the waiter's own queueing is create, read, list
+// and watch. Counted from the server's packets.
+func TestNativeLocalPingPong(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) { o.HolderWatchDelay = time.Minute })
+	const rounds = 30
+	held := acquire(t, e, "pp", lock.Foreground, lock.AcquireOptions{})
+	var chk overlapChecker
+	chk.enter(held.Token())
+	conn := rawConn(t, zkServer.Servers())
+	mntr := func() int64 {
+		m, err := zkServer.Mntr(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v int64
+		fmt.Sscan(m["zk_packets_received"], &v)
+		return v
+	}
+	p0, s0, l0 := mntr(), e.Health().Syncs, e.LocalHandoffs()
+	for range rounds {
+		ch := make(chan *lock.Grant, 1)
+		go func() {
+			g, err := e.Acquire(context.Background(), "pp", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+			if err != nil {
+				t.Error(err)
+			}
+			ch <- g
+		}()
+		waitFor(t, 10*time.Second, "the other queued", func() bool { return len(children(t, conn, root, "pp")) == 3 })
+		time.Sleep(5 * time.Millisecond) // watching
+		chk.leave()
+		release(t, held)
+		held = <-ch
+		if held == nil {
+			t.FailNow()
+		}
+		chk.enter(held.Token())
+	}
+	chk.leave()
+	release(t, held)
+	pk := mntr() - p0 - (e.Health().Syncs - s0)
+	local := e.LocalHandoffs() - l0
+	t.Logf("%d handoffs: %d in process, %.2f packets per round (keeper syncs excluded; the test's own listings are another session's)", rounds, local, float64(pk)/rounds)
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("overlaps=%d non-increasing tokens=%d", chk.overlaps, chk.badToken)
+	}
+	if local < rounds-1 {
+		t.Errorf("%d of %d handoffs in process", local, rounds)
+	}
+}

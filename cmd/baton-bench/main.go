@@ -210,6 +210,7 @@ func (e *env) newSession(int) (session, error) {
 	cfg := props.Defaults()
 	cfg.ZKServers, cfg.LockRoot, cfg.ZKSessionTimeout = []string{e.cfg.zkAddr}, e.cfg.root, sessionTimeout
 	cfg.NodeID = lo.NodeID
+	cfg.LockProtocol = e.cfg.protocol
 	cfg.SocketPath = filepath.Join(e.dir, "s"+strconv.FormatInt(i, 10)+".sock")
 	cfg.SocketMode = 0o600
 	cfg.MaxWaiters = 1 << 20

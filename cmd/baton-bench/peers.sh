@@ -10,7 +10,7 @@
 #   baton-shared   one `baton serve` process for all clients (W2/W3: 8 app
 #                  clients on one node), Baton's Go client
 #
-#   cmd/baton-bench/peers.sh            # all workloads, REPS=3 (about 25 min on a busy 2-core VM)
+#   cmd/baton-bench/peers.sh            # all workloads, REPS=3, both protocols (about 35 min on a busy 2-core VM)
 #   WORKLOADS="W1 W4" REPS=5 cmd/baton-bench/peers.sh
 #   BATON_IMPLS="http client" cmd/baton-bench/peers.sh   # a subset of Baton's
 #   BATON_IMPLS="http shared http:native shared:native" ...  # :native = zookeeper.lock.protocol=native
@@ -41,7 +41,7 @@ src=${BATON_SRC:-$top}
 go build -C "$src" -o "$work/baton/baton-bench" ./cmd/baton-bench
 go build -C "$src" -o "$work/baton/baton" ./cmd/baton
 baton_impls=""
-for b in ${BATON_IMPLS:-inproc engine http client shared}; do
+for b in ${BATON_IMPLS:-inproc engine http client shared http:native client:native shared:native}; do
   if [[ $b = inproc ]]; then baton_impls="$baton_impls $work/baton/baton-bench"; continue; fi
   proto=plugin
   if [[ $b = *:native ]]; then proto=native; b=${b%:native}; fi
