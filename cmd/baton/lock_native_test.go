@@ -18,7 +18,8 @@ import (
 //   - Two holds without a command (baton lock processes), one per sidecar,
 //     hold the object shared at once: baton locks prints both holder lines
 //     with mode shared, baton watch lists both in holders=, baton status
-//     says native; an exclusive try-once exits 75.
+//     says native; an exclusive try-once exits 75, and one with -v says
+//     it waits for a shared holder "and 1 other shared holders".
 //   - Inside a baton lock --shared, a nested baton lock of the object
 //     re-enters only with --shared: without it, exit 64 naming --shared
 //     and the mode rule (no silent upgrade).
@@ -55,6 +56,10 @@ func testLockSharedNative(t *testing.T, e *env) {
 	}
 	if code, _, errOut := lockIn(t, b.socket, "--wait", "0", "article-1", "--", "echo", "ran"); code != exitNotTaken {
 		t.Errorf("exclusive baton lock --wait 0 beside shared holders: exit %d, stderr %q; want %d", code, errOut, exitNotTaken)
+	}
+	code, _, errOut := lockIn(t, b.socket, "-v", "--wait", "2500ms", "article-1", "--", "echo", "ran")
+	if code != exitNotTaken || !regexp.MustCompile(`waiting for "article-1": held by A_s_\S+ on sidecar native-[ab] \(foreground, shared, token \d+, .*\) and 1 other shared holders; 1 waiting`).MatchString(errOut) {
+		t.Errorf("baton lock -v behind two shared holders: exit %d, stderr %q; want 75 after saying it waits for a shared holder and 1 other", code, errOut)
 	}
 	if !strings.Contains(holds[0].out.String(), `holding "article-1" shared (token `) {
 		t.Errorf("baton lock --shared without a command: %q, want it to say shared", holds[0].out.String())
