@@ -47,15 +47,25 @@ type nativeHolder struct {
 	T int64  `json:"t,omitempty"`
 }
 
+// parseNativeData parses the object node's data. Empty data, and the
+// plugin protocol's release marker ({"released":…}: an object Baton locked
+// on the plugin protocol before its root moved to native), hold nobody: V
+// is 0 then (the object is not known to have its sentinel).
 func parseNativeData(data []byte) (nativeData, error) {
-	var d nativeData
 	if len(data) == 0 {
-		return nativeData{V: 1}, nil
+		return nativeData{}, nil
 	}
-	if err := json.Unmarshal(data, &d); err != nil || d.V != 1 {
-		return d, fmt.Errorf("object node data %.40q is not the native protocol's", data)
+	var d nativeData
+	if err := json.Unmarshal(data, &d); err == nil && d.V == 1 {
+		return d, nil
 	}
-	return d, nil
+	var m struct {
+		Released *string `json:"released"`
+	}
+	if json.Unmarshal(data, &m) == nil && m.Released != nil {
+		return nativeData{}, nil
+	}
+	return nativeData{}, fmt.Errorf("object node data %.40q is not the native protocol's", data)
 }
 
 func (d nativeData) marshal() []byte {
@@ -271,8 +281,26 @@ func (e *Engine) acquireNative(ctx context.Context, r *request, shared bool) (*G
 }
 
 func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
-	if err := n.e.ensureNative(ctx, n.s, n.name, n.objPath); err != nil {
-		return nil, n.fail(ctx, err)
+	fast := p.seq >= 0 && p.version >= 0 && n.delay <= 0 // our own clean release left the object: its sentinel is known
+	var v *nativeView
+	if !fast {
+		// The holders, read first: data the native protocol wrote proves
+		// the sentinel; anything else is checked (ensureNative).
+		var err error
+		v, err = n.readData(ctx)
+		switch {
+		case errors.Is(err, ErrForeignNode):
+			return nil, n.fail(ctx, err)
+		case err != nil: // no object node yet (ensureNative creates it), or not connected (slow retries)
+			v = nil
+		case v.d.V == 1:
+			n.e.objSentinel(n.name, true)
+		}
+		if v == nil || v.d.V != 1 {
+			if err := n.e.ensureNative(ctx, n.s, n.name, n.objPath); err != nil {
+				return nil, n.fail(ctx, err)
+			}
+		}
 	}
 	if err := n.s.own.enter(ctx, n.objPath, n.reqID); err != nil {
 		return nil, n.fail(ctx, err)
@@ -280,16 +308,16 @@ func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
 	var g *Grant
 	var err error
 	done := false
-	if p.seq >= 0 && p.version >= 0 && n.delay <= 0 {
+	if fast {
 		g, err, done = n.fast(ctx, p)
-	} else if !p.contended && n.delay <= 0 {
-		// No prediction, nobody seen here lately: read the holders; if
-		// there are none, create our child and name ourselves in one
-		// multi guarded by that version, then verify nobody waits ahead
-		// (three round trips, one write; queueing first costs four, two).
-		if v, err := n.readData(ctx); err == nil && len(v.d.H) == 0 {
-			g, err, done = n.fast(ctx, prediction{seq: -1, czxid: v.st.Czxid, version: v.st.Version})
-		}
+	} else if v != nil && !p.contended && n.delay <= 0 && len(v.d.H) == 0 {
+		// No prediction, nobody seen here lately and no holder: create our
+		// child and name ourselves in one multi guarded by the version
+		// read, then verify nobody waits ahead (three round trips, one
+		// write; queueing first costs four, two).
+		g, err, done = n.fast(ctx, prediction{seq: -1, czxid: v.st.Czxid, version: v.st.Version})
+	} else {
+		n.view = v // data read before our child's create: still before its listing
 	}
 	if !done {
 		g, err = n.slow(ctx)

@@ -493,3 +493,30 @@ func TestNativeLocalPingPong(t *testing.T) {
 		t.Errorf("%d of %d handoffs in process", local, rounds)
 	}
 }
+
+// A root that ran the plugin protocol moves to native: an object whose
+// node carries the plugin protocol's release record is taken over (its
+// sentinel added), and the plugin engine is then kept out of it.
+func TestNativeAfterPluginRoot(t *testing.T) {
+	root := testRoot(t, zkServer)
+	plug := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.ObjectNode = lock.Persistent })
+	g := acquire(t, plug, "old", lock.Foreground, lock.AcquireOptions{})
+	release(t, g) // leaves {"released":…} in the object node
+	conn := rawConn(t, zkServer.Servers())
+	if d, _, err := conn.Get(root + "/old"); err != nil || !strings.Contains(string(d), "released") {
+		t.Fatalf("object data after a plugin release: %q, %v", d, err)
+	}
+	nat := newEngine(t, zkServer.Servers(), root, native)
+	n1 := acquire(t, nat, "old", lock.Foreground, lock.AcquireOptions{})
+	if n1.Token() <= g.Token() {
+		t.Errorf("native token %d after plugin token %d", n1.Token(), g.Token())
+	}
+	release(t, n1)
+	if ok, st, err := conn.Exists(root + "/old/privateLock"); err != nil || !ok || st.EphemeralOwner != 0 {
+		t.Fatalf("sentinel after the first native grant: %v %+v %v", ok, st, err)
+	}
+	_, err := plug.Acquire(context.Background(), "old", lock.Foreground, lock.AcquireOptions{Wait: 2 * time.Second})
+	if !errors.Is(err, lock.ErrForeignNode) {
+		t.Fatalf("plugin acquire on a native object: %v, want ErrForeignNode", err)
+	}
+}
