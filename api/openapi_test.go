@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 	liberrors "github.com/pb33f/libopenapi-validator/errors"
@@ -244,6 +245,7 @@ type stack struct {
 	app   *opstest.App
 	kafka *testenv.Kafka
 	srv   *sidecar.Server
+	zk    *testenv.ZooKeeper
 }
 
 func startStack(t *testing.T) *stack {
@@ -303,7 +305,7 @@ func startStack(t *testing.T) *stack {
 		d.Close()
 		hc.CloseIdleConnections()
 	})
-	s := &stack{cfg: cfg, hc: hc, app: app, kafka: k, srv: srv}
+	s := &stack{cfg: cfg, hc: hc, app: app, kafka: k, srv: srv, zk: z}
 	testenv.WaitFor(t, 30*time.Second, "sidecar ready", func() bool {
 		resp, err := s.do("GET", "/readyz", "")
 		if err != nil {
@@ -313,6 +315,44 @@ func startStack(t *testing.T) *stack {
 		return resp.StatusCode == 200
 	})
 	return s
+}
+
+// nativeRoot is the lock root of startNative's sidecar.
+const nativeRoot = "/openapi-native"
+
+// startNative runs a second sidecar, with zookeeper.lock.protocol=native
+// on nativeRoot, on the stack's ZooKeeper; it returns an HTTP client of its
+// socket and a ZooKeeper connection for the test's own nodes.
+func (s *stack) startNative(t *testing.T) (*http.Client, *zk.Conn) {
+	t.Helper()
+	cfg := props.Defaults()
+	dir, err := os.MkdirTemp("", "oan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	cfg.ZKServers, cfg.ZKSessionTimeout, cfg.NodeID = s.zk.Servers(), 4*time.Second, "openapi-native"
+	cfg.LockRoot, cfg.LockProtocol, cfg.ObjectNode = nativeRoot, "native", "persistent"
+	cfg.SocketPath = filepath.Join(dir, "n.sock")
+	srv, err := sidecar.New(cfg, sidecar.Options{Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatalf("sidecar.New (native): %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	hc := testenv.UnixHTTP(cfg.SocketPath)
+	hc.Timeout = 30 * time.Second
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		hc.CloseIdleConnections()
+	})
+	testenv.WaitFor(t, 30*time.Second, "native sidecar ready", func() bool {
+		st, _ := testenv.Call(context.Background(), hc, "GET", "/readyz", "")
+		return st == 200
+	})
+	return hc, testenv.Client(t, s.zk.Servers())
 }
 
 func (s *stack) do(method, path, body string) (*http.Response, error) {
@@ -696,6 +736,39 @@ func TestOpenAPIAnswers(t *testing.T) {
 	call("GET", "/v1/semaphores/doc-pool", "", 200, true)
 	call("GET", "/v1/semaphores/a%2Fb", "", 400, true)
 	call("DELETE", "/v1/leases/"+sem.LeaseID, "", 200, true)
+
+	// The native protocol: a second sidecar on a native root.
+	native, zc := s.startNative(t)
+	ncall := func(method, path, body string, want int) []byte {
+		t.Helper()
+		saved := s.hc
+		s.hc = native
+		defer func() { s.hc = saved }()
+		return call(method, path, body, want, want < 400)
+	}
+	r1 := lease(ncall("POST", "/v1/locks/doc-n/acquire", `{"mode":"shared","wait_ms":60000}`, 200))
+	r2 := lease(ncall("POST", "/v1/locks/doc-n/acquire", `{"mode":"shared","wait_ms":60000}`, 200))
+	var nst api.LockStatus
+	if err := json.Unmarshal(ncall("GET", "/v1/locks/doc-n", "", 200), &nst); err != nil || len(nst.Holders) != 2 || r1.Mode != api.ModeShared {
+		t.Errorf("native status with two shared holders: %+v, %v; lease mode %q", nst, err, r1.Mode)
+	}
+	ncall("GET", "/v1/locks/doc-n?wait=change", "", 200)
+	ncall("POST", "/v1/locks/doc-n/acquire", `{"lease_id":"`+r1.LeaseID+`"}`, 400)
+	ncall("POST", "/v1/locks/doc-n/revoke", `{"reason":"openapi"}`, 409)
+	ncall("POST", "/v1/locks/doc-m/acquire", `{"preemptible":true}`, 409)
+	ncall("DELETE", "/v1/leases/"+r1.LeaseID, "", 200)
+	ncall("DELETE", "/v1/leases/"+r2.LeaseID, "", 200)
+	if _, err := zc.Create(nativeRoot+"/doc-p", nil, 0, zk.WorldACL(zk.PermAll)); err != nil { // a plugin object under the native root
+		t.Fatal(err)
+	}
+	if _, err := zc.Create(nativeRoot+"/doc-p/A-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	ncall("POST", "/v1/locks/doc-p/acquire", `{"wait_ms":0}`, 409)
+	ncall("POST", "/v1/locks/acquire", `{"objects":["doc-p","doc-q"],"wait_ms":0}`, 409)
+	ncall("GET", "/v1/locks/doc-p", "", 409)
+	ncall("GET", "/v1/locks/doc-p/check?token=1", "", 409)
+	ncall("GET", "/v1/locks", "", 409)
 
 	// Background ops: one delivered, one dead-lettered and replayed.
 	call("POST", "/v1/ops", `{"id":"doc-op-1","object":"doc-3","info":"openapi","payload":{"n":1}}`, 202, true)

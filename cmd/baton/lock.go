@@ -788,8 +788,13 @@ func waitingFor(ctx context.Context, c *client.Client, obj string) string {
 		return ""
 	}
 	h := st.Holder
-	return fmt.Sprintf("baton: waiting for %q: held by %s on sidecar %s (%s, token %d, since %s, info %s); %d waiting",
-		obj, orDash(printable(h.Node)), orDash(printable(h.Sidecar)), orDash(printable(h.Type)), h.Token, h.Since.Format(api.TimeFormat), strconv.Quote(h.Info), len(st.Waiters))
+	held := ""
+	if n := len(st.Holders); n > 1 {
+		held = fmt.Sprintf(" and %d other shared holders", n-1)
+	}
+	return fmt.Sprintf("baton: waiting for %q: held by %s on sidecar %s (%s, %s, token %d, since %s, info %s)%s; %d waiting",
+		obj, orDash(printable(h.Node)), orDash(printable(h.Sidecar)), orDash(printable(h.Type)), modeOf(h.Mode), h.Token, h.Since.Format(api.TimeFormat),
+		strconv.Quote(h.Info), held, len(st.Waiters))
 }
 
 // isTerminal reports whether w is a terminal.

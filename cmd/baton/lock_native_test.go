@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -17,7 +18,11 @@ import (
 //   - Two holds without a command (baton lock processes), one per sidecar,
 //     hold the object shared at once: baton locks prints both holder lines
 //     with mode shared, baton watch lists both in holders=, baton status
-//     says native; an exclusive try-once exits 75.
+//     says native; an exclusive try-once exits 75, and one with -v says
+//     it waits for a shared holder "and 1 other shared holders".
+//   - Inside a baton lock --shared, a nested baton lock of the object
+//     re-enters only with --shared: without it, exit 64 naming --shared
+//     and the mode rule (no silent upgrade).
 //   - Readers (--shared) and writers in loops on both sidecars, each CMD
 //     checks the others with files: a reader creates r.<pid> then fails
 //     (exit 9) if the writer's directory w exists; a writer mkdirs w (a
@@ -52,11 +57,32 @@ func testLockSharedNative(t *testing.T, e *env) {
 	if code, _, errOut := lockIn(t, b.socket, "--wait", "0", "article-1", "--", "echo", "ran"); code != exitNotTaken {
 		t.Errorf("exclusive baton lock --wait 0 beside shared holders: exit %d, stderr %q; want %d", code, errOut, exitNotTaken)
 	}
+	code, _, errOut := lockIn(t, b.socket, "-v", "--wait", "2500ms", "article-1", "--", "echo", "ran")
+	if code != exitNotTaken || !regexp.MustCompile(`waiting for "article-1": held by A_s_\S+ on sidecar native-[ab] \(foreground, shared, token \d+, .*\) and 1 other shared holders; 1 waiting`).MatchString(errOut) {
+		t.Errorf("baton lock -v behind two shared holders: exit %d, stderr %q; want 75 after saying it waits for a shared holder and 1 other", code, errOut)
+	}
+	if !strings.Contains(holds[0].out.String(), `holding "article-1" shared (token `) {
+		t.Errorf("baton lock --shared without a command: %q, want it to say shared", holds[0].out.String())
+	}
 	for _, p := range holds {
 		p.signal(t, syscall.SIGTERM)
 		if code := p.wait(t, 30*time.Second); code != 0 {
 			t.Errorf("shared hold after SIGTERM: exit %d, output %q", code, p.out.String())
 		}
+	}
+
+	// No silent upgrade: run inside a shared baton lock, a baton lock of the
+	// same object re-enters its lease only as shared.
+	nested := func(args ...string) []string {
+		return append([]string{"--shared", "--wait", "30s", "article-3", "--", e.bin, "--config", "/dev/null", "--socket", a.socket, "lock"}, args...)
+	}
+	if code, _, errOut := lockIn(t, a.socket, nested("article-3", "--", "true")...); code != exitUsage ||
+		!strings.Contains(errOut, "--shared: rejected by the sidecar") || !strings.Contains(errOut, "keeps the lease's mode") {
+		t.Errorf("exclusive baton lock inside a shared one: exit %d, stderr %q; want 64 naming --shared and the mode rule", code, errOut)
+	}
+	if code, out, errOut := lockIn(t, a.socket, nested("--shared", "article-3", "--", "sh", "-c", `echo "lease=$BATON_LEASE_ID"`)...); code != 0 ||
+		!strings.Contains(out, "lease=") {
+		t.Errorf("shared baton lock inside a shared one (re-entry): exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 
 	dir := t.TempDir()

@@ -59,6 +59,7 @@ func TestJava(t *testing.T) {
 	t.Run("process-exit-releases", e.testProcessExit)
 	t.Run("plugin-app-imports-changed", e.testPluginApp)
 	t.Run("watch-holder-changes", e.testWatch)
+	t.Run("shared-on-plugin-refused", e.testSharedOnPlugin)
 	t.Run("stalled-sidecar-holder-told-first", e.testStall) // last: it stops the sidecar for a while
 }
 
@@ -434,6 +435,18 @@ func (e *env) testScenario3(t *testing.T) {
 // from Java waits the type's timeout from the sidecar's properties and
 // throws InstanceLockException naming the holder and position 1, leaving no
 // waiter behind.
+// testSharedOnPlugin: AcquireOptions.shared(true) through the plugin-protocol
+// sidecar is a BatonException 409 SharedNeedsNative naming
+// zookeeper.lock.protocol=native; an exclusive lease says its mode.
+func (e *env) testSharedOnPlugin(t *testing.T) {
+	out := e.runJava(t, "com.batonhq.baton.it.IntegrationTest", "shared-on-plugin", "java-shared")
+	for _, want := range []string{"REFUSED status=409 kind=SharedNeedsNative native=true\n", "HELD mode=exclusive\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("shared-on-plugin: no %q in\n%s", want, out)
+		}
+	}
+}
+
 func (e *env) testTimeout(t *testing.T) {
 	const object = "held-by-go"
 	c := e.client(t)

@@ -17,6 +17,7 @@ import java.util.concurrent.atomic.AtomicReference;
 
 import com.batonhq.baton.AcquireOptions;
 import com.batonhq.baton.BatonClient;
+import com.batonhq.baton.BatonException;
 import com.batonhq.baton.Holder;
 import com.batonhq.baton.InstanceLockException;
 import com.batonhq.baton.Lease;
@@ -48,6 +49,7 @@ public final class IntegrationTest {
             case "hold-and-exit" -> holdAndExit(args[1]);
             case "stall" -> stall(args[1]);
             case "watch" -> watch(args[1]);
+            case "shared-on-plugin" -> sharedOnPlugin(args[1]);
             default -> fail("unknown scenario " + args[0]);
         }
         System.out.flush();
@@ -197,6 +199,24 @@ public final class IntegrationTest {
             fail("tokens not increasing: " + holder.token() + " " + tokens);
         }
         say("TOKENS " + holder.token() + " " + tokens.get(0) + " " + tokens.get(1));
+    }
+
+    /**
+     * A shared acquire on the (plugin-protocol) sidecar: refused, not waited for; prints "REFUSED
+     * status=S kind=K native=true|false" (native: the message names zookeeper.lock.protocol=native),
+     * then takes the object exclusively and prints "HELD mode=M".
+     */
+    static void sharedOnPlugin(String object) throws Exception {
+        try {
+            client.acquire(object, AcquireOptions.defaults().shared(true).renew(false)).close();
+            fail("a shared lock granted by a plugin-protocol sidecar");
+        } catch (BatonException e) {
+            say("REFUSED status=" + e.status() + " kind=" + e.kind() + " native="
+                    + e.getMessage().contains("zookeeper.lock.protocol=native"));
+        }
+        try (Lease l = client.acquire(object, AcquireOptions.defaults().renew(false))) {
+            say("HELD mode=" + l.mode());
+        }
     }
 
     /** The plugin's lockWithTimeout() on an object someone else holds. */
