@@ -79,6 +79,7 @@ func probeMain(args []string) int {
 	fs.Var(&env, "env", "KEY=VALUE added to baton serve's environment (repeatable), e.g. GOMEMLIMIT=200MiB")
 	objects := fs.Int("objects", 1000, "objects of the spread phase")
 	batch := fs.Int("batch", 100, "waiters started at once; the next batch starts when these wait with a node in ZooKeeper")
+	hold := fs.Duration("hold", 0, "pause this long once every waiter waits, before the drain (to profile the waiting sidecar)")
 	znodeWait := fs.Duration("znode-wait", 20*time.Second, "how long to wait for the znode count to come back to its baseline")
 	_ = fs.Parse(args)
 	sidecarEnv = env
@@ -104,7 +105,7 @@ func probeMain(args []string) int {
 		if ph == "spread" {
 			k = *objects
 		}
-		p := &prober{bin: bin, zk: addr, waiters: *waiters, objects: k, batch: *batch, znodeWait: *znodeWait}
+		p := &prober{bin: bin, zk: addr, waiters: *waiters, objects: k, batch: *batch, znodeWait: *znodeWait, hold: *hold}
 		res := p.run()
 		out, _ := json.Marshal(res)
 		fmt.Println(string(out))
@@ -119,7 +120,7 @@ type prober struct {
 	bin                       string
 	zk                        string
 	waiters, objects, batch   int
-	znodeWait                 time.Duration
+	znodeWait, hold           time.Duration
 	sc                        *sidecarProc
 	c                         *client.Client
 	overlaps, errs, completed atomic.Int64
@@ -241,6 +242,10 @@ func (p *prober) do(res *probeResult) error {
 		}
 	}
 	res.QueueS = time.Since(t0).Seconds()
+	if p.hold > 0 {
+		fmt.Fprintf(os.Stderr, "probe: %d waiting on baton serve pid %d; holding %v\n", p.waiters, p.sc.pid(), p.hold)
+		time.Sleep(p.hold)
+	}
 	res.RSSWaitingMiB = procMiB(p.sc.pid(), "VmRSS")
 	res.BytesPerWaiter = (res.RSSWaitingMiB - res.RSSIdleMiB) * (1 << 20) / float64(p.waiters)
 	res.ZnodesWaiting, _ = mntr(p.zk, "zk_znode_count")
