@@ -23,7 +23,7 @@ func TestServeRuntime(t *testing.T) {
 	if want := min(serveMaxProcs, runtime.NumCPU()); p != want {
 		t.Errorf("environment unset: GOMAXPROCS %d, want %d", p, want)
 	}
-	if want := int64(serveMemLimit); serveMemLimit > 0 && l != want {
+	if want := int64(serveMemLimit); l != want {
 		t.Errorf("environment unset: GOMEMLIMIT %d, want %d", l, want)
 	}
 }
