@@ -22,9 +22,9 @@ import (
 // the sidecar has many acquires in flight, an acquire still waiting after a
 // moment leaves net/http: the handler runs on a goroutine of its own, the
 // connection is hijacked and net/http's goroutine and buffers go; a
-// goroutine with an 8-byte buffer reads the idle connection to notice the
-// caller leaving (a closed connection cancels the wait, as net/http's
-// background read does); the answer — exactly what the handler wrote — is
+// close watcher notices the caller leaving (one epoll set for all detached
+// connections; elsewhere a goroutine reading each), and a closed connection
+// cancels the wait, as net/http's background read does; the answer — exactly what the handler wrote — is
 // written as one HTTP/1.1 response with "Connection: close", which every
 // HTTP/1.1 client (curl, Java, Go) follows by opening a new connection for
 // its next request. Below the threshold nothing changes: an uncontended
@@ -114,8 +114,11 @@ func (s *Server) detachable(h handlerFunc) handlerFunc {
 		// are dropped with net/http's reader: the answer closes the
 		// connection, after which HTTP/1.1 has the caller send it again.
 		s.detach.n.Add(1)
+		if d.unwatch, ok = s.closes.watch(c, func() { cancel(errCallerGone) }); !ok {
+			d.unwatch = func() {}
+			go d.watch(c, cancel)
+		}
 		d.conn <- c
-		go d.watch(c, cancel)
 		return nil
 	}
 }
@@ -126,6 +129,8 @@ type detachState struct {
 	rec   *recorder
 	body  *eofBody
 	conn  chan net.Conn // the hijacked connection, nil if the hijack failed
+	// unwatch stops the close watcher's watch (set before conn is sent)
+	unwatch func()
 }
 
 // waitAttached is the acquire under net/http to its end.
@@ -143,7 +148,8 @@ func (d *detachState) waitAttached(w http.ResponseWriter, r *http.Request, done 
 
 // watch reads the detached connection until it closes (the caller left:
 // cancel the acquire) or says something (a pipelined request: it is
-// dropped, the answer closes the connection).
+// dropped, the answer closes the connection). It is the fallback of the
+// server's closeWatcher (detach_linux.go: one epoll set for all).
 func (d *detachState) watch(c net.Conn, cancel context.CancelCauseFunc) {
 	var b [8]byte
 	if _, err := c.Read(b[:]); err != nil {
@@ -153,6 +159,7 @@ func (d *detachState) watch(c net.Conn, cancel context.CancelCauseFunc) {
 
 // answer writes the recorded answer as one HTTP/1.1 response and closes c.
 func (d *detachState) answer(c net.Conn) {
+	d.unwatch()
 	defer c.Close()
 	_ = c.SetWriteDeadline(time.Now().Add(detachWriteTimeout))
 	_, _ = c.Write(d.rec.response())

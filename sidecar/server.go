@@ -75,6 +75,7 @@ type Server struct {
 		after   time.Duration
 		n       atomic.Int64 // acquires detached so far
 	}
+	closes closeWatcher // notices detached callers leaving
 
 	stopReq   chan struct{} // Shutdown asks Run to stop
 	stopOnce  sync.Once
@@ -358,5 +359,6 @@ func (s *Server) teardown() {
 		close(s.drain.closing)
 		s.eng.Close()
 		s.wg.Wait()
+		s.closes.stop()
 	})
 }
