@@ -31,8 +31,9 @@ import (
 // acquire pays no extra goroutine.
 const (
 	// detachWaiters: acquires in flight on this sidecar from which a
-	// waiting one is detached.
-	detachWaiters = 64
+	// waiting one is detached; above the peers harness's 64 waiters (W5),
+	// whose handoffs keep their connections.
+	detachWaiters = 256
 	// detachAfter: how long an acquire runs under net/http first; most
 	// grants that do not wait come within it.
 	detachAfter = 20 * time.Millisecond
