@@ -19,6 +19,8 @@ import (
 type listing struct {
 	gen    uint64    // session generation it was sent in
 	issued time.Time // taken before the request was sent
+	queued bool      // not sent yet: waits for the one in flight (any request may join it)
+	prev   *listing  // while queued, the one it waits for (firstAfter reads it)
 	queue  []string  // children but privateLock, in grant order
 	locked bool      // privateLock exists
 	czxid  int64     // the object node's creation zxid
@@ -35,11 +37,25 @@ func (e *Engine) listShared(ctx context.Context, s *session, name, objPath strin
 		st = &objState{predict: -1}
 	}
 	l := st.list
-	if l == nil || l.gen != s.gen || !l.issued.After(after) || l.isDone() && l.err != nil {
-		l = &listing{gen: s.gen, issued: time.Now(), done: make(chan struct{})}
+	if l == nil || l.gen != s.gen || !l.queued && !l.issued.After(after) || l.isDone() && l.err != nil {
+		// One in flight but sent too early for us: ours is sent when it
+		// is answered, and every request arriving meanwhile joins ours.
+		// At most one listing per object is in flight (with 10,000
+		// waiters queueing, each getChildren answer is ≈ 300 KB).
+		var prev *listing
+		if l != nil && l.gen == s.gen && !l.isDone() {
+			prev = l
+		}
+		l = &listing{gen: s.gen, issued: time.Now(), queued: prev != nil, prev: prev, done: make(chan struct{})}
 		st.list = l
 		e.lists.Add(1)
 		e.wg.Go(func() {
+			if prev != nil {
+				<-prev.done
+				e.objMu.Lock()
+				l.issued, l.queued, l.prev = time.Now(), false, nil // sent after every joiner's after
+				e.objMu.Unlock()
+			}
 			c, stat, err := s.conn.Children(objPath)
 			if err == nil {
 				err = e.pluginOnly(objPath, c)
@@ -114,6 +130,9 @@ func (e *Engine) firstAfter(name string, gen uint64, node, watched string) bool 
 		return false
 	}
 	l := st.list
+	if l.queued { // the latest sent is the one it waits for
+		l = l.prev
+	}
 	if !l.isDone() {
 		return false
 	}

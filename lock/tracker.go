@@ -84,6 +84,40 @@ type pending struct {
 	sent time.Time
 }
 
+// pendingRing is the requests in flight on a connection, oldest first: a
+// ring that grows when full and never shrinks, so that steady traffic (a
+// request or a few in flight) allocates nothing per request.
+type pendingRing struct {
+	buf     []pending
+	head, n int
+}
+
+func (r *pendingRing) push(p pending) {
+	if r.n == len(r.buf) {
+		buf := make([]pending, max(8, 2*len(r.buf)))
+		for i := range r.n {
+			buf[i] = r.buf[(r.head+i)%len(r.buf)]
+		}
+		r.buf, r.head = buf, 0
+	}
+	r.buf[(r.head+r.n)%len(r.buf)] = p
+	r.n++
+}
+
+// popThrough removes the oldest request with xid and every older one (a
+// server answers a session's requests in order: those were answered or
+// will never be), and returns it; ok false when none has xid.
+func (r *pendingRing) popThrough(xid int32) (p pending, ok bool) {
+	for i := range r.n {
+		if q := r.buf[(r.head+i)%len(r.buf)]; q.xid == xid {
+			r.head = (r.head + i + 1) % len(r.buf)
+			r.n -= i + 1
+			return q, true
+		}
+	}
+	return pending{}, false
+}
+
 const (
 	opSetWatches  = 101
 	opSetWatches2 = 105
@@ -118,7 +152,7 @@ type trackedConn struct {
 	w           frameParser
 	mu          sync.Mutex
 	connectSent time.Time
-	inflight    []pending
+	inflight    pendingRing
 	rmu         sync.Mutex
 	r           frameParser
 }
@@ -139,7 +173,7 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 		}
 		if len(hdr) == 8 {
 			op := int32(binary.BigEndian.Uint32(hdr[4:]))
-			c.inflight = append(c.inflight, pending{
+			c.inflight.push(pending{
 				xid:  int32(binary.BigEndian.Uint32(hdr)),
 				op:   op,
 				sent: start,
@@ -190,14 +224,7 @@ func (c *trackedConn) onResponse(i int, hdr []byte, at time.Time) {
 	}
 	ok := len(hdr) >= 16 && binary.BigEndian.Uint32(hdr[12:16]) == 0
 	c.mu.Lock()
-	var p pending
-	for k, q := range c.inflight {
-		if q.xid == xid {
-			p = q
-			c.inflight = c.inflight[k+1:]
-			break
-		}
-	}
+	p, _ := c.inflight.popThrough(xid)
 	c.mu.Unlock()
 	if !p.sent.IsZero() {
 		c.sink.acked(p.sent, at, ok && leaderOps[p.op])

@@ -1,6 +1,9 @@
 package sidecar
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // SplitRelease runs DELETE /v1/leases/{id} (Server.release) in its two
 // steps: releaseHold now (it must fall through: one hold left), and the
@@ -16,3 +19,12 @@ func SplitRelease(s *Server, id string) func() {
 	}
 	return func() { _, _ = s.leases.releaseLast(context.Background(), l) }
 }
+
+// SetDetach sets, before Run, from how many acquires in flight and after
+// how long a waiting acquire leaves net/http (detach.go); waiters 0: never.
+func SetDetach(s *Server, waiters int64, after time.Duration) {
+	s.detach.waiters, s.detach.after = waiters, after
+}
+
+// Detached is how many acquires have left net/http so far.
+func Detached(s *Server) int64 { return s.detach.n.Load() }

@@ -46,12 +46,12 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/openapi.json", action{}, serveOpenAPI},
 		{"POST", "/v1/drain", actDrain, s.startDrain},
 		{"GET", "/v1/locks", actInspect, v.list},
-		{"POST", "/v1/locks/acquire", actAcquire, s.acquire(acquireSet)}, // a set of objects (recipes.go); GET /v1/locks/acquire is the object "acquire"
-		{"GET", "/v1/locks/{object}", actInspect, v.inspect},             // with a query: the watch long-poll (watch.go)
-		{"POST", "/v1/locks/{object}/acquire", actAcquire, s.acquire(acquireObject)},
+		{"POST", "/v1/locks/acquire", actAcquire, s.detachable(s.acquire(acquireSet))}, // a set of objects (recipes.go); GET /v1/locks/acquire is the object "acquire"
+		{"GET", "/v1/locks/{object}", actInspect, v.inspect},                           // with a query: the watch long-poll (watch.go)
+		{"POST", "/v1/locks/{object}/acquire", actAcquire, s.detachable(s.acquire(acquireObject))},
 		{"POST", "/v1/locks/{object}/revoke", actRevoke, s.revoke},
 		{"GET", "/v1/locks/{object}/check", actCheck, v.check},
-		{"POST", "/v1/semaphores/{name}/acquire", actAcquire, s.acquire(acquirePermit)},
+		{"POST", "/v1/semaphores/{name}/acquire", actAcquire, s.detachable(s.acquire(acquirePermit))},
 		{"GET", "/v1/semaphores/{name}", actInspect, v.semaphore},
 		{"GET", "/v1/leases", actListLeases, s.listLeases},
 		{"GET", "/v1/leases/{id}", actInspect, s.getLease},

@@ -69,6 +69,15 @@ type Server struct {
 	// acquires in flight by type (baton_acquires_waiting)
 	waitingFG, waitingBG atomic.Int64
 
+	// detach: from how many acquires in flight, and after how long, a
+	// waiting acquire leaves net/http (detach.go)
+	detach struct {
+		waiters int64
+		after   time.Duration
+		n       atomic.Int64 // acquires detached so far
+	}
+	closes closeWatcher // notices detached callers leaving
+
 	stopReq   chan struct{} // Shutdown asks Run to stop
 	stopOnce  sync.Once
 	closeOnce sync.Once
@@ -101,6 +110,7 @@ func New(cfg props.Config, opts Options) (*Server, error) {
 		stopReq: make(chan struct{}),
 		runDone: make(chan struct{}),
 	}
+	s.detach.waiters, s.detach.after = detachWaiters, detachAfter
 	c := cfg
 	s.cfg.Store(&c)
 	s.auth = authz{cfg: s.config, log: s.log}
@@ -351,5 +361,6 @@ func (s *Server) teardown() {
 		close(s.drain.closing)
 		s.eng.Close()
 		s.wg.Wait()
+		s.closes.stop()
 	})
 }

@@ -7,6 +7,7 @@
 //	            [--objects K] [--waiters W] [--warmup U] [--impl IMPL] [--baton PATH]
 //	baton-bench probe   [--zk HOST:PORT] [--waiters 1000] [--objects 1000] [--baton PATH]
 //	baton-bench reqcost [--zk HOST:PORT] [--n 5000] [--baton PATH]
+//	baton-bench cost    [--zk HOST:PORT] [--cycles 2000] [--env KEY=VALUE] [--baton PATH]
 //
 // Implementations (--impl):
 //
@@ -27,9 +28,11 @@
 // server's tickTime (conf four-letter word, else $ZK_TICK, else 2000) and no
 // sidecar.app.url. It prints one JSON line.
 //
-// probe is the 10,000-waiter probe and reqcost the per-request sidecar
-// cost against a raw echo server (see probe.go, reqcost.go); without --zk
-// they start their own ZooKeeper (testenv, Debian's zookeeper).
+// probe is the 10,000-waiter probe, reqcost the per-request sidecar
+// latency against a raw echo server and cost the sidecar's CPU and context
+// switches per W1 cycle and per request against the same echo (see
+// probe.go, reqcost.go, cost.go); without --zk they start their own
+// ZooKeeper (testenv, Debian's zookeeper).
 package main
 
 import (
@@ -92,7 +95,7 @@ type result struct {
 
 func main() {
 	if len(os.Args) < 2 || strings.HasPrefix(os.Args[1], "-") {
-		fmt.Fprintln(os.Stderr, "usage: baton-bench W1|W2|W3|W4|W5 --zk HOST:PORT --root PATH [flags]; baton-bench probe|reqcost [flags]")
+		fmt.Fprintln(os.Stderr, "usage: baton-bench W1|W2|W3|W4|W5 --zk HOST:PORT --root PATH [flags]; baton-bench probe|reqcost|cost [flags]")
 		os.Exit(64)
 	}
 	switch os.Args[1] {
@@ -100,6 +103,8 @@ func main() {
 		os.Exit(probeMain(os.Args[2:]))
 	case "reqcost":
 		os.Exit(reqcostMain(os.Args[2:]))
+	case "cost":
+		os.Exit(costMain(os.Args[2:]))
 	case "echo-server":
 		os.Exit(echoServerMain(os.Args[2:]))
 	}

@@ -25,6 +25,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "echo-server" { // cost and reqcost start this executable as their echo
+		os.Exit(echoServerMain(os.Args[2:]))
+	}
 	code := m.Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
@@ -144,4 +147,24 @@ func TestEcho(t *testing.T) {
 	hc.CloseIdleConnections()
 	ln.Close()
 	<-done
+}
+
+// TestCost runs cost small: it produces every figure (CPU and context
+// switches of baton serve per W1 cycle and per request, and the echo's),
+// without asserting any of their values.
+func TestCost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts ZooKeeper and baton serve")
+	}
+	bin := baton(t)
+	z := testenv.ZooKeeperT(t, testenv.ZKOptions{})
+	res := costResult{Cycles: 50, Echo: 100}
+	if err := cost(&res, z.Servers()[0], bin, 10, []string{"GOMAXPROCS=1"}); err != nil {
+		t.Fatal(err)
+	}
+	if res.CPUUsPerCycle <= 0 || res.CtxSwPerCycle <= 0 || res.CycleP50us <= 0 || res.HealthCPUUsPerRq <= 0 ||
+		res.EchoCPUUsPerRq <= 0 || res.EchoP50us <= 0 || res.ThreadsSidecar <= 0 {
+		t.Fatalf("a figure missing: %+v", res)
+	}
+	t.Logf("%+v", res)
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -34,18 +35,25 @@ type probeResult struct {
 	RSSWaitingMiB float64 `json:"rss_waiting_mib"`
 	RSSPeakMiB    float64 `json:"rss_peak_mib"`
 	RSSAfterMiB   float64 `json:"rss_after_mib"`
-	DrainS        float64 `json:"drain_s"`
-	HandoffsPerS  float64 `json:"handoffs_per_s"`
-	Overlaps      int64   `json:"overlaps"`
-	Errors        int64   `json:"errors"`
-	ZnodesBase    int64   `json:"znodes_baseline"`
-	ZnodesWaiting int64   `json:"znodes_waiting"`
-	ZnodesAfter   int64   `json:"znodes_after"`
-	ZnodesBack    bool    `json:"znodes_back_to_baseline"`
-	PktsPerHand   float64 `json:"pkts_per_handoff"`
-	PktsDrain     int64   `json:"pkts_drain"` // zk_packets_received during the drain, gates' releases included
-	Granted       int64   `json:"granted"`
-	Error         string  `json:"error,omitempty"`
+	// (VmRSS waiting − VmRSS idle) / waiters: the sidecar's memory per
+	// waiting acquire (its connection, goroutines, buffers, the engine's
+	// waiter), the gates' share included
+	BytesPerWaiter float64 `json:"bytes_per_waiter"`
+	// sidecar CPU (schedstat, all threads) per handoff during the drain
+	CPUUsPerHandoff float64 `json:"cpu_us_per_handoff"`
+	LoadAvg         string  `json:"loadavg"`
+	DrainS          float64 `json:"drain_s"`
+	HandoffsPerS    float64 `json:"handoffs_per_s"`
+	Overlaps        int64   `json:"overlaps"`
+	Errors          int64   `json:"errors"`
+	ZnodesBase      int64   `json:"znodes_baseline"`
+	ZnodesWaiting   int64   `json:"znodes_waiting"`
+	ZnodesAfter     int64   `json:"znodes_after"`
+	ZnodesBack      bool    `json:"znodes_back_to_baseline"`
+	PktsPerHand     float64 `json:"pkts_per_handoff"`
+	PktsDrain       int64   `json:"pkts_drain"` // zk_packets_received during the drain, gates' releases included
+	Granted         int64   `json:"granted"`
+	Error           string  `json:"error,omitempty"`
 }
 
 // startZK starts a standalone ZooKeeper (tickTime 2 s, like zk.sh) when no
@@ -66,15 +74,24 @@ func probeMain(args []string) int {
 	zkAddr := fs.String("zk", "", "ZooKeeper address (default: start one with testenv)")
 	bat := fs.String("baton", "", "the baton executable")
 	phases := fs.String("phases", "one,spread", "one: all waiters on one object; spread: over --objects")
-	waiters := fs.Int("waiters", 1000, "concurrent waiting acquires (the issue's probe: 10000)")
+	waiters := fs.Int("waiters", 10000, "concurrent waiting acquires (the issue's probe: 10000; each holds a connection, so RLIMIT_NOFILE must exceed it in this process and in baton serve: Go raises the soft limit to the hard one)")
+	var env envFlags
+	fs.Var(&env, "env", "KEY=VALUE added to baton serve's environment (repeatable), e.g. GOMEMLIMIT=200MiB")
 	objects := fs.Int("objects", 1000, "objects of the spread phase")
 	batch := fs.Int("batch", 100, "waiters started at once; the next batch starts when these wait with a node in ZooKeeper")
+	hold := fs.Duration("hold", 0, "pause this long once every waiter waits, before the drain (to profile the waiting sidecar)")
 	znodeWait := fs.Duration("znode-wait", 20*time.Second, "how long to wait for the znode count to come back to its baseline")
 	_ = fs.Parse(args)
+	sidecarEnv = env
 	bin, err := batonBin(*bat)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "probe:", err)
 		return 1
+	}
+	var rl syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl) == nil && rl.Cur < uint64(*waiters)+1000 {
+		fmt.Fprintf(os.Stderr, "probe: RLIMIT_NOFILE is %d (hard %d): %d waiters need about %d descriptors in this process and in baton serve; raise the hard limit (ulimit -Hn)\n",
+			rl.Cur, rl.Max, *waiters, *waiters+1000)
 	}
 	addr, stop, err := startZK(*zkAddr)
 	if err != nil {
@@ -88,7 +105,7 @@ func probeMain(args []string) int {
 		if ph == "spread" {
 			k = *objects
 		}
-		p := &prober{bin: bin, zk: addr, waiters: *waiters, objects: k, batch: *batch, znodeWait: *znodeWait}
+		p := &prober{bin: bin, zk: addr, waiters: *waiters, objects: k, batch: *batch, znodeWait: *znodeWait, hold: *hold}
 		res := p.run()
 		out, _ := json.Marshal(res)
 		fmt.Println(string(out))
@@ -103,14 +120,14 @@ type prober struct {
 	bin                       string
 	zk                        string
 	waiters, objects, batch   int
-	znodeWait                 time.Duration
+	znodeWait, hold           time.Duration
 	sc                        *sidecarProc
 	c                         *client.Client
 	overlaps, errs, completed atomic.Int64
 }
 
 func (p *prober) run() (res probeResult) {
-	res = probeResult{Probe: "waiters", Waiters: p.waiters, Objects: p.objects, Conns: p.waiters}
+	res = probeResult{Probe: "waiters", Waiters: p.waiters, Objects: p.objects, Conns: p.waiters, LoadAvg: loadAvg()}
 	if p.objects == 1 {
 		res.Probe = "waiters-one-object"
 	} else {
@@ -147,12 +164,17 @@ func (p *prober) do(res *probeResult) error {
 	if res.ZnodesBase, err = mntr(p.zk, "zk_znode_count"); err != nil {
 		return err
 	}
+	limit := strconv.Itoa(2*p.waiters + p.objects + 16)
 	props := map[string]string{
-		"zookeeper.servers":         p.zk,
-		"zookeeper.session.timeout": "15000",
-		"zookeeper.tick.time":       strconv.Itoa(tickTime(p.zk)),
-		"zookeeper.lock.root":       root,
-		"sidecar.max.waiters":       strconv.Itoa(2*p.waiters + p.objects + 16),
+		"zookeeper.servers":               p.zk,
+		"zookeeper.session.timeout":       "15000",
+		"zookeeper.tick.time":             strconv.Itoa(tickTime(p.zk)),
+		"zookeeper.lock.root":             root,
+		"sidecar.max.waiters":             limit,
+		"sidecar.max.waiters.per.uid":     limit, // every waiter is this process's (this uid's)
+		"sidecar.max.leases.per.uid":      limit,
+		"sidecar.max.connections":         limit,
+		"sidecar.max.connections.per.uid": limit,
 	}
 	if p.sc, err = startSidecar(p.bin, dir, "probe", props); err != nil {
 		return err
@@ -216,16 +238,22 @@ func (p *prober) do(res *probeResult) error {
 		}
 		started += n
 		if err := p.waitWaiting(started, res.ZnodesBase); err != nil {
-			return err
+			return fmt.Errorf("%w; first error: %v", err, firstErr.Load())
 		}
 	}
 	res.QueueS = time.Since(t0).Seconds()
+	if p.hold > 0 {
+		fmt.Fprintf(os.Stderr, "probe: %d waiting on baton serve pid %d; holding %v\n", p.waiters, p.sc.pid(), p.hold)
+		time.Sleep(p.hold)
+	}
 	res.RSSWaitingMiB = procMiB(p.sc.pid(), "VmRSS")
+	res.BytesPerWaiter = (res.RSSWaitingMiB - res.RSSIdleMiB) * (1 << 20) / float64(p.waiters)
 	res.ZnodesWaiting, _ = mntr(p.zk, "zk_znode_count")
 	if p.completed.Load() != 0 || p.errs.Load() != 0 {
 		return fmt.Errorf("%d waiters finished before the gates opened (errors: %v)", p.completed.Load(), firstErr.Load())
 	}
 	pk0, _ := mntr(p.zk, "zk_packets_received")
+	cpu0, _ := procCost(p.sc.pid())
 	start := time.Now()
 	gdone := make(chan error, 1)
 	go func() {
@@ -233,6 +261,7 @@ func (p *prober) do(res *probeResult) error {
 	}()
 	wg.Wait()
 	drain := time.Since(start)
+	cpu1, _ := procCost(p.sc.pid())
 	pk1, _ := mntr(p.zk, "zk_packets_received")
 	res.PktsDrain, res.Granted = pk1-pk0, p.completed.Load()
 	if gerr := <-gdone; gerr != nil {
@@ -242,6 +271,7 @@ func (p *prober) do(res *probeResult) error {
 	res.HandoffsPerS = float64(p.completed.Load()) / drain.Seconds()
 	if p.completed.Load() > 0 {
 		res.PktsPerHand = float64(pk1-pk0) / float64(p.completed.Load())
+		res.CPUUsPerHandoff = float64(cpu1.cpuNs-cpu0.cpuNs) / 1000 / float64(p.completed.Load())
 	}
 	res.RSSPeakMiB = procMiB(p.sc.pid(), "VmHWM")
 	res.RSSAfterMiB = procMiB(p.sc.pid(), "VmRSS")

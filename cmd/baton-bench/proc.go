@@ -107,6 +107,10 @@ func mntr(addr, key string) (int64, error) {
 	return 0, fmt.Errorf("no %s in mntr", key)
 }
 
+// sidecarEnv is added to the environment of every `baton serve` started
+// (the --env flags of cost and probe, e.g. GOMAXPROCS=2).
+var sidecarEnv []string
+
 // startSidecar writes name.properties in dir and starts `baton serve`; it
 // returns once /readyz answers 200 (ZooKeeper session up).
 func startSidecar(bin, dir, name string, props map[string]string) (*sidecarProc, error) {
@@ -134,6 +138,7 @@ func startSidecar(bin, dir, name string, props map[string]string) (*sidecarProc,
 		return nil, err
 	}
 	cmd := exec.Command(bin, "serve", "--config", cfg)
+	cmd.Env = append(os.Environ(), sidecarEnv...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the bench
 	if err := cmd.Start(); err != nil {

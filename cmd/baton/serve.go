@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -61,6 +63,7 @@ another sidecar).`,
 			if err != nil {
 				return configError(g, err)
 			}
+			setServeRuntime(os.Getenv)
 			return serveLoaded(cmd.Context(), g, loaded, opts, nil)
 		},
 	}
@@ -106,6 +109,7 @@ func serveLoaded(ctx context.Context, g *globals, loaded *props.Loaded, opts pro
 	}
 	ver, rev := buildVersion()
 	log.Info("baton serve starting", "version", ver, "commit", rev, "pid", os.Getpid(), "config_file", loaded.File,
+		"gomaxprocs", runtime.GOMAXPROCS(0), "gomemlimit", debug.SetMemoryLimit(-1),
 		"socket", cfg.SocketPath, "zookeeper", strings.Join(cfg.ZKServers, ",")+cfg.ZKChroot)
 
 	srv, err := sidecar.New(cfg, sidecar.Options{Logger: log, LogLevel: logs.level})

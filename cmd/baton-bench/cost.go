@@ -1,0 +1,300 @@
+package main
+
+// cost: what one `baton serve` process spends, in CPU and context switches,
+// on W1 cycles (acquire + release of an uncontended lock) driven over its
+// unix socket by Go's stock net/http client, against a raw echo server
+// (another process: hand-written HTTP/1.1, one canned answer) driven by the
+// same client. CPU is the sum over the process's threads of the first field
+// of /proc/PID/task/TID/schedstat (ns on CPU; the leader's own
+// /proc/PID/schedstat counts one thread only); context switches the sum of
+// voluntary_ctxt_switches + nonvoluntary_ctxt_switches of each thread's
+// status. Both are deltas over the measured requests divided by their
+// count: figures, never assertions.
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type costResult struct {
+	Probe   string `json:"probe"`
+	Cycles  int    `json:"cycles"`
+	Echo    int    `json:"echo_requests"`
+	Sidecar string `json:"sidecar_env,omitempty"` // extra environment of baton serve (--env)
+	// W1 through baton serve: CPU (µs) and context switches per cycle (two
+	// HTTP requests, two ZooKeeper requests), the cycle's latency.
+	CPUUsPerCycle    float64 `json:"cpu_us_per_cycle"`
+	CtxSwPerCycle    float64 `json:"ctxsw_per_cycle"`
+	CycleP50us       float64 `json:"cycle_p50_us"`
+	CPUUsPerRequest  float64 `json:"cpu_us_per_request"` // cpu_us_per_cycle / 2
+	ThreadsSidecar   int     `json:"threads_sidecar"`
+	HealthCPUUsPerRq float64 `json:"healthz_cpu_us_per_request"` // GET /healthz on baton serve
+	// the raw echo, same client, GET /healthz answered with the sidecar's bytes
+	EchoCPUUsPerRq float64 `json:"echo_cpu_us_per_request"`
+	EchoCtxSwPerRq float64 `json:"echo_ctxsw_per_request"`
+	EchoP50us      float64 `json:"echo_p50_us"`
+	// over the echo: W1 CPU per request (ZooKeeper work included) and
+	// /healthz CPU per request, each minus the echo's CPU per request
+	OverEchoUs       float64 `json:"w1_cpu_us_per_request_over_echo"`
+	HealthOverEchoUs float64 `json:"healthz_cpu_us_per_request_over_echo"`
+	LoadAvg          string  `json:"loadavg"`
+	Error            string  `json:"error,omitempty"`
+}
+
+// envFlags collects repeated --env KEY=VALUE flags.
+type envFlags []string
+
+func (e *envFlags) String() string { return strings.Join(*e, " ") }
+func (e *envFlags) Set(v string) error {
+	if !strings.Contains(v, "=") {
+		return fmt.Errorf("--env %q: want KEY=VALUE", v)
+	}
+	*e = append(*e, v)
+	return nil
+}
+
+func costMain(args []string) int {
+	fs := flag.NewFlagSet("cost", flag.ExitOnError)
+	zkAddr := fs.String("zk", "", "ZooKeeper address (default: start one with testenv)")
+	bat := fs.String("baton", "", "the baton executable")
+	cycles := fs.Int("cycles", 2000, "measured W1 cycles (and twice as many echo and /healthz requests)")
+	warmup := fs.Int("warmup", 300, "unmeasured W1 cycles first")
+	var env envFlags
+	fs.Var(&env, "env", "KEY=VALUE added to baton serve's environment (repeatable), e.g. GOMAXPROCS=2")
+	_ = fs.Parse(args)
+	res := costResult{Probe: "cost", Cycles: *cycles, Echo: 2 * *cycles, Sidecar: env.String(), LoadAvg: loadAvg()}
+	err := cost(&res, *zkAddr, *bat, *warmup, env)
+	if err != nil {
+		res.Error = err.Error()
+	}
+	out, _ := json.Marshal(res)
+	fmt.Println(string(out))
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+func cost(res *costResult, zkAddr, bat string, warmup int, env []string) error {
+	bin, err := batonBin(bat)
+	if err != nil {
+		return err
+	}
+	addr, stop, err := startZK(zkAddr)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	dir, err := os.MkdirTemp("", "bbc")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	sidecarEnv = env
+	defer func() { sidecarEnv = nil }()
+	sc, err := startSidecar(bin, dir, "cost", map[string]string{
+		"zookeeper.servers":         addr,
+		"zookeeper.session.timeout": "15000",
+		"zookeeper.tick.time":       strconv.Itoa(tickTime(addr)),
+		"zookeeper.lock.root":       fmt.Sprintf("/baton-cost/%d", time.Now().UnixNano()),
+	})
+	if err != nil {
+		return err
+	}
+	defer sc.stop()
+	hc := unixHTTPClient(sc.socket)
+	defer hc.CloseIdleConnections()
+	l := &httpLocker{c: hc, obj: "cost/w1"}
+	cycle := func() error {
+		if err := l.Lock(); err != nil {
+			return err
+		}
+		return l.Unlock()
+	}
+	for range warmup {
+		if err := cycle(); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	lat := make([]time.Duration, 0, res.Cycles)
+	c0, err := procCost(sc.pid())
+	if err != nil {
+		return err
+	}
+	for range res.Cycles {
+		t0 := time.Now()
+		if err := cycle(); err != nil {
+			return fmt.Errorf("W1: %w", err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	c1, err := procCost(sc.pid())
+	if err != nil {
+		return err
+	}
+	slices.Sort(lat)
+	n := float64(res.Cycles)
+	res.CPUUsPerCycle = float64(c1.cpuNs-c0.cpuNs) / 1000 / n
+	res.CtxSwPerCycle = float64(c1.ctxsw-c0.ctxsw) / n
+	res.CPUUsPerRequest = res.CPUUsPerCycle / 2
+	res.CycleP50us = quantileUs(lat, 0.5)
+	res.ThreadsSidecar = c1.threads
+
+	// the sidecar's /healthz body, which the echo sends back
+	get := func(c *http.Client) error {
+		resp, err := c.Get("http://baton/healthz")
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = errors.New(resp.Status)
+		}
+		return err
+	}
+	resp, err := hc.Get("http://baton/healthz")
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	perReq := func(pid int, c *http.Client) (cpuUs, ctxsw, p50 float64, err error) {
+		for range 200 {
+			if err := get(c); err != nil {
+				return 0, 0, 0, err
+			}
+		}
+		lat := make([]time.Duration, 0, res.Echo)
+		a, err := procCost(pid)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		for range res.Echo {
+			t0 := time.Now()
+			if err := get(c); err != nil {
+				return 0, 0, 0, err
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		b, err := procCost(pid)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		slices.Sort(lat)
+		m := float64(res.Echo)
+		return float64(b.cpuNs-a.cpuNs) / 1000 / m, float64(b.ctxsw-a.ctxsw) / m, quantileUs(lat, 0.5), nil
+	}
+	if res.HealthCPUUsPerRq, _, _, err = perReq(sc.pid(), hc); err != nil {
+		return fmt.Errorf("healthz: %w", err)
+	}
+
+	bodyFile := filepath.Join(dir, "body.json")
+	if err := os.WriteFile(bodyFile, body, 0o600); err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	echoSock := filepath.Join(dir, "echo.sock")
+	echo := exec.Command(exe, "echo-server", "--socket", echoSock, "--body", bodyFile)
+	echo.Stderr = os.Stderr
+	echo.Env = append(os.Environ(), env...) // the same runtime settings as the sidecar
+	echo.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := echo.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = echo.Process.Kill(); _ = echo.Wait() }()
+	for i := 0; ; i++ {
+		c, err := net.Dial("unix", echoSock)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if i > 500 {
+			return fmt.Errorf("echo server: %w", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ec := unixHTTPClient(echoSock)
+	defer ec.CloseIdleConnections()
+	if res.EchoCPUUsPerRq, res.EchoCtxSwPerRq, res.EchoP50us, err = perReq(echo.Process.Pid, ec); err != nil {
+		return fmt.Errorf("echo: %w", err)
+	}
+	res.OverEchoUs = res.CPUUsPerRequest - res.EchoCPUUsPerRq
+	res.HealthOverEchoUs = res.HealthCPUUsPerRq - res.EchoCPUUsPerRq
+	return nil
+}
+
+// taskCost is a process's CPU and context switches, summed over its threads.
+type taskCost struct {
+	cpuNs, ctxsw int64
+	threads      int
+}
+
+// procCost sums, over the threads of pid, the first field of
+// /proc/PID/task/TID/schedstat (ns on CPU) and the voluntary and
+// nonvoluntary context switches of /proc/PID/task/TID/status.
+func procCost(pid int) (taskCost, error) {
+	var tc taskCost
+	base := "/proc/" + strconv.Itoa(pid) + "/task"
+	tids, err := os.ReadDir(base)
+	if err != nil {
+		return tc, err
+	}
+	for _, t := range tids {
+		b, err := os.ReadFile(filepath.Join(base, t.Name(), "schedstat"))
+		if err != nil {
+			continue // the thread ended
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			ns, _ := strconv.ParseInt(f[0], 10, 64)
+			tc.cpuNs += ns
+		}
+		st, err := os.ReadFile(filepath.Join(base, t.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(st)) {
+			for _, k := range []string{"voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"} {
+				if rest, ok := strings.CutPrefix(line, k); ok {
+					v, _ := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
+					tc.ctxsw += v
+				}
+			}
+		}
+		tc.threads++
+	}
+	return tc, nil
+}
+
+// loadAvg is /proc/loadavg's three load averages (the machine is shared:
+// every figure is quoted with it).
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"math"
+	"runtime"
+	"runtime/debug"
+)
+
+// The Go runtime's settings for `baton serve`, unless the environment sets
+// them (GOMAXPROCS, GOMEMLIMIT: the runtime reads those itself).
+//
+// GOMAXPROCS 1: the sidecar's work is short and I/O bound (parse a
+// request, one or two ZooKeeper requests, answer); with more Ps every
+// request and every ZooKeeper answer also wakes idle threads to steal it.
+// On the 2-core machine of BENCHMARKS.md one P cut the sidecar's CPU per W1
+// cycle by a third and its context switches by 40 %, and the 10,000-waiter
+// drain went faster, not slower.
+//
+// GOMEMLIMIT 192 MiB: a soft limit that makes the collector work harder as
+// the heap approaches it, instead of letting the heap double before each
+// collection (GOGC=100) — the peak of a sidecar with thousands of waiting
+// acquires (issue 21's budget: 10,000 of them in 256 MiB). A sidecar with a
+// few hundred waiters lives far below it (≈ 20 MiB idle, ≈ 30 KB per
+// waiting acquire). It never fails an allocation: near it the collector
+// runs more often (the runtime caps that at about half the CPU), so a node
+// that keeps more than ≈ 6,000 acquires waiting should raise it.
+const (
+	serveMaxProcs = 1
+	serveMemLimit = 192 << 20
+)
+
+// setServeRuntime applies serveMaxProcs and serveMemLimit where getenv
+// (os.Getenv) does not set GOMAXPROCS or GOMEMLIMIT, and returns the
+// settings in effect.
+func setServeRuntime(getenv func(string) string) (procs int, memLimit int64) {
+	if getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(min(serveMaxProcs, runtime.NumCPU()))
+	}
+	if getenv("GOMEMLIMIT") == "" && debug.SetMemoryLimit(-1) == math.MaxInt64 {
+		debug.SetMemoryLimit(serveMemLimit)
+	}
+	return runtime.GOMAXPROCS(0), debug.SetMemoryLimit(-1)
+}
