@@ -49,7 +49,7 @@ type answer struct {
 
 // acquireAsync sends an acquire with Go's stock client on a connection of
 // its own and delivers its answer.
-func acquireAsync(s *sc, obj, body string) <-chan answer {
+func detachedAcquire(s *sc, obj, body string) <-chan answer {
 	ch := make(chan answer, 1)
 	go func() {
 		hc := testenv.UnixHTTP(s.cfg.SocketPath)
@@ -74,7 +74,7 @@ func TestDetachedAcquire(t *testing.T) {
 	s := startDetaching(t)
 	h := s.acquire("d", `{"lease_ms":60000}`)
 	n0 := sidecar.Detached(s.srv) // the holder's, if its grant took more than 10 ms
-	w := acquireAsync(s, "d", `{"wait_ms":30000,"lease_ms":60000}`)
+	w := detachedAcquire(s, "d", `{"wait_ms":30000,"lease_ms":60000}`)
 	waitFor(t, 10*time.Second, "the waiter detached", func() bool { return sidecar.Detached(s.srv) == n0+1 })
 	s.release(h.LeaseID)
 	a := <-w
@@ -89,7 +89,7 @@ func TestDetachedAcquire(t *testing.T) {
 		t.Fatalf("detached grant: %+v", l)
 	}
 	// a refusal: the wait ends while detached
-	r := acquireAsync(s, "d", `{"wait_ms":300}`)
+	r := detachedAcquire(s, "d", `{"wait_ms":300}`)
 	a = <-r
 	if a.err != nil || a.status != http.StatusLocked {
 		t.Fatalf("detached wait that times out: %d %s %v; want 423", a.status, a.body, a.err)
