@@ -81,6 +81,7 @@ func probeMain(args []string) int {
 	batch := fs.Int("batch", 100, "waiters started at once; the next batch starts when these wait with a node in ZooKeeper")
 	hold := fs.Duration("hold", 0, "pause this long once every waiter waits, before the drain (to profile the waiting sidecar)")
 	znodeWait := fs.Duration("znode-wait", 20*time.Second, "how long to wait for the znode count to come back to its baseline")
+	protocol := fs.String("protocol", "plugin", "zookeeper.lock.protocol of the probed sidecar: plugin or native")
 	_ = fs.Parse(args)
 	sidecarEnv = env
 	bin, err := batonBin(*bat)
@@ -105,7 +106,7 @@ func probeMain(args []string) int {
 		if ph == "spread" {
 			k = *objects
 		}
-		p := &prober{bin: bin, zk: addr, waiters: *waiters, objects: k, batch: *batch, znodeWait: *znodeWait, hold: *hold}
+		p := &prober{bin: bin, zk: addr, waiters: *waiters, objects: k, batch: *batch, znodeWait: *znodeWait, hold: *hold, protocol: *protocol}
 		res := p.run()
 		out, _ := json.Marshal(res)
 		fmt.Println(string(out))
@@ -121,6 +122,7 @@ type prober struct {
 	zk                        string
 	waiters, objects, batch   int
 	znodeWait, hold           time.Duration
+	protocol                  string
 	sc                        *sidecarProc
 	c                         *client.Client
 	overlaps, errs, completed atomic.Int64
@@ -175,6 +177,7 @@ func (p *prober) do(res *probeResult) error {
 		"sidecar.max.leases.per.uid":      limit,
 		"sidecar.max.connections":         limit,
 		"sidecar.max.connections.per.uid": limit,
+		"zookeeper.lock.protocol":         p.protocol,
 	}
 	if p.sc, err = startSidecar(p.bin, dir, "probe", props); err != nil {
 		return err
