@@ -3,6 +3,7 @@ package sidecar
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -22,6 +23,7 @@ type closeWatcher struct {
 	seq     int32
 	m       map[int32]watched // by fd
 	done    chan struct{}
+	events  atomic.Int64 // events of watched connections handled (tests)
 }
 
 type watched struct {
@@ -123,6 +125,7 @@ func (w *closeWatcher) loop() {
 			if !ok || e.seq != ev.Pad {
 				continue
 			}
+			w.events.Add(1)
 			delete(w.m, ev.Fd) // one-shot: the registration is spent
 			if ev.Events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
 				gone = append(gone, e.gone)
