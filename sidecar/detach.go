@@ -56,8 +56,12 @@ const (
 // writer.
 func (s *Server) detachable(h handlerFunc) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
+		// Counted here, not by admission (s.waiters): a burst of acquires
+		// all arrive before the first is admitted.
+		inflight := s.detach.inflight.Add(1)
 		hj, ok := w.(http.Hijacker)
-		if !ok || s.detach.waiters <= 0 || s.waiters.Load()+1 < s.detach.waiters || r.ProtoMajor != 1 {
+		if !ok || s.detach.waiters <= 0 || inflight < s.detach.waiters || r.ProtoMajor != 1 {
+			defer s.detach.inflight.Add(-1)
 			return h(w, r)
 		}
 		d := &detachState{rec: newRecorder(), body: &eofBody{rc: r.Body, eof: r.Body == nil || r.Body == http.NoBody}}
@@ -67,6 +71,7 @@ func (s *Server) detachable(h handlerFunc) handlerFunc {
 		done := make(chan struct{})
 		d.conn = make(chan net.Conn, 1)
 		go func() {
+			defer s.detach.inflight.Add(-1)
 			if err := h(d.rec, r2); err != nil {
 				s.errs.write(d.rec, r2, err)
 			}
@@ -86,21 +91,29 @@ func (s *Server) detachable(h handlerFunc) handlerFunc {
 		}()
 		t := time.NewTimer(s.detach.after)
 		defer t.Stop()
-		select {
-		case <-done:
-			cancel(nil)
-			d.rec.copyTo(w)
-			return nil
-		case <-r.Context().Done(): // the caller left (or the server closes)
-			cancel(context.Cause(r.Context()))
-			<-done
-			d.rec.copyTo(w)
-			return nil
-		case <-t.C:
+		for {
+			select {
+			case <-done:
+				cancel(nil)
+				d.rec.copyTo(w)
+				return nil
+			case <-r.Context().Done(): // the caller left (or the server closes)
+				cancel(context.Cause(r.Context()))
+				<-done
+				d.rec.copyTo(w)
+				return nil
+			case <-t.C:
+			}
+			// The body must have been read to its end (else net/http's
+			// reader is still in use): a handler not yet that far (a
+			// burst of acquires) is looked at again later.
+			if d.body.release() {
+				break
+			}
+			t.Reset(s.detach.after)
 		}
-		// The body must have been read to its end (else net/http's reader
-		// is still in use), and the state must still be attached.
-		if !d.body.release() || !d.state.CompareAndSwap(stAttached, stDetached) {
+		// The state must still be attached.
+		if !d.state.CompareAndSwap(stAttached, stDetached) {
 			return d.waitAttached(w, r, done, cancel)
 		}
 		s.wg.Add(1) // before the hijack: the connection is still active, so Run has not reached teardown

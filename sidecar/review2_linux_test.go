@@ -284,11 +284,12 @@ func TestDetachedManyWaiters(t *testing.T) {
 	if d := sidecar.Detached(s.srv) - n0; d < n-64 {
 		t.Errorf("%d of %d waiters detached, want all but 64 at most", d, n)
 	}
-	g1, f1 := runtime.NumGoroutine(), openFDs(t)
-	t.Logf("%d waiters: %d detached, goroutines %d -> %d, fds %d -> %d", n, sidecar.Detached(s.srv)-n0, g0, g1, f0, f1)
-	if per := float64(g1-g0) / n; per > 1.3 {
-		t.Errorf("%.2f goroutines per waiter, want about 1", per)
-	}
+	// about one goroutine per detached waiter once the listings settle
+	// (net/http keeps two per waiting connection)
+	waitFor(t, 30*time.Second, "at most 1.5 goroutines per waiter", func() bool {
+		return float64(runtime.NumGoroutine()-g0)/n <= 1.5
+	})
+	t.Logf("%d waiters: %d detached, goroutines %d -> %d, fds %d -> %d", n, sidecar.Detached(s.srv)-n0, g0, runtime.NumGoroutine(), f0, openFDs(t))
 	for _, c := range cs {
 		c.Close()
 	}
