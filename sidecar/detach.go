@@ -160,13 +160,17 @@ func (d *detachState) waitAttached(w http.ResponseWriter, r *http.Request, done 
 }
 
 // watch reads the detached connection until it closes (the caller left:
-// cancel the acquire) or says something (a pipelined request: it is
-// dropped, the answer closes the connection). It is the fallback of the
-// server's closeWatcher (detach_linux.go: one epoll set for all).
+// cancel the acquire); what the caller says meanwhile (a pipelined
+// request) is dropped, the answer closes the connection. It is the
+// fallback of the server's closeWatcher (detach_linux.go: one epoll set
+// for all).
 func (d *detachState) watch(c net.Conn, cancel context.CancelCauseFunc) {
 	var b [8]byte
-	if _, err := c.Read(b[:]); err != nil {
-		cancel(errCallerGone)
+	for {
+		if _, err := c.Read(b[:]); err != nil {
+			cancel(errCallerGone)
+			return
+		}
 	}
 }
 
