@@ -64,9 +64,9 @@ func (s *Server) detachable(h handlerFunc) handlerFunc {
 			defer s.detach.inflight.Add(-1)
 			return h(w, r)
 		}
-		d := &detachState{rec: newRecorder(), body: &eofBody{rc: r.Body, eof: r.Body == nil || r.Body == http.NoBody}}
+		d := &detachState{rec: newRecorder(), body: &eofBody{rc: r.Body, eof: r.Body == nil || r.Body == http.NoBody}, grant: &grantSlot{}}
 		r.Body = d.body
-		ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+		ctx, cancel := context.WithCancelCause(context.WithValue(context.WithoutCancel(r.Context()), grantKey{}, d.grant))
 		r2 := r.WithContext(ctx)
 		done := make(chan struct{})
 		d.conn = make(chan net.Conn, 1)
@@ -86,7 +86,7 @@ func (s *Server) detachable(h handlerFunc) handlerFunc {
 				return
 			}
 			cancel(nil)
-			d.answer(c)
+			d.answer(s, c)
 			s.wg.Done()
 		}()
 		t := time.NewTimer(s.detach.after)
@@ -144,6 +144,21 @@ type detachState struct {
 	conn  chan net.Conn // the hijacked connection, nil if the hijack failed
 	// unwatch stops the close watcher's watch (set before conn is sent)
 	unwatch func()
+	grant   *grantSlot
+}
+
+// grantKey is the context key of a detachable acquire's grantSlot.
+type grantKey struct{}
+
+// grantSlot is the lease a detachable acquire granted (acquisition.lease
+// puts it there): released if its answer cannot be written.
+type grantSlot struct{ l atomic.Pointer[lease] }
+
+// noteGrant puts l in the grantSlot of ctx, if it has one.
+func noteGrant(ctx context.Context, l *lease) {
+	if g, ok := ctx.Value(grantKey{}).(*grantSlot); ok {
+		g.l.Store(l)
+	}
 }
 
 // waitAttached is the acquire under net/http to its end.
@@ -175,11 +190,18 @@ func (d *detachState) watch(c net.Conn, cancel context.CancelCauseFunc) {
 }
 
 // answer writes the recorded answer as one HTTP/1.1 response and closes c.
-func (d *detachState) answer(c net.Conn) {
+// A lease granted whose answer cannot be written (the caller left as it was
+// granted) is released: nobody knows of it.
+func (d *detachState) answer(s *Server, c net.Conn) {
 	d.unwatch()
 	defer c.Close()
 	_ = c.SetWriteDeadline(time.Now().Add(detachWriteTimeout))
-	_, _ = c.Write(d.rec.response())
+	if _, err := c.Write(d.rec.response()); err != nil {
+		if l := d.grant.l.Load(); l != nil {
+			s.log.Info("the caller left as its acquire was granted; lease released", "lease", logID(l.id), "object", l.g.Object(), "err", err)
+			_, _ = s.leases.release(context.Background(), l)
+		}
+	}
 }
 
 // eofBody is a request body that reports whether it was read to its end,
