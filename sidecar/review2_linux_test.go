@@ -315,3 +315,147 @@ func TestDetachedManyWaiters(t *testing.T) {
 		t.Fatalf("after the waiters left: %s", b)
 	}
 }
+
+// TestDetachedPipelinedCallerStays: a caller that pipelines a request
+// behind its acquire — sent with it (then in net/http's reader when the
+// connection is hijacked) or while it waits — and stays gets the acquire's
+// answer, whole, with Connection: close, and nothing after it (the
+// pipelined request is dropped: HTTP/1.1 has it sent again); a chunked
+// body detaches too.
+func TestDetachedPipelinedCallerStays(t *testing.T) {
+	s := startDetaching(t)
+	const next = "GET /healthz HTTP/1.1\r\nHost: baton\r\n\r\n"
+	for _, tc := range []struct{ name, req, after string }{
+		{"with", "POST /v1/locks/ps/acquire HTTP/1.1\r\nHost: baton\r\nContent-Length: 17\r\n\r\n{\"wait_ms\":30000}" + next, ""},
+		{"while waiting", "POST /v1/locks/ps/acquire HTTP/1.1\r\nHost: baton\r\nContent-Length: 17\r\n\r\n{\"wait_ms\":30000}", next},
+		{"chunked", "POST /v1/locks/ps/acquire HTTP/1.1\r\nHost: baton\r\nTransfer-Encoding: chunked\r\n\r\n7\r\n{\"wait_\r\na\r\nms\":30000}\r\n0\r\n\r\n", next},
+	} {
+		h := s.acquire("ps", `{"lease_ms":60000}`)
+		n0 := sidecar.Detached(s.srv)
+		c, err := net.Dial("unix", s.cfg.SocketPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(c, tc.req); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, tc.name+": the waiter detached", func() bool { return sidecar.Detached(s.srv) == n0+1 })
+		if tc.after != "" {
+			if _, err := io.WriteString(c, tc.after); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.release(h.LeaseID)
+		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || !resp.Close {
+			t.Fatalf("%s: %d close=%v %s", tc.name, resp.StatusCode, resp.Close, b)
+		}
+		s.release(decodeLease(t, b).LeaseID)
+		if rest, _ := io.ReadAll(br); len(rest) != 0 {
+			t.Errorf("%s: after the answer: %q", tc.name, rest)
+		}
+		c.Close()
+	}
+}
+
+// TestDetachedExpectContinue: a caller that sends Expect: 100-continue
+// (curl does, for a large body) gets 100 Continue, then, detached, the
+// acquire's answer.
+func TestDetachedExpectContinue(t *testing.T) {
+	s := startDetaching(t)
+	h := s.acquire("ec", `{"lease_ms":60000}`)
+	n0 := sidecar.Detached(s.srv)
+	c, err := net.Dial("unix", s.cfg.SocketPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := `{"wait_ms":30000}`
+	fmt.Fprintf(c, "POST /v1/locks/ec/acquire HTTP/1.1\r\nHost: baton\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n", len(body))
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(c)
+	cont, err := http.ReadResponse(br, nil)
+	if err != nil || cont.StatusCode != http.StatusContinue {
+		t.Fatalf("100 Continue: %v %v", cont, err)
+	}
+	io.WriteString(c, body)
+	waitFor(t, 10*time.Second, "the waiter detached", func() bool { return sidecar.Detached(s.srv) == n0+1 })
+	s.release(h.LeaseID)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	s.release(decodeLease(t, b).LeaseID)
+}
+
+// TestDetachedThresholdBackAndForth: with a threshold of 3 acquires in
+// flight, the third waiter detaches and the first two do not; once they all
+// ended (granted, timed out, left), a new waiter is again below the
+// threshold; the stock Go client's next request after a Connection: close
+// answer goes on a new connection and works.
+func TestDetachedThresholdBackAndForth(t *testing.T) {
+	s := startDetach(t, "t", 3)
+	for round := range 2 {
+		h := s.acquire("tb", `{"lease_ms":60000}`)
+		n0 := sidecar.Detached(s.srv)
+		w1 := rawAcquire(t, s, "tb", `{"wait_ms":30000}`)
+		waitFor(t, 10*time.Second, "w1's node", func() bool { return childCount(t, s, "tb") == 3 })
+		w2 := acquireAsync(s, "tb", `{"wait_ms":30000}`)
+		waitFor(t, 10*time.Second, "w2's node", func() bool { return childCount(t, s, "tb") == 4 })
+		w3 := rawAcquire(t, s, "tb", `{"wait_ms":1000}`)
+		waitFor(t, 10*time.Second, "w3 detached", func() bool { return sidecar.Detached(s.srv) == n0+1 })
+		if resp, b := readAnswer(t, w3); resp.StatusCode != http.StatusLocked || !resp.Close {
+			t.Fatalf("round %d: w3 %d %s", round, resp.StatusCode, b)
+		}
+		w1.Close() // leaves
+		waitFor(t, 10*time.Second, "w1's node gone", func() bool { return childCount(t, s, "tb") == 3 })
+		s.release(h.LeaseID)
+		a := <-w2
+		if a.err != nil || a.status != 200 || a.close {
+			t.Fatalf("round %d: w2 (attached) %d close=%v %s %v", round, a.status, a.close, a.body, a.err)
+		}
+		s.release(decodeLease(t, a.body).LeaseID)
+		if d := sidecar.Detached(s.srv) - n0; d != 1 {
+			t.Errorf("round %d: %d detached, want 1 (w3)", round, d)
+		}
+	}
+	// the stock client, one http.Client, its acquire detached, then more
+	// requests on it
+	h := s.acquire("tb", `{"lease_ms":60000}`)
+	n0 := sidecar.Detached(s.srv)
+	w1, w2 := rawAcquire(t, s, "tb", `{"wait_ms":30000}`), rawAcquire(t, s, "tb", `{"wait_ms":30000}`)
+	defer w1.Close()
+	defer w2.Close()
+	waitFor(t, 10*time.Second, "two waiters", func() bool { return childCount(t, s, "tb") == 4 })
+	got := make(chan answer, 1)
+	go func() {
+		resp, err := s.hc.Post("http://baton/v1/locks/tb/acquire", "application/json", strings.NewReader(`{"wait_ms":1000}`))
+		if err != nil {
+			got <- answer{err: err}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got <- answer{status: resp.StatusCode, close: resp.Close, body: b}
+	}()
+	a := <-got
+	if a.err != nil || a.status != http.StatusLocked || !a.close || sidecar.Detached(s.srv) != n0+1 {
+		t.Fatalf("stock client, detached: %d close=%v %s %v", a.status, a.close, a.body, a.err)
+	}
+	for range 3 {
+		if st, b := s.call("GET", "/v1/locks/tb", ""); st != 200 {
+			t.Fatalf("the stock client after a Connection: close answer: %d %s", st, b)
+		}
+	}
+	s.release(h.LeaseID)
+}
