@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -77,6 +78,16 @@ func startDetach(t *testing.T, sub string, waiters int64) *sc {
 	return s
 }
 
+// assertNoLeases: the sidecar has no lease.
+func assertNoLeases(t testing.TB, s *sc) {
+	t.Helper()
+	var ls api.LeaseList
+	_, b := s.call("GET", "/v1/leases", "")
+	if err := json.Unmarshal(b, &ls); err != nil || len(ls.Leases) != 0 {
+		t.Errorf("leases left: %s", b)
+	}
+}
+
 var zkOf sync.Map // *sc: a ZooKeeper client for childCount
 
 func childCount(t testing.TB, s *sc, obj string) int {
@@ -136,11 +147,7 @@ func TestDetachedGrantNobodyReceives(t *testing.T) {
 		}
 		return st == http.StatusOK
 	})
-	var ls []api.Lease
-	_, b := s.call("GET", "/v1/leases", "")
-	if err := json.Unmarshal(b, &ls); err == nil && len(ls) != 0 {
-		t.Errorf("leases left: %s", b)
-	}
+	assertNoLeases(t, s)
 }
 
 // TestDetachedHalfClose: a caller that shuts its writing side while its
@@ -458,4 +465,53 @@ func TestDetachedThresholdBackAndForth(t *testing.T) {
 		}
 	}
 	s.release(h.LeaseID)
+}
+
+// TestDetachedCallerKilled: curl, waiting detached, is killed: the wait
+// ends (its node goes, no acquire waiting) and no lease is left.
+func TestDetachedCallerKilled(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("no curl")
+	}
+	s := startDetaching(t)
+	h := s.acquire("k", `{"lease_ms":60000}`)
+	n0 := sidecar.Detached(s.srv)
+	cmd := exec.Command("curl", "-sS", "--unix-socket", s.cfg.SocketPath, "-H", "Content-Type: application/json",
+		"-d", `{"wait_ms":60000}`, "http://baton/v1/locks/k/acquire")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "curl detached", func() bool { return sidecar.Detached(s.srv) == n0+1 })
+	waitFor(t, 10*time.Second, "curl's node", func() bool { return childCount(t, s, "k") == 3 })
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	waitFor(t, 10*time.Second, "curl's node gone", func() bool { return childCount(t, s, "k") == 2 })
+	s.release(h.LeaseID)
+	assertNoLeases(t, s)
+}
+
+// TestDetachedLeaveAsGranted: callers that close their connection at the
+// moment their detached acquire is granted (the holder's release and the
+// close sent together, 20 rounds): whichever comes first, the object is
+// free again at once — the grant released by lease() (the caller gone) or
+// by the answer's failed write — and no lease is left.
+func TestDetachedLeaveAsGranted(t *testing.T) {
+	s := startDetaching(t)
+	for round := range 20 {
+		h := s.acquire("lg", `{"lease_ms":60000}`)
+		n0 := sidecar.Detached(s.srv)
+		c := rawAcquire(t, s, "lg", `{"wait_ms":60000,"lease_ms":60000}`)
+		waitFor(t, 10*time.Second, "the waiter detached", func() bool { return sidecar.Detached(s.srv) == n0+1 })
+		waitFor(t, 10*time.Second, "the waiter's node", func() bool { return childCount(t, s, "lg") == 3 })
+		go c.Close()
+		s.release(h.LeaseID)
+		waitFor(t, 10*time.Second, fmt.Sprintf("round %d: the object free again", round), func() bool {
+			st, b := s.call("POST", "/v1/locks/lg/acquire", `{"wait_ms":0}`)
+			if st == http.StatusOK {
+				s.release(decodeLease(t, b).LeaseID)
+			}
+			return st == http.StatusOK
+		})
+	}
+	assertNoLeases(t, s)
 }
