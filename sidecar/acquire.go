@@ -422,7 +422,8 @@ func (a *acquisition) lease(g holding, callerPW *pidWatch) (api.Lease, error) {
 		l.mu.Unlock()
 	}
 	a.result = resGranted
-	a.held.Store(l) // from now on the lease has the caller's lease slot
+	a.held.Store(l)           // from now on the lease has the caller's lease slot
+	noteGrant(r.Context(), l) // a detached answer that cannot be written releases it (detach.go)
 	v := s.leases.view(l, true)
 	if sig, ok := g.LastSignal(); ok {
 		s.pre.onSignal(l, sig) // revoked before the lease existed: told right after this answer

@@ -57,17 +57,22 @@ const (
 // writer.
 func (s *Server) detachable(h handlerFunc) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
+		// Counted here, not by admission (s.waiters): a burst of acquires
+		// all arrive before the first is admitted.
+		inflight := s.detach.inflight.Add(1)
 		hj, ok := w.(http.Hijacker)
-		if !ok || s.detach.waiters <= 0 || s.waiters.Load()+1 < s.detach.waiters || r.ProtoMajor != 1 {
+		if !ok || s.detach.waiters <= 0 || inflight < s.detach.waiters || r.ProtoMajor != 1 {
+			defer s.detach.inflight.Add(-1)
 			return h(w, r)
 		}
-		d := &detachState{rec: newRecorder(), body: &eofBody{rc: r.Body, eof: r.Body == nil || r.Body == http.NoBody}}
+		d := &detachState{rec: newRecorder(), body: &eofBody{rc: r.Body, eof: r.Body == nil || r.Body == http.NoBody}, grant: &grantSlot{}}
 		r.Body = d.body
-		ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+		ctx, cancel := context.WithCancelCause(context.WithValue(context.WithoutCancel(r.Context()), grantKey{}, d.grant))
 		r2 := r.WithContext(ctx)
 		done := make(chan struct{})
 		d.conn = make(chan net.Conn, 1)
 		go func() {
+			defer s.detach.inflight.Add(-1)
 			if err := h(d.rec, r2); err != nil {
 				s.errs.write(d.rec, r2, err)
 			}
@@ -82,26 +87,34 @@ func (s *Server) detachable(h handlerFunc) handlerFunc {
 				return
 			}
 			cancel(nil)
-			d.answer(c)
+			d.answer(s, c)
 			s.wg.Done()
 		}()
 		t := time.NewTimer(s.detach.after)
 		defer t.Stop()
-		select {
-		case <-done:
-			cancel(nil)
-			d.rec.copyTo(w)
-			return nil
-		case <-r.Context().Done(): // the caller left (or the server closes)
-			cancel(context.Cause(r.Context()))
-			<-done
-			d.rec.copyTo(w)
-			return nil
-		case <-t.C:
+		for {
+			select {
+			case <-done:
+				cancel(nil)
+				d.rec.copyTo(w)
+				return nil
+			case <-r.Context().Done(): // the caller left (or the server closes)
+				cancel(context.Cause(r.Context()))
+				<-done
+				d.rec.copyTo(w)
+				return nil
+			case <-t.C:
+			}
+			// The body must have been read to its end (else net/http's
+			// reader is still in use): a handler not yet that far (a
+			// burst of acquires) is looked at again later.
+			if d.body.release() {
+				break
+			}
+			t.Reset(s.detach.after)
 		}
-		// The body must have been read to its end (else net/http's reader
-		// is still in use), and the state must still be attached.
-		if !d.body.release() || !d.state.CompareAndSwap(stAttached, stDetached) {
+		// The state must still be attached.
+		if !d.state.CompareAndSwap(stAttached, stDetached) {
 			return d.waitAttached(w, r, done, cancel)
 		}
 		s.wg.Add(1) // before the hijack: the connection is still active, so Run has not reached teardown
@@ -132,6 +145,21 @@ type detachState struct {
 	conn  chan net.Conn // the hijacked connection, nil if the hijack failed
 	// unwatch stops the close watcher's watch (set before conn is sent)
 	unwatch func()
+	grant   *grantSlot
+}
+
+// grantKey is the context key of a detachable acquire's grantSlot.
+type grantKey struct{}
+
+// grantSlot is the lease a detachable acquire granted (acquisition.lease
+// puts it there): released if its answer cannot be written.
+type grantSlot struct{ l atomic.Pointer[lease] }
+
+// noteGrant puts l in the grantSlot of ctx, if it has one.
+func noteGrant(ctx context.Context, l *lease) {
+	if g, ok := ctx.Value(grantKey{}).(*grantSlot); ok {
+		g.l.Store(l)
+	}
 }
 
 // waitAttached is the acquire under net/http to its end.
@@ -148,22 +176,33 @@ func (d *detachState) waitAttached(w http.ResponseWriter, r *http.Request, done 
 }
 
 // watch reads the detached connection until it closes (the caller left:
-// cancel the acquire) or says something (a pipelined request: it is
-// dropped, the answer closes the connection). It is the fallback of the
-// server's closeWatcher (detach_linux.go: one epoll set for all).
+// cancel the acquire); what the caller says meanwhile (a pipelined
+// request) is dropped, the answer closes the connection. It is the
+// fallback of the server's closeWatcher (detach_linux.go: one epoll set
+// for all).
 func (d *detachState) watch(c net.Conn, cancel context.CancelCauseFunc) {
 	var b [8]byte
-	if _, err := c.Read(b[:]); err != nil {
-		cancel(errCallerGone)
+	for {
+		if _, err := c.Read(b[:]); err != nil {
+			cancel(errCallerGone)
+			return
+		}
 	}
 }
 
 // answer writes the recorded answer as one HTTP/1.1 response and closes c.
-func (d *detachState) answer(c net.Conn) {
+// A lease granted whose answer cannot be written (the caller left as it was
+// granted) is released: nobody knows of it.
+func (d *detachState) answer(s *Server, c net.Conn) {
 	d.unwatch()
 	defer c.Close()
 	_ = c.SetWriteDeadline(time.Now().Add(detachWriteTimeout))
-	_, _ = c.Write(d.rec.response())
+	if _, err := c.Write(d.rec.response()); err != nil {
+		if l := d.grant.l.Load(); l != nil {
+			s.log.Info("the caller left as its acquire was granted; lease released", "lease", logID(l.id), "object", l.g.Object(), "err", err)
+			_, _ = s.leases.release(context.Background(), l)
+		}
+	}
 }
 
 // eofBody is a request body that reports whether it was read to its end,

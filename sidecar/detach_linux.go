@@ -3,6 +3,7 @@ package sidecar
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -22,6 +23,7 @@ type closeWatcher struct {
 	seq     int32
 	m       map[int32]watched // by fd
 	done    chan struct{}
+	events  atomic.Int64 // events of watched connections handled (tests)
 }
 
 type watched struct {
@@ -123,12 +125,20 @@ func (w *closeWatcher) loop() {
 			if !ok || e.seq != ev.Pad {
 				continue
 			}
-			delete(w.m, ev.Fd) // one-shot: the registration is spent
+			w.events.Add(1)
 			if ev.Events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+				delete(w.m, ev.Fd) // one-shot: the registration is spent
 				gone = append(gone, e.gone)
+				continue
 			}
-			// else bytes after the request (pipelined): dropped with the
-			// answer, which closes the connection
+			// Bytes after the request (pipelined): dropped with the
+			// answer, which closes the connection; the caller may still
+			// leave meanwhile: watch for that alone (the fd is still this
+			// connection's: unwatch, under w.mu, comes before its close).
+			rearm := syscall.EpollEvent{Events: syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: ev.Fd, Pad: e.seq}
+			if syscall.EpollCtl(w.epfd, syscall.EPOLL_CTL_MOD, int(ev.Fd), &rearm) != nil {
+				delete(w.m, ev.Fd)
+			}
 		}
 		w.mu.Unlock()
 		for _, f := range gone {

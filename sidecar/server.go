@@ -72,9 +72,10 @@ type Server struct {
 	// detach: from how many acquires in flight, and after how long, a
 	// waiting acquire leaves net/http (detach.go)
 	detach struct {
-		waiters int64
-		after   time.Duration
-		n       atomic.Int64 // acquires detached so far
+		waiters  int64
+		after    time.Duration
+		n        atomic.Int64 // acquires detached so far
+		inflight atomic.Int64 // acquires in detachable handlers (their own goroutine's included)
 	}
 	closes closeWatcher // notices detached callers leaving
 
