@@ -28,3 +28,6 @@ func SetDetach(s *Server, waiters int64, after time.Duration) {
 
 // Detached is how many acquires have left net/http so far.
 func Detached(s *Server) int64 { return s.detach.n.Load() }
+
+// DetachWaiters is the default detach threshold (acquires in flight).
+const DetachWaiters = detachWaiters

@@ -271,7 +271,7 @@ func openFDs(t testing.TB) int {
 }
 
 // TestDetachedManyWaiters: 600 waiters on one object with the default
-// threshold: all but about 64 detach, the sidecar keeps about one goroutine
+// threshold: all but the threshold's detach, the sidecar keeps about one goroutine
 // per detached waiter, and when the callers leave every wait ends, every
 // node goes, and the goroutines and descriptors come back to where they
 // were.
@@ -288,8 +288,8 @@ func TestDetachedManyWaiters(t *testing.T) {
 		cs = append(cs, rawAcquire(t, s, "m", `{"wait_ms":120000}`))
 	}
 	waitFor(t, 60*time.Second, "the waiters' nodes", func() bool { return childCount(t, s, "m") == n+2 })
-	if d := sidecar.Detached(s.srv) - n0; d < n-64 {
-		t.Errorf("%d of %d waiters detached, want all but 64 at most", d, n)
+	if d := sidecar.Detached(s.srv) - n0; d < n-sidecar.DetachWaiters {
+		t.Errorf("%d of %d waiters detached, want all but %d at most", d, n, sidecar.DetachWaiters)
 	}
 	// about one goroutine per detached waiter once the listings settle
 	// (net/http keeps two per waiting connection)
@@ -417,7 +417,7 @@ func TestDetachedThresholdBackAndForth(t *testing.T) {
 		n0 := sidecar.Detached(s.srv)
 		w1 := rawAcquire(t, s, "tb", `{"wait_ms":30000}`)
 		waitFor(t, 10*time.Second, "w1's node", func() bool { return childCount(t, s, "tb") == 3 })
-		w2 := acquireAsync(s, "tb", `{"wait_ms":30000}`)
+		w2 := detachedAcquire(s, "tb", `{"wait_ms":30000}`)
 		waitFor(t, 10*time.Second, "w2's node", func() bool { return childCount(t, s, "tb") == 4 })
 		w3 := rawAcquire(t, s, "tb", `{"wait_ms":1000}`)
 		waitFor(t, 10*time.Second, "w3 detached", func() bool { return sidecar.Detached(s.srv) == n0+1 })
