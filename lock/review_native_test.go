@@ -1029,3 +1029,50 @@ func TestReviewNativeWatchedChildGoneWhileDisconnected(t *testing.T) {
 		release(t, w.g)
 	}
 }
+
+// Writes to the object's data (shared holders joining and leaving, takes,
+// hand-overs) race a release and the session's cleanup of it: every
+// guarded write of theirs may fail on the version. Here another writer
+// rewrites the data (unchanged) back to back while a holder releases. The
+// release's cleanup must keep at it, not give up after a few tries and
+// leave the holder's child and name blocking the object for as long as
+// its session lives (the audit, every 30 s, was the only way out).
+func TestReviewNativeCleanupUnderContention(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	objPath := root + "/kc"
+	bg := context.Background()
+	eA := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) { o.HolderWatchDelay = time.Minute })
+	eB := newEngine(t, zkServer.Servers(), root, native)
+	h := acquire(t, eA, "kc", lock.Foreground, lock.AcquireOptions{})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	data, _, err := conn.Get(objPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 8 {
+		wg.Go(func() {
+			w := rawConn(t, zkServer.Servers())
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, _ = w.Set(objPath, data, -1)
+			}
+		})
+	}
+	time.Sleep(100 * time.Millisecond)
+	err = h.Release(bg)
+	time.Sleep(2 * time.Second) // the session's cleanup runs meanwhile
+	close(stop)
+	wg.Wait()
+	t.Logf("release under contention: %v", err)
+	g, err := eB.Acquire(bg, "kc", lock.Foreground, lock.AcquireOptions{Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("after the release: %v (children %v)", err, children(t, conn, root, "kc"))
+	}
+	release(t, g)
+}
