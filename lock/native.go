@@ -900,7 +900,7 @@ func (s *session) nativeEnd(objPath, reqID string, lost bool, token int64) error
 			return err
 		}
 	}
-	return fmt.Errorf("lock: %s: holders kept changing", objPath)
+	return fmt.Errorf("lock: %s: %w", objPath, errContended)
 }
 
 // nativeLeave is a waiter giving up: it deletes our child and, if a
@@ -942,8 +942,15 @@ func (s *session) nativeLeave(objPath, node, reqID string) error {
 			return err
 		}
 	}
-	return fmt.Errorf("lock: %s: holders kept changing", objPath)
+	return fmt.Errorf("lock: %s: %w", objPath, errContended)
 }
+
+// errContended: a native cleanup lost every version race to other writers
+// of the object's data (takes, hand-overs, shared holders coming and
+// going); the session's cleaner tries again (see cleaner), as after a lost
+// connection: given up, it would leave a child, and a name among the
+// holders, blocking the object for as long as the session lives.
+var errContended = errors.New("holders kept changing")
 
 // nativeGrant is a grant's state under the native protocol.
 type nativeGrant struct {

@@ -1001,3 +1001,84 @@ func TestReviewNativeReleaseCtxEndsMultiFails(t *testing.T) {
 	}
 	release(t, g)
 }
+
+// A waiter whose connection is down while the child it watches is
+// deleted (the holder's release): after the reconnect it must wake. An
+// exists watch on a node that existed is re-registered by the client as an
+// exists watch, which the server re-arms on the missing node (it fires on
+// a create only, and names never repeat): the waiter slept until its wait
+// ran out.
+func TestReviewNativeWatchedChildGoneWhileDisconnected(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	gate := &gateDialer{}
+	bg := context.Background()
+	eA := newEngine(t, zkServer.Servers(), root, native)
+	eB := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) { o.Dialer = gate.dial; o.SessionTimeout = 8 * time.Second })
+	for _, typ := range []lock.Type{lock.Foreground, lock.Background} {
+		h := acquire(t, eA, "wd", lock.Foreground, lock.AcquireOptions{})
+		wch := grantAsync(bg, eB, "wd", typ, lock.AcquireOptions{Wait: 6 * time.Second})
+		waitFor(t, 10*time.Second, "W queued", func() bool { return len(children(t, conn, root, "wd")) == 3 })
+		time.Sleep(100 * time.Millisecond) // W watches H's child
+		gate.close()
+		waitFor(t, 10*time.Second, "W disconnected", func() bool { return !eB.Health().Connected })
+		release(t, h)
+		time.Sleep(200 * time.Millisecond)
+		gate.open()
+		w := <-wch
+		if w.err != nil {
+			t.Fatalf("%v waiter after its watched child went while it was disconnected: %v", typ, w.err)
+		}
+		if w.g.Token() <= h.Token() {
+			t.Errorf("token %d after %d", w.g.Token(), h.Token())
+		}
+		release(t, w.g)
+	}
+}
+
+// Writes to the object's data (shared holders joining and leaving, takes,
+// hand-overs) race a release and the session's cleanup of it: every
+// guarded write of theirs may fail on the version. Here another writer
+// rewrites the data (unchanged) back to back while a holder releases. The
+// release's cleanup must keep at it, not give up after a few tries and
+// leave the holder's child and name blocking the object for as long as
+// its session lives (the audit, every 30 s, was the only way out).
+func TestReviewNativeCleanupUnderContention(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	objPath := root + "/kc"
+	bg := context.Background()
+	eA := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) { o.HolderWatchDelay = time.Minute })
+	eB := newEngine(t, zkServer.Servers(), root, native)
+	h := acquire(t, eA, "kc", lock.Foreground, lock.AcquireOptions{})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	data, _, err := conn.Get(objPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 8 {
+		wg.Go(func() {
+			w := rawConn(t, zkServer.Servers())
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, _ = w.Set(objPath, data, -1)
+			}
+		})
+	}
+	time.Sleep(100 * time.Millisecond)
+	err = h.Release(bg)
+	time.Sleep(2 * time.Second) // the session's cleanup runs meanwhile
+	close(stop)
+	wg.Wait()
+	t.Logf("release under contention: %v", err)
+	g, err := eB.Acquire(bg, "kc", lock.Foreground, lock.AcquireOptions{Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("after the release: %v (children %v)", err, children(t, conn, root, "kc"))
+	}
+	release(t, g)
+}

@@ -501,13 +501,13 @@ func (s *session) cleaner() {
 			case err == nil:
 			case errors.Is(err, zk.ErrClosing):
 				return
-			case isConnErr(err), notSent(err):
+			case isConnErr(err), notSent(err), errors.Is(err, errContended):
 				s.log.Debug("cleanup failed; retrying after reconnect", "cleanup", c.String(), "err", err)
 			default: // e.g. ErrNoAuth: retrying cannot help; the node goes with the session
 				s.log.Error("cleanup failed; the node stays until the session ends", "cleanup", c.String(), "err", err)
 			}
-			if isConnErr(err) || notSent(err) {
-				if s.connected() { // it failed but we are connected again: retry soon
+			if isConnErr(err) || notSent(err) || errors.Is(err, errContended) {
+				if s.connected() { // it failed but we are connected (again): retry soon
 					time.Sleep(50 * time.Millisecond)
 					continue
 				}
