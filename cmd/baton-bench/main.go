@@ -69,7 +69,15 @@ const sessionTimeout = 15 * time.Second
 type config struct {
 	impl, workload, zkAddr, root, baton    string
 	clients, ops, objects, waiters, warmup int
-	protocol                               string // zookeeper.lock.protocol: plugin or native
+	protocol                               string // zookeeper.lock.protocol: plugin or native ("": plugin)
+}
+
+// proto is the lock protocol, plugin unless given.
+func (c config) proto() string {
+	if c.protocol == "" {
+		return "plugin"
+	}
+	return c.protocol
 }
 
 type result struct {
@@ -198,7 +206,7 @@ func (e *env) newSession(int) (session, error) {
 	lo := lock.Options{Servers: []string{e.cfg.zkAddr}, Root: e.cfg.root, SessionTimeout: sessionTimeout,
 		NodeID: "bench-" + strconv.FormatInt(i, 10), ForegroundWait: time.Minute}
 	var err error
-	if lo.Protocol, err = lock.ParseProtocol(e.cfg.protocol); err != nil {
+	if lo.Protocol, err = lock.ParseProtocol(e.cfg.proto()); err != nil {
 		return nil, err
 	}
 	if e.cfg.impl == "baton-engine" {
@@ -215,7 +223,7 @@ func (e *env) newSession(int) (session, error) {
 	cfg := props.Defaults()
 	cfg.ZKServers, cfg.LockRoot, cfg.ZKSessionTimeout = []string{e.cfg.zkAddr}, e.cfg.root, sessionTimeout
 	cfg.NodeID = lo.NodeID
-	cfg.LockProtocol = e.cfg.protocol
+	cfg.LockProtocol = e.cfg.proto()
 	cfg.SocketPath = filepath.Join(e.dir, "s"+strconv.FormatInt(i, 10)+".sock")
 	cfg.SocketMode = 0o600
 	cfg.MaxWaiters = 1 << 20

@@ -177,7 +177,9 @@ func (p *prober) do(res *probeResult) error {
 		"sidecar.max.leases.per.uid":      limit,
 		"sidecar.max.connections":         limit,
 		"sidecar.max.connections.per.uid": limit,
-		"zookeeper.lock.protocol":         p.protocol,
+	}
+	if p.protocol != "" {
+		props["zookeeper.lock.protocol"] = p.protocol
 	}
 	if p.sc, err = startSidecar(p.bin, dir, "probe", props); err != nil {
 		return err

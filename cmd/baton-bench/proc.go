@@ -201,7 +201,7 @@ func (e *env) sidecarProps() map[string]string {
 		"zookeeper.session.timeout": "15000",
 		"zookeeper.tick.time":       strconv.Itoa(e.tick),
 		"zookeeper.lock.root":       e.cfg.root,
-		"zookeeper.lock.protocol":   e.cfg.protocol,
+		"zookeeper.lock.protocol":   e.cfg.proto(),
 	}
 }
 
