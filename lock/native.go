@@ -262,8 +262,9 @@ func (v *nativeView) childOf(req string) string {
 // nreq is one Acquire under the native protocol.
 type nreq struct {
 	*request
-	shared bool
-	view   *nativeView // the latest read, if fresh
+	shared  bool
+	view    *nativeView // the latest read, if fresh
+	created bool        // a child of this request was created (or may have been)
 }
 
 func (e *Engine) acquireNative(ctx context.Context, r *request, shared bool) (*Grant, error) {
@@ -348,6 +349,7 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 		&zk.SetDataRequest{Path: n.objPath, Data: d.marshal(), Version: p.version},
 		&zk.CheckVersionRequest{Path: sentinelMark(n.objPath), Version: -1},
 	}
+	n.created = true
 	res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return n.s.conn.Multi(ops...) },
 		func(_ []zk.MultiResponse, err error) {
 			if err == nil || isConnErr(err) {
@@ -385,9 +387,15 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 				}
 			}
 		}
-		// A renewed object node (an operator deleted it), or someone waits
-		// ahead of us: give everything back and queue.
+		// A renewed object node (an operator deleted it), someone waits
+		// ahead of us, or the check could not be made: give everything
+		// back and queue (disconnected: the slow path gives it back once
+		// connected).
 		if err := n.giveBack(ctx); err != nil {
+			if retry(err) {
+				n.uncertain = true
+				return nil, nil, false
+			}
 			return nil, n.fail(ctx, err), true
 		}
 		return nil, nil, false
@@ -397,13 +405,15 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 		}
 		if sentinelGone(res, 2) {
 			n.e.objSentinel(n.name, false)
-			if err := n.e.ensureNative(ctx, n.s, n.name, n.objPath); err != nil {
+			if err := n.e.ensureNative(ctx, n.s, n.name, n.objPath); err != nil && !retry(err) {
 				return nil, n.fail(ctx, err), true
 			}
 		}
 		return nil, nil, false // nothing created
 	case isConnErr(err):
 		n.uncertain = true
+		return nil, nil, false
+	case notSent(err): // nothing was created: the slow path waits for the connection
 		return nil, nil, false
 	default:
 		return nil, n.fail(ctx, err), true
@@ -565,8 +575,8 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 	defer n.s.addWaiter(-1)
 	handed := make(chan nativeHandoff, 1)
 	n.e.handoffs.Store(n.reqID, handed)
-	defer n.e.handoffs.Delete(n.reqID)
-	again := func(err error) error { // nil: go round again
+	defer func() { n.e.handoffs.Delete(n.reqID) }() // renew moves it
+	again := func(err error) error {                // nil: go round again
 		if retry(err) {
 			return n.s.waitConnected(ctx)
 		}
@@ -584,7 +594,19 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 				continue
 			}
 		}
+		if n.node == "" && n.created {
+			// Queueing again: under a request id of its own. The holders are
+			// named by request id, so a new child under the old one would
+			// make a stale read of the data naming the old child look like
+			// a live holder (two waiters watched each other:
+			// TestReviewNativeFuzzCutsCancels), and a cleanup still queued
+			// for the old one would delete the new child.
+			if err := n.renew(ctx, handed); err != nil {
+				return nil, n.fail(ctx, err)
+			}
+		}
 		if n.node == "" {
+			n.created = true
 			if err := n.createChild(ctx); err != nil {
 				if err := again(err); err != nil {
 					return nil, n.fail(ctx, err)
@@ -630,10 +652,13 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 				}
 			}
 			g, err := n.take(ctx, v)
-			if g != nil || err != nil {
-				if err != nil {
+			if err != nil {
+				if err := again(err); err != nil {
 					return nil, n.fail(ctx, err)
 				}
+				continue
+			}
+			if g != nil {
 				return g, nil
 			}
 			continue
@@ -1497,4 +1522,26 @@ func (g *Grant) learnNative() {
 		case <-ev:
 		}
 	}
+}
+
+// renew gives the request a new request id (the caller's part kept, a
+// new suffix): its ownership, its node data and its registration for
+// in-process handoffs move to it.
+func (n *nreq) renew(ctx context.Context, handed chan nativeHandoff) error {
+	old := n.reqID
+	base, _, _ := strings.Cut(old, "~")
+	id := base + "~" + newRequestID()[:12]
+	if err := n.s.own.enter(ctx, n.objPath, id); err != nil {
+		return err
+	}
+	var d nodeData
+	if err := json.Unmarshal(n.data, &d); err == nil {
+		d.Req = id
+		n.data, _ = json.Marshal(d)
+	}
+	n.reqID = id
+	n.s.own.leave(n.objPath, old)
+	n.e.handoffs.CompareAndDelete(old, handed)
+	n.e.handoffs.Store(id, handed)
+	return nil
 }
