@@ -258,16 +258,9 @@ func (g *Grant) watch() {
 			}
 			return
 		case err != nil:
-			if errors.Is(err, zk.ErrClosing) {
-				g.lose(ErrClosed)
+			if !g.awaitSession(err) {
 				return
 			}
-			// disconnected: wait for the session to come back or end
-			ctx, cancel := context.WithCancel(g.ctx)
-			stop := context.AfterFunc(g.e.ctx, cancel)
-			_ = g.s.waitConnected(ctx)
-			stop()
-			cancel()
 			continue
 		}
 		select {
@@ -280,6 +273,22 @@ func (g *Grant) watch() {
 			}
 		}
 	}
+}
+
+// awaitSession handles a holder watch's failed read: the engine closing
+// loses the grant (false: stop watching); otherwise it waits for the
+// session to come back or end (true: read again).
+func (g *Grant) awaitSession(err error) bool {
+	if errors.Is(err, zk.ErrClosing) {
+		g.lose(ErrClosed)
+		return false
+	}
+	ctx, cancel := context.WithCancel(g.ctx)
+	stop := context.AfterFunc(g.e.ctx, cancel)
+	_ = g.s.waitConnected(ctx)
+	stop()
+	cancel()
+	return true
 }
 
 // over reports whether the grant has ended or its session is lost (then it

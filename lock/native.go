@@ -1016,15 +1016,7 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 			return c, err
 		}, nil); err == nil {
 			if ks, err := g.e.nativeOrder(g.objPath, kids); err == nil {
-				g.mu.Lock()
-				holders := map[string]bool{}
-				if d := g.native.d; d != nil {
-					for _, h := range d.H {
-						holders[h.R] = true
-					}
-				}
-				g.native.next = waitersBut(ks, func(r string) bool { return holders[r] }, g.reqID)
-				g.mu.Unlock()
+				g.knowQueue(ks)
 			}
 		}
 	}
@@ -1234,15 +1226,9 @@ func (g *Grant) watchNative() {
 			}
 			return
 		case err != nil:
-			if errors.Is(err, zk.ErrClosing) {
-				g.lose(ErrClosed)
+			if !g.awaitSession(err) {
 				return
 			}
-			ctx, cancel := context.WithCancel(g.ctx)
-			stop := context.AfterFunc(g.e.ctx, cancel)
-			_ = g.s.waitConnected(ctx)
-			stop()
-			cancel()
 			continue
 		}
 		select {
@@ -1482,6 +1468,20 @@ func (e *Engine) handOver(s *session, d nativeData, st *zk.Stat, named []string)
 	}
 }
 
+// knowQueue records, from a listing, the waiters the grant may hand
+// over to: every child but the holders named in the data it last saw.
+func (g *Grant) knowQueue(ks []nchild) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	holders := map[string]bool{}
+	if d := g.native.d; d != nil {
+		for _, h := range d.H {
+			holders[h.R] = true
+		}
+	}
+	g.native.next = waitersBut(ks, func(r string) bool { return holders[r] }, g.reqID)
+}
+
 // learnNative keeps the waiters a holder may hand over to up to date while
 // it holds: a children watch on the object, re-listed when it fires (an
 // arrival), until the grant ends or its release begins.
@@ -1505,15 +1505,7 @@ func (g *Grant) learnNative() {
 		if err != nil {
 			return
 		}
-		g.mu.Lock()
-		holders := map[string]bool{}
-		if d := g.native.d; d != nil {
-			for _, h := range d.H {
-				holders[h.R] = true
-			}
-		}
-		g.native.next = waitersBut(ks, func(r string) bool { return holders[r] }, g.reqID)
-		g.mu.Unlock()
+		g.knowQueue(ks)
 		select {
 		case <-g.ctx.Done():
 			return
