@@ -265,6 +265,7 @@ type nreq struct {
 	shared  bool
 	view    *nativeView // the latest read, if fresh
 	created bool        // a child of this request was created (or may have been)
+	waited  bool        // it waited for a watch: the object is contended
 }
 
 func (e *Engine) acquireNative(ctx context.Context, r *request, shared bool) (*Grant, error) {
@@ -696,6 +697,7 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 		if ev == nil {
 			continue
 		}
+		n.waited = true
 		local := func(h nativeHandoff) bool { return h.s == n.s && h.node == n.node }
 		select {
 		case <-ev:
@@ -835,7 +837,7 @@ func (n *nreq) granted(ctx context.Context, token int64, st *zk.Stat, d nativeDa
 		if g.State() == Lost || g.State() == Released { // ended meanwhile: finish may have missed the entry
 			n.e.natHeld.CompareAndDelete(n.reqID, g)
 		}
-		if len(next) == 0 && predict < 0 {
+		if len(next) == 0 && (predict < 0 || n.waited) {
 			// Contended, and we know of nobody to hand over to: learn of
 			// arrivals while we hold, off the handoff's path.
 			g.mu.Lock()
