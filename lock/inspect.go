@@ -49,10 +49,7 @@ func (e *Engine) inspect(ctx context.Context, s *session, objPath string, max in
 	if e.opts.Protocol == Native {
 		return e.inspectNative(ctx, s, objPath, max)
 	}
-	children, err := zcall(ctx, func() ([]string, error) {
-		c, _, err := s.conn.Children(objPath)
-		return c, err
-	}, nil)
+	children, err := s.children(ctx, objPath)
 	if errors.Is(err, zk.ErrNoNode) {
 		return &Status{}, nil
 	}
@@ -181,10 +178,7 @@ func (e *Engine) List(ctx context.Context, prefix, after string, limit int) ([]S
 	if err != nil {
 		return nil, "", err
 	}
-	names, err := zcall(ctx, func() ([]string, error) {
-		c, _, err := s.conn.Children(e.root)
-		return c, err
-	}, nil)
+	names, err := s.children(ctx, e.root)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, "", nil
 	}

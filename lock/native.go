@@ -476,10 +476,7 @@ func (n *nreq) readData(ctx context.Context) (*nativeView, error) {
 }
 
 func (n *nreq) list(ctx context.Context, v *nativeView) error {
-	kids, err := zcall(ctx, func() ([]string, error) {
-		c, _, err := n.s.conn.Children(n.objPath)
-		return c, err
-	}, nil)
+	kids, err := n.s.children(ctx, n.objPath)
 	if err != nil {
 		return err
 	}
@@ -1013,10 +1010,7 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 	unknown := g.native.learning && len(g.native.next) == 0
 	g.mu.Unlock()
 	if unknown && mark { // arrivals may not have been seen yet: one read beats the successor's three
-		if kids, err := zcall(ctx, func() ([]string, error) {
-			c, _, err := g.s.conn.Children(g.objPath)
-			return c, err
-		}, nil); err == nil {
+		if kids, err := g.s.children(ctx, g.objPath); err == nil {
 			if ks, err := g.e.nativeOrder(g.objPath, kids); err == nil {
 				g.knowQueue(ks)
 			}
@@ -1245,10 +1239,7 @@ func (g *Grant) watchNative() {
 // the object node's data whose children live, then the waiters in order
 // (the first max; 0 = all).
 func (e *Engine) inspectNative(ctx context.Context, s *session, objPath string, max int) (*Status, error) {
-	r, err := zcall(ctx, func() (nodeRead, error) {
-		d, st, err := s.conn.Get(objPath)
-		return nodeRead{d, st, err}, err
-	}, nil)
+	r, err := s.get(ctx, objPath)
 	if errors.Is(err, zk.ErrNoNode) {
 		return &Status{}, nil
 	}
@@ -1259,10 +1250,7 @@ func (e *Engine) inspectNative(ctx context.Context, s *session, objPath string, 
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrForeignNode, objPath, err)
 	}
-	kids, err := zcall(ctx, func() ([]string, error) {
-		c, _, err := s.conn.Children(objPath)
-		return c, err
-	}, nil)
+	kids, err := s.children(ctx, objPath)
 	if errors.Is(err, zk.ErrNoNode) {
 		return &Status{}, nil
 	}

@@ -630,3 +630,11 @@ func (s *session) get(ctx context.Context, path string) (nodeRead, error) {
 		return nodeRead{d, st, err}, err
 	}, nil)
 }
+
+// children lists the node at path, giving up when ctx ends.
+func (s *session) children(ctx context.Context, path string) ([]string, error) {
+	return zcall(ctx, func() ([]string, error) {
+		c, _, err := s.conn.Children(path)
+		return c, err
+	}, nil)
+}
