@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -41,10 +42,17 @@ func testWatch(t *testing.T, e *env, s *sidecarProc) {
 
 	defer func(d time.Duration) { foreverAttempt = d }(foreverAttempt)
 	foreverAttempt = time.Second
+	// The elected command writes its token to a file and holds until the
+	// test has seen the watcher print it: a holder shorter than a
+	// ZooKeeper round trip may be missed (WaitChange says so), and under
+	// a loaded CI machine an `echo` was.
+	dir := t.TempDir()
+	tokFile, goFile := filepath.Join(dir, "token"), filepath.Join(dir, "go")
 	var lockOut, lockErr bytes.Buffer
 	done := make(chan int, 1)
 	go func() {
-		done <- runIn([]string{"--socket", s.socket, "lock", "--wait", "forever", "--info", "leader-2", obj, "--", "sh", "-c", `echo "elected with token $BATON_FENCING_TOKEN"`}, nil, &lockOut, &lockErr)
+		done <- runIn([]string{"--socket", s.socket, "lock", "--wait", "forever", "--info", "leader-2", obj, "--", "sh", "-c",
+			`echo "$BATON_FENCING_TOKEN" >"$1.tmp" && mv "$1.tmp" "$1" && while [ ! -e "$2" ]; do sleep 0.05; done; echo "elected with token $BATON_FENCING_TOKEN"`, "sh", tokFile, goFile}, nil, &lockOut, &lockErr)
 	}()
 	// Two attempts of the forever waiter seen in the queue: it asked again.
 	queued := func() map[string]bool {
@@ -58,6 +66,16 @@ func testWatch(t *testing.T, e *env, s *sidecarProc) {
 	if err := l1.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	var held string
+	waitCond(t, 60*time.Second, "the forever waiter elected", func() bool {
+		b, err := os.ReadFile(tokFile)
+		held = strings.TrimSpace(string(b))
+		return err == nil
+	})
+	w.out.waitFor(t, 0, "held token="+held+" ", 20*time.Second)
+	if err := os.WriteFile(goFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case code := <-done:
 		if code != 0 || !strings.Contains(lockOut.String(), "elected with token ") {
@@ -67,7 +85,9 @@ func testWatch(t *testing.T, e *env, s *sidecarProc) {
 		t.Fatal("baton lock --wait forever not done 60s after the holder's release")
 	}
 	tok2 := strings.TrimSpace(strings.TrimPrefix(lockOut.String(), "elected with token "))
-	w.out.waitFor(t, 0, "held token="+tok2+" ", 20*time.Second)
+	if tok2 != held {
+		t.Fatalf("the elected command saw token %q, then %q", held, tok2)
+	}
 	mark := strings.Index(w.out.String(), "held token="+tok2+" ")
 	w.out.waitFor(t, mark, " free waiters=0 ", 20*time.Second)
 	w.signal(t, syscall.SIGTERM)
