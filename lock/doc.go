@@ -272,6 +272,14 @@
 //     the successor lists and takes it (two writes).
 //   - A successor in the same engine and session is woken in process with
 //     the multi's answer: one write per local handoff, no read.
+//   - The engine's waiters on one object share its reads (data, then
+//     children: one in flight and one queued behind it, each joinable by
+//     any waiter whose create it follows), as the plugin protocol shares
+//     its listings: 10,000 arrivals send a few listings, not one each of up
+//     to 10,000 children (those clogged the session's connection until its
+//     acknowledgements were older than the session timeout). A holder
+//     learning arrivals behind it stops listing once the first of them is
+//     foreground (nobody later sorts ahead of it).
 //   - An uncontended acquire with a prediction (the engine's own clean
 //     release left the data at a known version, and the sequence number it
 //     predicts proves nobody created a child since) is one multi: create

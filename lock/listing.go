@@ -6,6 +6,8 @@ import (
 	"path"
 	"slices"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 )
 
 // listing is one getChildren answer for an object, shared by the engine's
@@ -17,13 +19,14 @@ import (
 // waiters on one object (10,000 of them on one sidecar, say) join the
 // listing in flight instead of each sending one.
 type listing struct {
-	gen    uint64    // session generation it was sent in
-	issued time.Time // taken before the request was sent
-	queued bool      // not sent yet: waits for the one in flight (any request may join it)
-	prev   *listing  // while queued, the one it waits for (firstAfter reads it)
-	queue  []string  // children but privateLock, in grant order
-	locked bool      // privateLock exists
-	czxid  int64     // the object node's creation zxid
+	gen    uint64      // session generation it was sent in
+	issued time.Time   // taken before the request was sent
+	queued bool        // not sent yet: waits for the one in flight (any request may join it)
+	prev   *listing    // while queued, the one it waits for (firstAfter reads it)
+	queue  []string    // children but privateLock, in grant order
+	locked bool        // privateLock exists
+	czxid  int64       // the object node's creation zxid
+	view   *nativeView // native protocol: the object's data, then its children (read-only once done)
 	err    error
 	done   chan struct{} // closed when answered
 }
@@ -56,14 +59,21 @@ func (e *Engine) listShared(ctx context.Context, s *session, name, objPath strin
 				l.issued, l.queued, l.prev = time.Now(), false, nil // sent after every joiner's after
 				e.objMu.Unlock()
 			}
-			c, stat, err := s.conn.Children(objPath)
-			if err == nil {
-				err = e.pluginOnly(objPath, c)
-			}
-			if err == nil {
-				l.queue, l.locked = sortedQueue(c)
-				l.czxid = stat.Czxid
-				l.queue, err = e.ordered(s, name, objPath, stat.Czxid, l.queue) // aging
+			var err error
+			if e.opts.Protocol == Native {
+				l.view, err = e.readNativeView(s, objPath)
+			} else {
+				var c []string
+				var stat *zk.Stat
+				c, stat, err = s.conn.Children(objPath)
+				if err == nil {
+					err = e.pluginOnly(objPath, c)
+				}
+				if err == nil {
+					l.queue, l.locked = sortedQueue(c)
+					l.czxid = stat.Czxid
+					l.queue, err = e.ordered(s, name, objPath, stat.Czxid, l.queue) // aging
+				}
 			}
 			l.err = err
 			close(l.done)

@@ -325,9 +325,10 @@ func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
 		// read, then verify nobody waits ahead (three round trips, one
 		// write; queueing first costs four, two).
 		g, err, done = n.fast(ctx, prediction{seq: -1, czxid: v.st.Czxid, version: v.st.Version})
-	} else {
-		n.view = v // data read before our child's create: still before its listing
 	}
+	// Otherwise the slow path reads a view sent after our create, shared
+	// with this engine's other waiters on the object (not v: a listing
+	// of our own per waiter is O(waiters) each).
 	if !done {
 		g, err = n.slow(ctx)
 	}
@@ -475,6 +476,30 @@ func (n *nreq) readData(ctx context.Context) (*nativeView, error) {
 	return &nativeView{d: d, st: r.stat}, nil
 }
 
+// readNativeView reads the object's data, then its children, on session
+// s: one view for every waiter of the engine that joins it (listShared).
+func (e *Engine) readNativeView(s *session, objPath string) (*nativeView, error) {
+	data, st, err := s.conn.Get(objPath)
+	if err != nil {
+		return nil, err
+	}
+	d, err := parseNativeData(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrForeignNode, objPath, err)
+	}
+	kids, _, err := s.conn.Children(objPath)
+	if err != nil {
+		return nil, err
+	}
+	ks, err := e.nativeOrder(objPath, kids)
+	if err != nil {
+		return nil, err
+	}
+	v := &nativeView{d: d, st: st}
+	v.setKids(ks)
+	return v, nil
+}
+
 func (n *nreq) list(ctx context.Context, v *nativeView) error {
 	kids, err := n.s.children(ctx, n.objPath)
 	if err != nil {
@@ -612,13 +637,22 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 				continue
 			}
 		}
+		// A view sent after now: the holders, then the children. Without
+		// one of its own (the read after a watch), the view in flight for
+		// the object joins, or the next one (read-only: every waiter of
+		// this engine on the object may share it). 10,000 waiters
+		// arriving on one object send a few reads, not one each of ≈ 10,000
+		// children: those clogged the session's connection until its
+		// acknowledgements were older than the session timeout.
 		v := n.view
 		n.view = nil
 		var err error
 		if v == nil {
-			v, err = n.readData(ctx)
-		}
-		if err == nil {
+			var l *listing
+			if l, err = n.e.listShared(ctx, n.s, n.name, n.objPath, time.Now()); err == nil {
+				v = l.view
+			}
+		} else {
 			err = n.list(ctx, v)
 		}
 		if err != nil {
@@ -1458,9 +1492,15 @@ func (e *Engine) handOver(s *session, d nativeData, st *zk.Stat, named []string)
 	}
 }
 
+// nativeLearnPause spaces a holder's listings while it learns arrivals
+// behind it (learnNative).
+const nativeLearnPause = 5 * time.Millisecond
+
 // knowQueue records, from a listing, the waiters the grant may hand
-// over to: every child but the holders named in the data it last saw.
-func (g *Grant) knowQueue(ks []nchild) {
+// over to: every child but the holders named in the data it last saw. It
+// reports whether the first of them is foreground (later arrivals sort
+// behind it).
+func (g *Grant) knowQueue(ks []nchild) (fgFirst bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	holders := map[string]bool{}
@@ -1470,6 +1510,11 @@ func (g *Grant) knowQueue(ks []nchild) {
 		}
 	}
 	g.native.next = waitersBut(ks, func(r string) bool { return holders[r] }, g.reqID)
+	if len(g.native.next) == 0 {
+		return false
+	}
+	c, ok := g.e.parseNative(g.native.next[0])
+	return ok && c.fg
 }
 
 // learnNative keeps the waiters a holder may hand over to up to date while
@@ -1495,13 +1540,25 @@ func (g *Grant) learnNative() {
 		if err != nil {
 			return
 		}
-		g.knowQueue(ks)
+		if g.knowQueue(ks) {
+			// The first waiter is foreground: every later arrival sorts
+			// behind it, so listing again would name nobody else first.
+			// (With thousands arriving, each arrival's re-listing of
+			// thousands of children clogged the session's connection.)
+			return
+		}
 		select {
 		case <-g.ctx.Done():
 			return
 		case <-g.s.lost:
 			return
 		case <-ev:
+		}
+		// Arrivals come in bursts: one listing for a burst, not one each.
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-time.After(nativeLearnPause):
 		}
 	}
 }
