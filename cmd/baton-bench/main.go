@@ -103,7 +103,7 @@ type result struct {
 
 func main() {
 	if len(os.Args) < 2 || strings.HasPrefix(os.Args[1], "-") {
-		fmt.Fprintln(os.Stderr, "usage: baton-bench W1|W2|W3|W4|W5 --zk HOST:PORT --root PATH [flags]; baton-bench probe|reqcost|cost [flags]")
+		fmt.Fprintln(os.Stderr, "usage: baton-bench W1|W2|W3|W4|W5 --zk HOST:PORT --root PATH [flags]; baton-bench probe|reqcost|cost|floor [flags]")
 		os.Exit(64)
 	}
 	switch os.Args[1] {
@@ -113,6 +113,8 @@ func main() {
 		os.Exit(reqcostMain(os.Args[2:]))
 	case "cost":
 		os.Exit(costMain(os.Args[2:]))
+	case "floor":
+		os.Exit(floorMain(os.Args[2:]))
 	case "echo-server":
 		os.Exit(echoServerMain(os.Args[2:]))
 	}
@@ -532,9 +534,10 @@ func (e *env) w4() (result, error) {
 	}
 	var holders atomic.Int64
 	holders.Store(1)
-	var releaseAt atomic.Int64
+	var releaseAt, releaseWall atomic.Int64
 	base := time.Now()
 	lat := make([]time.Duration, 0, e.cfg.ops)
+	var stamps [][2]int64 // wall-clock t0, t1 of each measured handoff (BATON_BENCH_STAMPS)
 	holder := 0
 	for i := range e.cfg.warmup + e.cfg.ops {
 		waiter := 1 - holder
@@ -548,6 +551,7 @@ func (e *env) w4() (result, error) {
 				}
 				if i >= e.cfg.warmup {
 					lat = append(lat, t1-time.Duration(releaseAt.Load()))
+					stamps = append(stamps, [2]int64{releaseWall.Load(), time.Now().UnixNano()})
 				}
 			}
 			done <- err
@@ -557,6 +561,7 @@ func (e *env) w4() (result, error) {
 			return res, err
 		}
 		holders.Add(-1)
+		releaseWall.Store(time.Now().UnixNano())
 		releaseAt.Store(int64(time.Since(base)))
 		if err := locks[holder].Unlock(); err != nil {
 			return res, err
@@ -573,6 +578,15 @@ func (e *env) w4() (result, error) {
 	_ = locks[holder].Unlock()
 	fill(&res, lat, elapsed, len(lat))
 	res.Handoffs = len(lat)
+	if f := os.Getenv("BATON_BENCH_STAMPS"); f != "" { // for floor's breakdown
+		var b strings.Builder
+		for _, s := range stamps {
+			fmt.Fprintf(&b, "%d %d\n", s[0], s[1])
+		}
+		if err := os.WriteFile(f, []byte(b.String()), 0o600); err != nil {
+			return res, err
+		}
+	}
 	return res, nil
 }
 
