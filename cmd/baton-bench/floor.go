@@ -45,7 +45,10 @@ func floorMain(args []string) int {
 	impls := fs.String("impls", "gozk engine:native http:native client:native shared:native http:plugin shared:plugin",
 		"W4 runs per round: gozk, or a baton impl (engine, http, client, shared) with :native or :plugin")
 	capture := fs.Bool("capture", true, "record ZooKeeper's packets on lo during W4 (needs CAP_NET_RAW)")
+	var env envFlags
+	fs.Var(&env, "env", "KEY=VALUE for every `baton serve` (and the W4 runs, whose sidecars inherit it), e.g. GOMAXPROCS=2; repeatable")
 	_ = fs.Parse(args)
+	sidecarEnv = env
 	if err := floor(*zkAddr, *bat, *gozk, *rounds, *n, *ops, *warmup, strings.Fields(*impls), *capture); err != nil {
 		fmt.Fprintln(os.Stderr, "floor:", err)
 		return 1
@@ -55,8 +58,8 @@ func floorMain(args []string) int {
 
 // floorRun accumulates one implementation's W4 runs.
 type floorRun struct {
-	name string
-	p50  []float64
+	name     string
+	p50      []float64
 	handoffs int
 	segs     map[string][]int64 // segment → its duration in each handoff (ns)
 	ops      map[string]int     // "H|W opname" → requests in all handoffs
@@ -122,26 +125,29 @@ func floor(zkAddr, bat, gozk string, rounds, n, ops, warmup int, impls []string,
 	if err := os.WriteFile(bodyFile, body, 0o600); err != nil {
 		return err
 	}
-	echoSock := filepath.Join(dir, "echo.sock")
-	echo := exec.Command(exe, "echo-server", "--socket", echoSock, "--body", bodyFile)
-	echo.Stderr = os.Stderr
-	echo.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := echo.Start(); err != nil {
-		return err
-	}
-	defer func() { _ = echo.Process.Kill(); _ = echo.Wait() }()
-	for i := 0; ; i++ {
-		c, err := net.Dial("unix", echoSock)
-		if err == nil {
-			c.Close()
-			break
+	var echoes []*http.Client // the raw echo, then a stock net/http server
+	for i, extra := range [][]string{nil, {"--nethttp"}} {
+		sock := filepath.Join(dir, fmt.Sprintf("echo%d.sock", i))
+		echo := exec.Command(exe, append([]string{"echo-server", "--socket", sock, "--body", bodyFile}, extra...)...)
+		echo.Stderr = os.Stderr
+		echo.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := echo.Start(); err != nil {
+			return err
 		}
-		if i > 500 {
-			return fmt.Errorf("echo server: %w", err)
+		defer func() { _ = echo.Process.Kill(); _ = echo.Wait() }()
+		for i := 0; ; i++ {
+			c, err := net.Dial("unix", sock)
+			if err == nil {
+				c.Close()
+				break
+			}
+			if i > 500 {
+				return fmt.Errorf("echo server: %w", err)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		time.Sleep(10 * time.Millisecond)
+		echoes = append(echoes, unixHTTPClient(sock))
 	}
-	ec := unixHTTPClient(echoSock)
 
 	var wc *wireCapture
 	if capture {
@@ -153,7 +159,7 @@ func floor(zkAddr, bat, gozk string, rounds, n, ops, warmup int, impls []string,
 	prim := map[string][]time.Duration{}
 	runs := map[string]*floorRun{}
 	for r := range rounds {
-		if err := primitives(a, b, hc, ec, obj, n, prim); err != nil {
+		if err := primitives(a, b, hc, echoes, obj, n, prim); err != nil {
 			return fmt.Errorf("round %d: primitives: %w", r, err)
 		}
 		for k := range impls {
@@ -204,7 +210,7 @@ func httpGet(c *http.Client) ([]byte, error) {
 }
 
 // primitives adds n samples of each primitive, interleaved.
-func primitives(a, b *zk.Conn, hc, ec *http.Client, obj string, n int, s map[string][]time.Duration) error {
+func primitives(a, b *zk.Conn, hc *http.Client, echoes []*http.Client, obj string, n int, s map[string][]time.Duration) error {
 	acl := zk.WorldACL(zk.PermAll)
 	data := []byte(`{"native":1,"h":[{"r":"floor"}]}`)
 	for range n {
@@ -257,11 +263,13 @@ func primitives(a, b *zk.Conn, hc, ec *http.Client, obj string, n int, s map[str
 			return err
 		}
 		s["http round trip: stock client → baton serve /healthz"] = append(s["http round trip: stock client → baton serve /healthz"], time.Since(t))
-		t = time.Now()
-		if _, err := httpGet(ec); err != nil {
-			return err
+		for i, name := range []string{"http round trip: stock client → raw echo", "http round trip: stock client → stock net/http server, trivial handler"} {
+			t = time.Now()
+			if _, err := httpGet(echoes[i]); err != nil {
+				return err
+			}
+			s[name] = append(s[name], time.Since(t))
 		}
-		s["http round trip: stock client → raw echo"] = append(s["http round trip: stock client → raw echo"], time.Since(t))
 	}
 	return nil
 }
@@ -296,7 +304,7 @@ func w4Once(fr *floorRun, argv []string, dir string, wc *wireCapture) error {
 	stampFile := filepath.Join(dir, "stamps")
 	_ = os.Remove(stampFile)
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "BATON_BENCH_STAMPS="+stampFile)
+	cmd.Env = append(append(os.Environ(), sidecarEnv...), "BATON_BENCH_STAMPS="+stampFile)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if wc != nil {
@@ -369,8 +377,9 @@ func addWindows(fr *floorRun, pkts []zkPkt, windows [][2]int64) {
 		}
 		fr.handoffs++
 		seg := map[string]int64{"t0 → t1 (W4's latency)": w[1] - w[0]}
-		var rel *zkPkt
-		var relAns, ev, last int64
+		var rel, sw *zkPkt // the release's write; the successor's write (plugin: privateLock)
+		var relAns, ev, evNext, swAns, last int64
+		evConn := -1
 		for x := range in {
 			p := &in[x]
 			if rel == nil && p.req && (p.op == 14 || p.op == 2) {
@@ -384,11 +393,26 @@ func addWindows(fr *floorRun, pkts []zkPkt, windows [][2]int64) {
 				relAns = p.ts
 			}
 			if !p.req && p.xid == -1 && p.op == 2 && ev == 0 {
-				ev = p.ts
+				ev, evConn = p.ts, p.conn
+			}
+			if p.req && p.conn == evConn && evNext == 0 {
+				evNext = p.ts
+			}
+			if sw == nil && p.req && p.conn != rel.conn && (p.op == 14 || p.op == 1 || p.op == 15) {
+				sw = p
+			}
+			if sw != nil && !p.req && p.conn == sw.conn && p.xid == sw.xid {
+				swAns = p.ts
 			}
 			if !p.req && p.xid != -1 {
 				last = p.ts
 			}
+		}
+		if evNext != 0 {
+			seg["c2. deletion event → the successor's next request sent (its wake-up)"] = evNext - ev
+		}
+		if swAns != 0 {
+			seg["d2. the successor's write sent → answered"] = swAns - sw.ts
 		}
 		for _, p := range in {
 			role := "W"
