@@ -13,6 +13,7 @@ package main
 // whose segment medians it prints.
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -31,6 +32,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/batonhq/baton/client"
 )
 
 func floorMain(args []string) int {
@@ -126,6 +129,7 @@ func floor(zkAddr, bat, gozk string, rounds, n, ops, warmup int, impls []string,
 		return err
 	}
 	var echoes []*http.Client // the raw echo, then a stock net/http server
+	var echoSocks []string
 	for i, extra := range [][]string{nil, {"--nethttp"}} {
 		sock := filepath.Join(dir, fmt.Sprintf("echo%d.sock", i))
 		echo := exec.Command(exe, append([]string{"echo-server", "--socket", sock, "--body", bodyFile}, extra...)...)
@@ -147,6 +151,7 @@ func floor(zkAddr, bat, gozk string, rounds, n, ops, warmup int, impls []string,
 			time.Sleep(10 * time.Millisecond)
 		}
 		echoes = append(echoes, unixHTTPClient(sock))
+		echoSocks = append(echoSocks, sock)
 	}
 
 	var wc *wireCapture
@@ -159,7 +164,7 @@ func floor(zkAddr, bat, gozk string, rounds, n, ops, warmup int, impls []string,
 	prim := map[string][]time.Duration{}
 	runs := map[string]*floorRun{}
 	for r := range rounds {
-		if err := primitives(a, b, hc, echoes, obj, n, prim); err != nil {
+		if err := primitives(a, b, hc, echoes, client.New(sc.socket), client.New(echoSocks[0]), obj, n, prim); err != nil {
 			return fmt.Errorf("round %d: primitives: %w", r, err)
 		}
 		for k := range impls {
@@ -210,7 +215,7 @@ func httpGet(c *http.Client) ([]byte, error) {
 }
 
 // primitives adds n samples of each primitive, interleaved.
-func primitives(a, b *zk.Conn, hc *http.Client, echoes []*http.Client, obj string, n int, s map[string][]time.Duration) error {
+func primitives(a, b *zk.Conn, hc *http.Client, echoes []*http.Client, bc, be *client.Client, obj string, n int, s map[string][]time.Duration) error {
 	acl := zk.WorldACL(zk.PermAll)
 	data := []byte(`{"native":1,"h":[{"r":"floor"}]}`)
 	for range n {
@@ -270,6 +275,13 @@ func primitives(a, b *zk.Conn, hc *http.Client, echoes []*http.Client, obj strin
 			}
 			s[name] = append(s[name], time.Since(t))
 		}
+		for name, c := range map[string]*client.Client{"http round trip: Baton's Go client → baton serve /readyz": bc, "http round trip: Baton's Go client → raw echo": be} {
+			t = time.Now()
+			if err := c.Ready(context.Background()); err != nil {
+				return err
+			}
+			s[name] = append(s[name], time.Since(t))
+		}
 	}
 	return nil
 }
@@ -303,8 +315,13 @@ func w4Argv(impl, gozk, exe, bin, addr, root string, ops, warmup int) (string, [
 func w4Once(fr *floorRun, argv []string, dir string, wc *wireCapture) error {
 	stampFile := filepath.Join(dir, "stamps")
 	_ = os.Remove(stampFile)
+	sdir := filepath.Join(dir, "sidecar-stamps")
+	_ = os.RemoveAll(sdir)
+	if err := os.Mkdir(sdir, 0o700); err != nil {
+		return err
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(append(os.Environ(), sidecarEnv...), "BATON_BENCH_STAMPS="+stampFile)
+	cmd.Env = append(append(os.Environ(), sidecarEnv...), "BATON_BENCH_STAMPS="+stampFile, "BATON_DEBUG_STAMPS="+sdir)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if wc != nil {
@@ -348,8 +365,28 @@ func w4Once(fr *floorRun, argv []string, dir string, wc *wireCapture) error {
 		}
 		windows = windows[len(windows)/4:] // its warm-up: W4 here runs ops + ops/3 handoffs
 	}
-	addWindows(fr, pkts, windows)
+	var reqs []sidecarStamp
+	files, _ := filepath.Glob(filepath.Join(sdir, "*.stamps"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		for line := range strings.Lines(string(b)) {
+			var r sidecarStamp
+			if _, err := fmt.Sscan(line, &r.method, &r.path, &r.recv, &r.done); err == nil {
+				reqs = append(reqs, r)
+			}
+		}
+	}
+	addWindows(fr, pkts, windows, reqs)
 	return nil
+}
+
+// sidecarStamp is one request as a sidecar recorded it (BATON_DEBUG_STAMPS).
+type sidecarStamp struct {
+	method, path string
+	recv, done   int64
 }
 
 // addWindows breaks each handoff [t0, t1] down on the wire: the release's
@@ -357,7 +394,7 @@ func w4Once(fr *floorRun, argv []string, dir string, wc *wireCapture) error {
 // connection H), its answer, the first watch event of a deletion, the last
 // ZooKeeper answer before t1; and counts the requests per connection (H,
 // or W: any other) and opcode. Pings are left out.
-func addWindows(fr *floorRun, pkts []zkPkt, windows [][2]int64) {
+func addWindows(fr *floorRun, pkts []zkPkt, windows [][2]int64, reqs []sidecarStamp) {
 	reqOp := map[[2]int64]int32{}
 	for _, p := range pkts {
 		if p.req {
@@ -438,9 +475,7 @@ func addWindows(fr *floorRun, pkts []zkPkt, windows [][2]int64) {
 			}
 			if relAns != 0 {
 				seg["b. release write sent → answered (ZooKeeper write)"] = relAns - rel.ts
-				if ev == 0 {
-					seg["d'. release answered → t1 (no deletion event: local wake-up, answer, client)"] = w[1] - relAns
-				}
+				seg["b2. release write answered → t1"] = w[1] - relAns
 			}
 			if ev != 0 {
 				seg["c. release write sent → deletion event on the wire"] = ev - rel.ts
@@ -451,6 +486,34 @@ func addWindows(fr *floorRun, pkts []zkPkt, windows [][2]int64) {
 			if last != 0 {
 				seg["e. last ZooKeeper answer → t1 (sidecar's answer, client)"] = w[1] - last
 			}
+		}
+		// the sidecars' own stamps: the release's arrival, the grant's answer
+		var relRecv, acqDone int64
+		for _, r := range reqs {
+			if r.method == "DELETE" && r.recv >= w[0] && r.recv <= w[1] && relRecv == 0 {
+				relRecv = r.recv
+			}
+			if r.method == "POST" && strings.HasSuffix(r.path, "/acquire") && r.done >= w[0] && r.done <= w[1] {
+				acqDone = max(acqDone, r.done)
+			}
+		}
+		if relRecv != 0 {
+			seg["h1. t0 → the holder's sidecar has the release (client, HTTP request)"] = relRecv - w[0]
+			if rel != nil && rel.ts > relRecv {
+				seg["h2. the holder's sidecar has the release → release write sent"] = rel.ts - relRecv
+			}
+		}
+		if acqDone != 0 {
+			var lastBefore int64
+			for _, p := range in {
+				if !p.req && p.xid != -1 && p.ts < acqDone {
+					lastBefore = p.ts
+				}
+			}
+			if lastBefore != 0 {
+				seg["h3. the grant's last ZooKeeper answer → the waiter's sidecar has answered"] = acqDone - lastBefore
+			}
+			seg["h4. the waiter's sidecar has answered → t1 (HTTP answer, client)"] = w[1] - acqDone
 		}
 		for k, v := range seg {
 			fr.segs[k] = append(fr.segs[k], v)
