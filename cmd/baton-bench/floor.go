@@ -48,16 +48,21 @@ func floorMain(args []string) int {
 	impls := fs.String("impls", "gozk engine:native http:native client:native shared:native http:plugin shared:plugin",
 		"W4 runs per round: gozk, or a baton impl (engine, http, client, shared) with :native or :plugin")
 	capture := fs.Bool("capture", true, "record ZooKeeper's packets on lo during W4 (needs CAP_NET_RAW)")
+	settle := fs.Duration("settle", 0, "passed to Baton's W4 runs (baton-bench W4 --settle): release this long after the waiter queued; gozk is not run then")
 	var env envFlags
 	fs.Var(&env, "env", "KEY=VALUE for every `baton serve` (and the W4 runs, whose sidecars inherit it), e.g. GOMAXPROCS=2; repeatable")
 	_ = fs.Parse(args)
 	sidecarEnv = env
+	w4Settle = *settle
 	if err := floor(*zkAddr, *bat, *gozk, *rounds, *n, *ops, *warmup, strings.Fields(*impls), *capture); err != nil {
 		fmt.Fprintln(os.Stderr, "floor:", err)
 		return 1
 	}
 	return 0
 }
+
+// w4Settle is floor's --settle.
+var w4Settle time.Duration
 
 // floorRun accumulates one implementation's W4 runs.
 type floorRun struct {
@@ -202,7 +207,59 @@ func floor(zkAddr, bat, gozk string, rounds, n, ops, warmup int, impls []string,
 			fr.print()
 		}
 	}
+	floorTable(prim, runs)
 	return nil
+}
+
+// floorTable sets each mode's W4 against its floor: the peer's handoff
+// (one write, its event, one read: the same ZooKeeper work as a native
+// handoff across sidecars) plus what the mode cannot do without — the two
+// HTTP half-hops (a round trip to the raw echo, with the client the mode
+// uses), and for the plugin protocol the successor's own write in series.
+// A local handoff (both clients on one sidecar) is one write and the round
+// trip: no event, no read.
+func floorTable(prim map[string][]time.Duration, runs map[string]*floorRun) {
+	p50 := func(k string) float64 {
+		v := slices.Clone(prim[k])
+		slices.Sort(v)
+		return quantileUs(v, 0.5)
+	}
+	med := func(name string) float64 {
+		fr := runs[name]
+		if fr == nil || len(fr.p50) == 0 {
+			return 0
+		}
+		v := slices.Clone(fr.p50)
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	peer := med("gozk")
+	if peer == 0 {
+		return
+	}
+	w := p50("zk write: multi (delete child + setData, guarded)")
+	rs := p50("http round trip: stock client → raw echo")
+	rg := p50("http round trip: Baton's Go client → raw echo")
+	fmt.Printf("\nfloors (peer = gozk W4 p50 %.0f µs; write %.0f, stock-client round trip %.0f, Go-client round trip %.0f):\n\n"+
+		"| mode | impl | W4 p50 µs | × peer | floor µs | floor × peer | goal | above the floor µs |\n|---|---|---|---|---|---|---|---|\n", peer, w, rs, rg)
+	for _, m := range []struct {
+		mode, impl, floor string
+		f, goal           float64
+	}{
+		{"native, engine alone", "baton-engine-native", "peer", peer, 1.0},
+		{"native across sidecars, stock client", "baton-http-native", "peer + stock round trip", peer + rs, 1.0},
+		{"native across sidecars, Go client", "baton-client-native", "peer + Go round trip", peer + rg, 1.0},
+		{"native, local handoff (one sidecar)", "baton-shared-native", "write + Go round trip", w + rg, 0.7},
+		{"plugin across sidecars, stock client", "baton-http", "peer + write + stock round trip", peer + w + rs, 1.5},
+		{"plugin, one sidecar", "baton-shared", "peer + write + Go round trip", peer + w + rg, 1.5},
+	} {
+		got := med(m.impl)
+		if got == 0 {
+			continue
+		}
+		fmt.Printf("| %s | %s | %.0f | %.2f | %.0f (%s) | %.2f | ≤ %.1f | %.0f |\n",
+			m.mode, m.impl, got, got/peer, m.f, m.floor, m.f/peer, m.goal, got-m.f)
+	}
 }
 
 func httpGet(c *http.Client) ([]byte, error) {
@@ -291,7 +348,7 @@ func w4Argv(impl, gozk, exe, bin, addr, root string, ops, warmup int) (string, [
 	common := []string{"--zk", addr, "--root", root, "--clients", "2", "--ops", strconv.Itoa(ops),
 		"--warmup", strconv.Itoa(warmup), "--objects", "1", "--waiters", "1"}
 	if impl == "gozk" {
-		if gozk == "" {
+		if gozk == "" || w4Settle > 0 {
 			return "gozk", nil
 		}
 		return "gozk", append(append([]string{gozk, "W4"}, common...), "--impl", "gozk")
@@ -304,7 +361,7 @@ func w4Argv(impl, gozk, exe, bin, addr, root string, ops, warmup int) (string, [
 	if b == "inproc" {
 		name = "baton"
 	}
-	argv := append(append([]string{exe, "W4"}, common...), "--impl", name, "--protocol", proto, "--baton", bin)
+	argv := append(append([]string{exe, "W4"}, common...), "--impl", name, "--protocol", proto, "--baton", bin, "--settle", w4Settle.String())
 	if proto == "native" {
 		name += "-native"
 	}

@@ -70,6 +70,7 @@ type config struct {
 	impl, workload, zkAddr, root, baton    string
 	clients, ops, objects, waiters, warmup int
 	protocol                               string // zookeeper.lock.protocol: plugin or native ("": plugin)
+	settle                                 time.Duration
 }
 
 // proto is the lock protocol, plugin unless given.
@@ -130,6 +131,7 @@ func main() {
 	fs.IntVar(&cfg.objects, "objects", 1000, "objects for W3")
 	fs.IntVar(&cfg.waiters, "waiters", 64, "waiters for W5")
 	fs.IntVar(&cfg.warmup, "warmup", 0, "unmeasured operations first")
+	fs.DurationVar(&cfg.settle, "settle", 0, "W4, not the harness's contract (diagnosis): the holder waits this long after the other is queued before t0 and its release")
 	_ = fs.Parse(os.Args[2:])
 	if f := os.Getenv("BATON_BENCH_TRACE"); f != "" { // execution trace for latency work
 		out, err := os.Create(f)
@@ -560,6 +562,7 @@ func (e *env) w4() (result, error) {
 		if err := waitQueued(raw, path, 3, 500*time.Microsecond); err != nil {
 			return res, err
 		}
+		time.Sleep(e.cfg.settle)
 		holders.Add(-1)
 		releaseWall.Store(time.Now().UnixNano())
 		releaseAt.Store(int64(time.Since(base)))
