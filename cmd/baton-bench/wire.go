@@ -54,6 +54,11 @@ func startCapture(zkPort int) (*wireCapture, error) {
 	if err := syscall.Bind(fd, &syscall.SockaddrLinklayer{Protocol: htons(syscall.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
 		return nil, fmt.Errorf("capture: bind lo: %w", err)
 	}
+	// in the kernel, keep only IPv4 TCP to or from zkPort (the machine's other
+	// loopback traffic would cost this process a wake-up per packet)
+	if err := syscall.AttachLsf(fd, portFilter(zkPort)); err != nil {
+		return nil, fmt.Errorf("capture: filter: %w", err)
+	}
 	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1); err != nil {
 		return nil, fmt.Errorf("capture: SO_TIMESTAMPNS: %w", err)
 	}
@@ -149,6 +154,28 @@ func (c *wireCapture) parse(ts int64, b []byte) {
 		c.mu.Lock()
 		c.pkts = append(c.pkts, got...)
 		c.mu.Unlock()
+	}
+}
+
+// portFilter is the classic BPF program of "ip and tcp port P" on an
+// Ethernet frame (what tcpdump -dd prints for it, unfragmented packets).
+func portFilter(port int) []syscall.SockFilter {
+	p := uint32(port)
+	bpf := func(code uint16, jt, jf uint8, k uint32) syscall.SockFilter {
+		return syscall.SockFilter{Code: code, Jt: jt, Jf: jf, K: k}
+	}
+	return []syscall.SockFilter{
+		bpf(0x28, 0, 0, 12),         // ldh [12]: ethertype
+		bpf(0x15, 0, 8, 0x0800),     // IPv4, else drop
+		bpf(0x30, 0, 0, 23),         // ldb [23]: protocol
+		bpf(0x15, 0, 6, 6),          // TCP, else drop
+		bpf(0xb1, 0, 0, 14),         // ldxb 4*([14]&0xf): IP header length
+		bpf(0x48, 0, 0, 14),         // ldh [x+14]: source port
+		bpf(0x15, 2, 0, p),          // zkPort: keep
+		bpf(0x48, 0, 0, 16),         // ldh [x+16]: destination port
+		bpf(0x15, 0, 1, p),          // zkPort: keep, else drop
+		bpf(0x06, 0, 0, 0x00040000), // keep (up to 256 KiB)
+		bpf(0x06, 0, 0, 0),          // drop
 	}
 }
 
