@@ -43,7 +43,7 @@ func startCapture(zkPort int) (*wireCapture, error) {
 	}
 	fd, err := syscall.Socket(syscall.AF_PACKET, syscall.SOCK_RAW, int(htons(syscall.ETH_P_ALL)))
 	if err != nil {
-		return nil, fmt.Errorf("capture: AF_PACKET socket (needs CAP_NET_RAW): %w", err)
+		return nil, fmt.Errorf("capture: AF_PACKET socket (needs CAP_NET_RAW; or run with --capture=false): %w", err)
 	}
 	ok := false
 	defer func() {
