@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -72,6 +73,7 @@ type router struct {
 	routes  []compiledRoute
 	auth    func(*http.Request, action) error // authz.authorize
 	writeEr func(http.ResponseWriter, *http.Request, error)
+	stamps  *debugStamps // nil unless BATON_DEBUG_STAMPS (debugstamps.go)
 }
 
 type compiledRoute struct {
@@ -126,6 +128,9 @@ func pathSegments(r *http.Request) ([]string, bool) {
 // values, authorizes the route's action and calls its handler. Every
 // error goes to the one error writer.
 func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if rt.stamps != nil {
+		defer rt.stamps.add(r.Method, r.URL.Path, time.Now())
+	}
 	segs, ok := pathSegments(r)
 	var hit, get *compiledRoute
 	var allow []string

@@ -141,7 +141,9 @@ func New(cfg props.Config, opts Options) (*Server, error) {
 		s.eng.Close()
 		return nil, fmt.Errorf("sidecar: metrics: %w", err)
 	}
-	s.handler = newRouter(s.routes(), s.auth.authorize, s.errs.write)
+	rt := newRouter(s.routes(), s.auth.authorize, s.errs.write)
+	rt.stamps = newDebugStamps()
+	s.handler = rt
 	return s, nil
 }
 
@@ -363,5 +365,8 @@ func (s *Server) teardown() {
 		s.eng.Close()
 		s.wg.Wait()
 		s.closes.stop()
+		if rt, ok := s.handler.(*router); ok {
+			rt.stamps.write()
+		}
 	})
 }

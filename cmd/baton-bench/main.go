@@ -70,6 +70,7 @@ type config struct {
 	impl, workload, zkAddr, root, baton    string
 	clients, ops, objects, waiters, warmup int
 	protocol                               string // zookeeper.lock.protocol: plugin or native ("": plugin)
+	settle                                 time.Duration
 }
 
 // proto is the lock protocol, plugin unless given.
@@ -103,7 +104,7 @@ type result struct {
 
 func main() {
 	if len(os.Args) < 2 || strings.HasPrefix(os.Args[1], "-") {
-		fmt.Fprintln(os.Stderr, "usage: baton-bench W1|W2|W3|W4|W5 --zk HOST:PORT --root PATH [flags]; baton-bench probe|reqcost|cost [flags]")
+		fmt.Fprintln(os.Stderr, "usage: baton-bench W1|W2|W3|W4|W5 --zk HOST:PORT --root PATH [flags]; baton-bench probe|reqcost|cost|floor [flags]")
 		os.Exit(64)
 	}
 	switch os.Args[1] {
@@ -113,6 +114,8 @@ func main() {
 		os.Exit(reqcostMain(os.Args[2:]))
 	case "cost":
 		os.Exit(costMain(os.Args[2:]))
+	case "floor":
+		os.Exit(floorMain(os.Args[2:]))
 	case "echo-server":
 		os.Exit(echoServerMain(os.Args[2:]))
 	}
@@ -128,6 +131,7 @@ func main() {
 	fs.IntVar(&cfg.objects, "objects", 1000, "objects for W3")
 	fs.IntVar(&cfg.waiters, "waiters", 64, "waiters for W5")
 	fs.IntVar(&cfg.warmup, "warmup", 0, "unmeasured operations first")
+	fs.DurationVar(&cfg.settle, "settle", 0, "W4, not the harness's contract (diagnosis): the holder waits this long after the other is queued before t0 and its release")
 	_ = fs.Parse(os.Args[2:])
 	if f := os.Getenv("BATON_BENCH_TRACE"); f != "" { // execution trace for latency work
 		out, err := os.Create(f)
@@ -532,9 +536,10 @@ func (e *env) w4() (result, error) {
 	}
 	var holders atomic.Int64
 	holders.Store(1)
-	var releaseAt atomic.Int64
+	var releaseAt, releaseWall atomic.Int64
 	base := time.Now()
 	lat := make([]time.Duration, 0, e.cfg.ops)
+	var stamps [][2]int64 // wall-clock t0, t1 of each measured handoff (BATON_BENCH_STAMPS)
 	holder := 0
 	for i := range e.cfg.warmup + e.cfg.ops {
 		waiter := 1 - holder
@@ -548,6 +553,7 @@ func (e *env) w4() (result, error) {
 				}
 				if i >= e.cfg.warmup {
 					lat = append(lat, t1-time.Duration(releaseAt.Load()))
+					stamps = append(stamps, [2]int64{releaseWall.Load(), time.Now().UnixNano()})
 				}
 			}
 			done <- err
@@ -556,7 +562,9 @@ func (e *env) w4() (result, error) {
 		if err := waitQueued(raw, path, 3, 500*time.Microsecond); err != nil {
 			return res, err
 		}
+		time.Sleep(e.cfg.settle)
 		holders.Add(-1)
+		releaseWall.Store(time.Now().UnixNano())
 		releaseAt.Store(int64(time.Since(base)))
 		if err := locks[holder].Unlock(); err != nil {
 			return res, err
@@ -573,6 +581,15 @@ func (e *env) w4() (result, error) {
 	_ = locks[holder].Unlock()
 	fill(&res, lat, elapsed, len(lat))
 	res.Handoffs = len(lat)
+	if f := os.Getenv("BATON_BENCH_STAMPS"); f != "" { // for floor's breakdown
+		var b strings.Builder
+		for _, s := range stamps {
+			fmt.Fprintf(&b, "%d %d\n", s[0], s[1])
+		}
+		if err := os.WriteFile(f, []byte(b.String()), 0o600); err != nil {
+			return res, err
+		}
+	}
 	return res, nil
 }
 

@@ -204,6 +204,7 @@ func echoServerMain(args []string) int {
 	fs := flag.NewFlagSet("echo-server", flag.ExitOnError)
 	sock := fs.String("socket", "", "unix socket to listen on")
 	bodyFile := fs.String("body", "", "file whose bytes every answer carries")
+	stock := fs.Bool("nethttp", false, "answer with Go's stock net/http server instead (a trivial handler)")
 	_ = fs.Parse(args)
 	body, err := os.ReadFile(*bodyFile)
 	if err != nil {
@@ -214,6 +215,13 @@ func echoServerMain(args []string) int {
 	ln, err := net.Listen("unix", *sock)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "echo-server:", err)
+		return 1
+	}
+	if *stock {
+		_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(body)
+		}))
 		return 1
 	}
 	serveEcho(ln, answer)
