@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-zookeeper/zk"
 )
@@ -42,6 +43,17 @@ type hoResult struct {
 	uncertain  bool
 	st         *zk.Stat
 	objVersion int32
+}
+
+// handoffHook, when set (tests only), runs in the holder's release just
+// before the handoff multi is sent ("send") and once its answer is in hand,
+// before anything is done with it ("answer").
+var handoffHook atomic.Pointer[func(stage string)]
+
+func hook(stage string) {
+	if f := handoffHook.Load(); f != nil {
+		(*f)(stage)
+	}
 }
 
 // awaitHandoff offers r, which watches the child watched, to a holder of
@@ -167,7 +179,9 @@ func (g *Grant) handOff(ctx context.Context, h *plHandoff) bool {
 	}
 	ch := make(chan answer, 1)
 	go func() {
+		hook("send")
 		res, err := g.s.conn.Multi(ops...)
+		hook("answer")
 		ch <- answer{res, err}
 	}()
 	select {
