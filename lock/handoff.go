@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -206,13 +207,18 @@ func (g *Grant) settleHandoff(h *plHandoff, res []zk.MultiResponse, err error, b
 	case err == nil:
 		g.e.noteGone(g.name, g.node) // before finish: the object's state lives while our acquire is active
 		r = hoResult{granted: true, st: res[5].Stat, objVersion: res[0].Stat.Version}
-	case isConnErr(err):
+	case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrNodeExists):
+		// the multi failed as a whole: nothing was applied
+		if background {
+			g.s.addCleanup(g.endCleanup(true))
+		} else {
+			done = false
+		}
+	case notSent(err):
+		g.s.addCleanup(g.endCleanup(true))
+	default: // a lost connection, or anything else: applied or not
 		g.s.addCleanup(g.endCleanup(true)) // reads first: deletes only what is still ours
 		r.uncertain = true
-	case notSent(err) || background:
-		g.s.addCleanup(g.endCleanup(true))
-	default:
-		done = false
 	}
 	if done {
 		g.finish(Released, nil) // before the successor is woken

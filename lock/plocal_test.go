@@ -423,3 +423,54 @@ func TestPluginLocalStress(t *testing.T) {
 		t.Errorf("no local handoff happened: the stress did not exercise the path")
 	}
 }
+
+// The handoff multi is applied but its reply is lost (the connection cut
+// right after it was written): the successor, told the outcome is
+// unknown, gives back after the reconnect whatever privateLock of its own
+// it finds and queues on; it is granted (never two holders), the holder's
+// release completes, and nothing is left behind.
+func TestPluginLocalHandoffReplyLost(t *testing.T) {
+	root := testRoot(t, zkServer)
+	d := newCutDialer()
+	e := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.Dialer = d.dial; o.HolderWatchDelay = time.Minute })
+	other := newEngine(t, zkServer.Servers(), root)
+	conn := rawConn(t, zkServer.Servers())
+	h := acquire(t, e, "RL", lock.Foreground, lock.AcquireOptions{})
+	var chk overlapChecker
+	chk.enter(h.Token())
+	ch := make(chan *lock.Grant, 1)
+	go func() {
+		g, err := e.Acquire(context.Background(), "RL", lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- g
+	}()
+	waitFor(t, 10*time.Second, "the waiter offered a handoff", func() bool { return e.HandoffOffers("RL") == 1 })
+	cut := d.arm(opMulti, 300*time.Millisecond)
+	chk.leave()
+	if err := h.Release(context.Background()); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	<-cut
+	// Meanwhile another engine must not be granted beside whoever holds.
+	if g, err := other.Acquire(context.Background(), "RL", lock.Foreground, lock.AcquireOptions{TryOnce: true}); err == nil {
+		chk.enter(g.Token())
+		chk.leave()
+		release(t, g)
+	}
+	g := <-ch
+	if g == nil {
+		t.FailNow()
+	}
+	chk.enter(g.Token())
+	if cur, _, err := other.Check(context.Background(), "RL", g.Token()); err != nil || !cur {
+		t.Errorf("the successor's grant is not current for another engine: %v, %v", cur, err)
+	}
+	chk.leave()
+	release(t, g)
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("overlaps=%d non-increasing tokens=%d", chk.overlaps, chk.badToken)
+	}
+	waitFor(t, 10*time.Second, "nothing left", func() bool { return len(children(t, conn, root, "RL")) == 0 })
+}
