@@ -10,10 +10,10 @@ import (
 )
 
 // Local handoff on the plugin protocol (see "Local handoff" in the package
-// doc): a foreground waiter watching a child of its own engine and session
-// leaves a plHandoff under that child's name; the holder's release, when it
-// can prove that waiter is first after it, grants it in the release multi
-// and settles the plHandoff with the multi's answer.
+// doc): a foreground waiter leaves a plHandoff under the name of the child
+// it watches; when that child is a grant of the same engine and session,
+// the holder's release, if it can prove the waiter first after it, grants
+// it in the release multi and settles the plHandoff with the answer.
 type plHandoff struct {
 	s     *session
 	node  string // the waiter's child, checked in the release multi
@@ -51,7 +51,7 @@ type hoResult struct {
 // before anything is done with it ("answer").
 var handoffHook atomic.Pointer[func(stage string)]
 
-func hook(stage string) {
+func handoffStage(stage string) {
 	if f := handoffHook.Load(); f != nil {
 		(*f)(stage)
 	}
@@ -180,9 +180,9 @@ func (g *Grant) handOff(ctx context.Context, h *plHandoff) bool {
 	}
 	ch := make(chan answer, 1)
 	go func() {
-		hook("send")
+		handoffStage("send")
 		res, err := g.s.conn.Multi(ops...)
-		hook("answer")
+		handoffStage("answer")
 		ch <- answer{res, err}
 	}()
 	select {
