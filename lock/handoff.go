@@ -113,6 +113,24 @@ func (r *request) leaveHandoff(ctx context.Context, watched string, h *plHandoff
 	return hoResult{}, true
 }
 
+// takeHandoff withdraws r's offer and acts on the outcome of a handoff to
+// it: done with the grant, or with a failure (r gave up during one);
+// otherwise r goes on waiting, marked uncertain if the multi's reply was
+// lost (a privateLock of ours may exist: recovery looks first).
+func (r *request) takeHandoff(ctx context.Context, watched string, h *plHandoff) (*Grant, error, bool) {
+	res, ok := r.leaveHandoff(ctx, watched, h)
+	switch {
+	case !ok:
+		return nil, r.fail(ctx, ctx.Err()), true
+	case res.granted:
+		g, err := r.grant(ctx, r.node, r.seq, res.st, res.objVersion, -1)
+		return g, err, true
+	case res.uncertain:
+		r.noteUncertain(false)
+	}
+	return nil, nil, false
+}
+
 // claimSuccessor returns the waiter to hand g over to in the release
 // multi, claimed (hoSent), or nil: the waiter watching g's child, if it is
 // foreground, of g's session, and provably first once g's child is gone

@@ -32,6 +32,18 @@ func packets(t *testing.T) int64 {
 	return v
 }
 
+// watches returns the server's zk_watch_count.
+func watches(t *testing.T) int64 {
+	t.Helper()
+	m, err := zkServer.Mntr(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int64
+	fmt.Sscan(m["zk_watch_count"], &v)
+	return v
+}
+
 // Two requests of one engine ping-pong on an object: every handoff is in
 // process and costs the ZooKeeper packets of one write (the holder's
 // release multi), where it cost two (the release, then the successor's
@@ -55,6 +67,7 @@ func TestPluginLocalPingPong(t *testing.T) {
 	var window time.Duration
 	l0 := e.LocalHandoffs()
 	for i := range rounds {
+		w0 := watches(t)
 		ch := make(chan *lock.Grant, 1)
 		go func() {
 			g, err := e.Acquire(ctx, "pp", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
@@ -63,8 +76,9 @@ func TestPluginLocalPingPong(t *testing.T) {
 			}
 			ch <- g
 		}()
-		// the waiter listed and watches the holder's node: counted, not slept
+		// the waiter listed, offered itself and watches the holder's node: counted, not slept
 		waitFor(t, 10*time.Second, "the waiter offered a handoff", func() bool { return e.HandoffOffers("pp") == 1 })
+		waitFor(t, 10*time.Second, "the waiter watching", func() bool { return watches(t) > w0 })
 		s0, t0 := e.Health().Syncs+other.Health().Syncs, time.Now()
 		p0 := packets(t)
 		chk.leave()
