@@ -354,6 +354,7 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 		if target != privateLock && r.typ == Foreground && r.delay <= 0 {
 			if h = r.awaitHandoff(target); h != nil {
 				handed = h.done
+				handoffStage("offered")
 			}
 		}
 		var plCzxid int64

@@ -39,8 +39,8 @@ func (e *Engine) HandoffOffers(object string) int {
 	return 0
 }
 
-// SetHandoffHook runs f at the stages of a plugin local handoff's release
-// multi ("send", "answer") until the returned function is called.
+// SetHandoffHook runs f at the stages of a plugin local handoff ("offered",
+// "send", "answer": see handoffHook) until the returned function is called.
 func SetHandoffHook(f func(stage string)) func() {
 	handoffHook.Store(&f)
 	return func() { handoffHook.Store(nil) }

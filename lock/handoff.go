@@ -46,9 +46,10 @@ type hoResult struct {
 	objVersion int32
 }
 
-// handoffHook, when set (tests only), runs in the holder's release just
-// before the handoff multi is sent ("send") and once its answer is in hand,
-// before anything is done with it ("answer").
+// handoffHook, when set (tests only), runs in the waiter once it offered
+// itself, before it sets its watch ("offered"), and in the holder's release
+// just before the handoff multi is sent ("send") and once its answer is in
+// hand, before anything is done with it ("answer").
 var handoffHook atomic.Pointer[func(stage string)]
 
 func handoffStage(stage string) {

@@ -488,3 +488,47 @@ func TestPluginLocalHandoffReplyLost(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "nothing left", func() bool { return len(children(t, conn, root, "RL")) == 0 })
 }
+
+// The waiter offers itself before its watch on the holder's node is set:
+// a holder releasing in between hands over all the same, and the watch,
+// set after the multi, finds the node gone (NoNode): the waiter takes the
+// handoff's answer, with no listing.
+func TestPluginLocalHandoffBeforeWatch(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.HolderWatchDelay = time.Minute })
+	h := acquire(t, e, "BW", lock.Foreground, lock.AcquireOptions{})
+	offered, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	restore := lock.SetHandoffHook(func(s string) {
+		if s == "offered" {
+			once.Do(func() { close(offered); <-resume })
+		}
+	})
+	defer restore()
+	ch := make(chan *lock.Grant, 1)
+	go func() {
+		g, err := e.Acquire(context.Background(), "BW", lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- g
+	}()
+	<-offered
+	l0, lists := e.LocalHandoffs(), e.Listings()
+	release(t, h) // the waiter has not set its watch yet
+	close(resume)
+	g := <-ch
+	if g == nil {
+		t.FailNow()
+	}
+	if n := e.LocalHandoffs() - l0; n != 1 {
+		t.Errorf("%d local handoffs, want 1", n)
+	}
+	if n := e.Listings() - lists; n != 0 {
+		t.Errorf("%d listings after the handoff, want 0", n)
+	}
+	if g.Token() <= h.Token() {
+		t.Errorf("token %d not above %d", g.Token(), h.Token())
+	}
+	release(t, g)
+}
