@@ -256,7 +256,8 @@
 // followed by the ordinary release. The waiter's offer names its child; the
 // holder claims it before sending and settles it with the answer, and a
 // waiter woken by its watch first waits for a claimed handoff's answer
-// (the event can arrive before the reply). A waiter that gives up while
+// (the event can arrive before the reply), as does one whose watch, set
+// after its offer, finds the holder's child gone. A waiter that gives up while
 // the multi is in flight is not reported granted: the holder gives that
 // privateLock back. A multi whose reply was lost leaves the waiter
 // uncertain: after the reconnect it gives back any privateLock of its own
