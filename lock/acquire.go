@@ -345,6 +345,18 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 		if idx > 0 {
 			target = queue[idx-1]
 		}
+		// Foreground, watching a child: a holder of this engine may grant
+		// us in its release multi and wake us in process (handoff.go).
+		// Offered before the watch is set, which the holder's multi may
+		// beat (NoNode): its answer is waited for either way.
+		var h *plHandoff
+		var handed <-chan struct{}
+		if target != privateLock && r.typ == Foreground && r.delay <= 0 {
+			if h = r.awaitHandoff(target); h != nil {
+				handed = h.done
+				handoffStage("offered")
+			}
+		}
 		var plCzxid int64
 		plPersistent := false
 		ev, err := zcall(ctx, func() (<-chan zk.Event, error) {
@@ -361,6 +373,14 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 				return nil, r.fail(ctx, fmt.Errorf("%w: %s/%s is persistent: a native protocol object under the plugin root %s (this root is zookeeper.lock.protocol=plugin)", ErrForeignNode, r.name, privateLock, r.e.opts.Root))
 			}
 		}
+		if err != nil && h != nil {
+			if g, err, done := r.takeHandoff(ctx, target, h); done {
+				return g, err
+			}
+			if r.uncertain {
+				continue
+			}
+		}
 		if err != nil {
 			if errors.Is(err, zk.ErrNoNode) {
 				continue
@@ -373,13 +393,30 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 			}
 			return nil, r.fail(ctx, err)
 		}
+		woke := false
 		select {
 		case <-ev:
 			r.listAfter = time.Now()
+			woke = true
+		case <-handed:
 		case <-r.s.lost:
-			continue
 		case <-ctx.Done():
+		}
+		if h != nil {
+			// Our watch fires on the holder's multi before its answer
+			// reaches the holder: a handoff in flight is waited for.
+			if g, err, done := r.takeHandoff(ctx, target, h); done {
+				return g, err
+			}
+			if r.uncertain { // a privateLock of ours may exist: recover first
+				continue
+			}
+		}
+		if ctx.Err() != nil {
 			return nil, r.fail(ctx, ctx.Err())
+		}
+		if !woke {
+			continue
 		}
 		// Foreground shortcut: only a child with a lower sequence number
 		// can sort ahead of an A- node, and all of those existed when we
