@@ -373,13 +373,43 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 			}
 			return nil, r.fail(ctx, err)
 		}
+		// Foreground, watching a child: a holder of this engine may grant
+		// us in its release multi (handoff.go) and wake us in process.
+		var h *plHandoff
+		var handed <-chan struct{}
+		if target != privateLock && r.typ == Foreground && r.delay <= 0 {
+			if h = r.awaitHandoff(target); h != nil {
+				handed = h.done
+			}
+		}
+		woke := false
 		select {
 		case <-ev:
 			r.listAfter = time.Now()
+			woke = true
+		case <-handed:
 		case <-r.s.lost:
-			continue
 		case <-ctx.Done():
+		}
+		if h != nil {
+			// Our watch fires on the holder's multi before its answer
+			// reaches the holder: a handoff in flight is waited for.
+			res, ok := r.leaveHandoff(ctx, target, h)
+			switch {
+			case !ok:
+				return nil, r.fail(ctx, ctx.Err())
+			case res.granted:
+				return r.grant(ctx, r.node, r.seq, res.st, res.objVersion, -1)
+			case res.uncertain: // a privateLock of ours may exist: recover first
+				r.noteUncertain(false)
+				continue
+			}
+		}
+		if ctx.Err() != nil {
 			return nil, r.fail(ctx, ctx.Err())
+		}
+		if !woke {
+			continue
 		}
 		// Foreground shortcut: only a child with a lower sequence number
 		// can sort ahead of an A- node, and all of those existed when we

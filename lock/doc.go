@@ -215,6 +215,54 @@
 // shows Node.Aged for an ageable waiter ordered before at least one
 // foreground waiter.
 //
+// # Local handoff
+//
+// On the plugin protocol a release hands the lock to a waiter of the same
+// engine (same session) in its own multi when that waiter is known to be
+// first after the holder: one write per local handoff instead of two (the
+// release, then, after a watch event, the successor's privateLock multi).
+// Known to be first without a listing: the waiter is foreground, has no
+// lock-delay, watches the holder's child, and in the engine's latest
+// listing every child ahead of it is the holder's or one this engine has
+// deleted since. Only a child with a lower sequence number can sort ahead
+// of a foreground node (one counter per parent numbers A- and B- children;
+// an aged background node precedes only foreground nodes created after it
+// aged), and all of those existed when that listing was answered. So no
+// participant first in order (the plugin's, another sidecar's) is passed
+// over: one queued between the holder and the waiter is the node the
+// waiter watches, and the holder's release is the ordinary one.
+//
+// The multi sets the object node's data to nil at the version the
+// holder's grant set (no Baton grant since; the new grant's mark, as every
+// grant multi writes it), deletes the holder's privateLock at version 1
+// (no signal, ask or revocation written since) and the holder's child,
+// checks that the waiter's child exists, creates the waiter's privateLock
+// (ephemeral, this session's, the waiter's data) and sets its data. That
+// last answer's Stat gives the token: privateLock's creation zxid, the
+// multi's zxid, above every earlier token. The privateLock is like any
+// Baton grant's (version 1) to Check, Inspect, Signal and watchers on
+// other sidecars, and nobody sees privateLock absent (the multi is
+// atomic), so the plugin's and other sidecars' requests keep excluding.
+// The waiter is woken in process with the answer: no watch event, listing
+// or read. Its validity counts like any grant's (the multi went through
+// the leader).
+//
+// Not handed over (the ordinary release; the waiter takes privateLock as
+// before): a background waiter (a foreground request arriving later sorts
+// ahead of it unseen), a background holder (ahead of a foreground waiter
+// only by aging), Abandon, a holder that saw a signal or ask, a waiter
+// with a lock-delay, a session not current or not connected. A multi that
+// applies nothing (a signal written unseen, the waiter's child gone) is
+// followed by the ordinary release. The waiter's offer names its child; the
+// holder claims it before sending and settles it with the answer, and a
+// waiter woken by its watch first waits for a claimed handoff's answer
+// (the event can arrive before the reply). A waiter that gives up while
+// the multi is in flight is not reported granted: the holder gives that
+// privateLock back. A multi whose reply was lost leaves the waiter
+// uncertain: after the reconnect it gives back any privateLock of its own
+// and queues on, and the holder's release completes as after any lost
+// release reply.
+//
 // # Native protocol
 //
 // Options.Protocol = Native (zookeeper.lock.protocol=native) is Baton's own

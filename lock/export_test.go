@@ -23,5 +23,25 @@ func (e *Engine) KeeperQuiet() int64 {
 	return s.quiet.Load()
 }
 
-// LocalHandoffs counts native grants handed over in process.
+// LocalHandoffs counts grants handed over in process (native, and the
+// plugin protocol's local handoffs).
 func (e *Engine) LocalHandoffs() int64 { return e.local.Load() }
+
+// HandoffOffers counts the plugin protocol's local waiters on object
+// offered a handoff (each watching a child of its own engine).
+func (e *Engine) HandoffOffers(object string) int {
+	name, _ := EscapeObject(object)
+	e.objMu.Lock()
+	defer e.objMu.Unlock()
+	if st := e.objs[name]; st != nil {
+		return len(st.behind)
+	}
+	return 0
+}
+
+// SetHandoffHook runs f at the stages of a plugin local handoff's release
+// multi ("send", "answer") until the returned function is called.
+func SetHandoffHook(f func(stage string)) func() {
+	handoffHook.Store(&f)
+	return func() { handoffHook.Store(nil) }
+}

@@ -445,6 +445,11 @@ func (g *Grant) end(ctx context.Context, mark bool) error {
 	if g.native != nil {
 		return g.endNative(ctx, mark)
 	}
+	if mark { // a local waiter known to be first: granted in our release multi (handoff.go)
+		if h := g.claimSuccessor(); h != nil && g.handOff(ctx, h) {
+			return nil
+		}
+	}
 	g.mu.Lock()
 	plv := g.plVersion
 	g.mu.Unlock()

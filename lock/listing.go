@@ -135,7 +135,11 @@ func (e *Engine) noteGone(name, child string) {
 func (e *Engine) firstAfter(name string, gen uint64, node, watched string) bool {
 	e.objMu.Lock()
 	defer e.objMu.Unlock()
-	st := e.objs[name]
+	return firstAfterLocked(e.objs[name], gen, node, watched)
+}
+
+// firstAfterLocked is firstAfter with e.objMu held.
+func firstAfterLocked(st *objState, gen uint64, node, watched string) bool {
 	if st == nil || st.list == nil || st.list.gen != gen {
 		return false
 	}
