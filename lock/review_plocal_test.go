@@ -1,0 +1,277 @@
+package lock_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"path"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/batonhq/baton/lock"
+)
+
+// Plugin protocol local handoffs under random cuts (review of issue 21 §1):
+// three engines behind random cutters (any request about the object, the
+// handoff multi included, may lose its reply), three waiters each (so that
+// holders hand over locally), foreground and background mixed, some waits
+// cut short, some grants abandoned; a clean engine checks every grant's
+// token while it is held (fencing: what another sidecar reports current);
+// the original plugin's algorithm contends beside them. Never two holders,
+// tokens increase, no grant lost while its session lives, no release
+// error, nothing left, the object free at the end.
+func TestReviewPlocalFuzzCuts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("random cuts")
+	}
+	root := testRoot(t, zkServer)
+	const obj = "PF"
+	objPath := path.Join(root, obj)
+	persistent := func(o *lock.Options) { o.ObjectNode = lock.Persistent; o.HolderWatchDelay = 2 * time.Millisecond }
+	cutters := []*randCutter{{rng: rand.New(rand.NewSource(21))}, {rng: rand.New(rand.NewSource(22))}, {rng: rand.New(rand.NewSource(23))}}
+	var engines []*lock.Engine
+	for _, c := range cutters {
+		engines = append(engines, newEngine(t, zkServer.Servers(), root, persistent, func(o *lock.Options) {
+			o.Dialer = c.dial
+			o.SessionTimeout = 6 * time.Second
+		}))
+	}
+	clean := newEngine(t, zkServer.Servers(), root, persistent)
+	conn := rawConn(t, zkServer.Servers())
+	for _, p := range []string{"/t", root} {
+		if _, err := conn.Create(p, nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil && err != zk.ErrNodeExists {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = conn.Delete(objPath, -1) })
+	release(t, acquire(t, clean, obj, lock.Foreground, lock.AcquireOptions{}))
+	for _, c := range cutters {
+		c.set(objPath, 0.04)
+	}
+	var chk overlapChecker
+	var mu sync.Mutex
+	var violations []string
+	violate := func(f string, a ...any) {
+		mu.Lock()
+		violations = append(violations, fmt.Sprintf(f, a...))
+		mu.Unlock()
+	}
+	var granted, ended, failed atomic.Int64
+	var wg sync.WaitGroup
+	for i, e := range engines {
+		for w := range 3 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewSource(int64(1000*i + w)))
+				for c := range 15 {
+					typ := lock.Foreground
+					if rng.Intn(5) == 0 {
+						typ = lock.Background
+					}
+					wait := time.Minute
+					short := rng.Intn(4) == 0
+					if short {
+						wait = time.Duration(1+rng.Intn(20)) * time.Millisecond
+					}
+					g, err := e.Acquire(context.Background(), obj, typ, lock.AcquireOptions{Wait: wait})
+					if err != nil {
+						if short {
+							ended.Add(1)
+						} else {
+							failed.Add(1)
+							t.Logf("engine %d round %d: %v", i, c, err)
+						}
+						continue
+					}
+					granted.Add(1)
+					chk.enter(g.Token())
+					if rng.Intn(3) == 0 {
+						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+						cur, tok, err := clean.Check(ctx, obj, g.Token())
+						cancel()
+						if err == nil && !cur && g.Err() == nil {
+							violate("engine %d: grant %d not current for another engine (current token %d)", i, g.Token(), tok)
+						}
+					} else {
+						time.Sleep(time.Duration(rng.Intn(3)) * time.Millisecond)
+					}
+					chk.leave()
+					if err := g.Err(); err != nil {
+						violate("engine %d: grant %d lost while held: %v", i, g.Token(), err)
+					}
+					end := g.Release
+					if rng.Intn(6) == 0 {
+						end = g.Abandon
+					}
+					if err := end(context.Background()); err != nil && g.Err() == nil {
+						violate("engine %d: release of %d: %v", i, g.Token(), err)
+					}
+				}
+			})
+		}
+	}
+	stop := make(chan struct{})
+	var pwg sync.WaitGroup
+	pwg.Go(func() { // the original plugin's algorithm
+		pl := &pluginLock{conn: rawConn(t, zkServer.Servers()), objPath: objPath}
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			tok, err := pl.lock(ctx, "A")
+			cancel()
+			if err != nil {
+				t.Errorf("plugin lock: %v", err)
+				return
+			}
+			chk.enter(tok)
+			time.Sleep(2 * time.Millisecond)
+			chk.leave()
+			if err := pl.unlock(); err != nil {
+				t.Errorf("plugin unlock: %v", err)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	wg.Wait()
+	close(stop)
+	pwg.Wait()
+	cuts := 0
+	for _, c := range cutters {
+		c.set("", 0)
+		cuts += c.count()
+	}
+	var local int64
+	for _, e := range engines {
+		local += e.LocalHandoffs()
+	}
+	t.Logf("granted %d, short waits ended %d, failed %d, cuts %d, local handoffs %d", granted.Load(), ended.Load(), failed.Load(), cuts, local)
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("overlaps %d, non-increasing tokens %d", chk.overlaps, chk.badToken)
+	}
+	for _, v := range violations {
+		t.Error(v)
+	}
+	if failed.Load() > 0 {
+		t.Errorf("%d acquires with a long wait failed", failed.Load())
+	}
+	if local == 0 {
+		t.Errorf("no local handoff: the test did not exercise the path")
+	}
+	waitFor(t, 20*time.Second, "nothing left", func() bool { return len(children(t, conn, root, obj)) == 0 })
+	g, err := clean.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{TryOnce: true})
+	if err != nil {
+		t.Fatalf("object not free at the end: %v", err)
+	}
+	release(t, g)
+}
+
+// After a local handoff, another engine sees the successor as the holder:
+// Inspect names its request and token, Check finds its token current and
+// the old holder's not (fencing across sidecars).
+func TestReviewPlocalFencingSeenElsewhere(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.HolderWatchDelay = time.Minute })
+	other := newEngine(t, zkServer.Servers(), root)
+	h := acquire(t, e, "FS", lock.Foreground, lock.AcquireOptions{})
+	ch := make(chan *lock.Grant, 1)
+	go func() {
+		g, err := e.Acquire(context.Background(), "FS", lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second, RequestID: "succ-1"})
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- g
+	}()
+	waitFor(t, 10*time.Second, "the waiter offered a handoff", func() bool { return e.HandoffOffers("FS") == 1 })
+	l0 := e.LocalHandoffs()
+	release(t, h)
+	g := <-ch
+	if g == nil {
+		t.FailNow()
+	}
+	defer release(t, g)
+	if e.LocalHandoffs()-l0 != 1 {
+		t.Fatalf("no local handoff (%d): the test did not exercise the path", e.LocalHandoffs()-l0)
+	}
+	if g.Token() <= h.Token() {
+		t.Errorf("successor token %d not above %d", g.Token(), h.Token())
+	}
+	st, err := other.Inspect(context.Background(), "FS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Holder == nil || st.Holder.Token != g.Token() || st.Holder.RequestID != g.RequestID() || st.Holder.Name != g.Node() {
+		t.Errorf("another engine's Inspect: holder %+v, want token %d request %s node %s", st.Holder, g.Token(), g.RequestID(), g.Node())
+	}
+	if len(st.Waiters) != 0 {
+		t.Errorf("waiters left: %+v", st.Waiters)
+	}
+	if cur, tok, err := other.Check(context.Background(), "FS", g.Token()); err != nil || !cur || tok != g.Token() {
+		t.Errorf("Check(successor) = %v, %d, %v", cur, tok, err)
+	}
+	if cur, _, err := other.Check(context.Background(), "FS", h.Token()); err != nil || cur {
+		t.Errorf("Check(old holder) = %v, %v: the released token is still current", cur, err)
+	}
+}
+
+// The handoff multi's reply is lost and the session expires before the
+// engine reconnects: the waiter is not reported granted (its session is
+// gone), the holder's release does not report an error for a multi that
+// may have applied, and another engine is granted once the session's
+// nodes are gone, with a token above both.
+func TestReviewPlocalHandoffReplyLostSessionExpires(t *testing.T) {
+	root := testRoot(t, zkServer)
+	d := newCutDialer()
+	e := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) {
+		o.Dialer = d.dial
+		o.HolderWatchDelay = time.Minute
+		o.SessionTimeout = 2 * time.Second
+	})
+	other := newEngine(t, zkServer.Servers(), root)
+	conn := rawConn(t, zkServer.Servers())
+	h := acquire(t, e, "RX", lock.Foreground, lock.AcquireOptions{})
+	type res struct {
+		g   *lock.Grant
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		g, err := e.Acquire(context.Background(), "RX", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
+		ch <- res{g, err}
+	}()
+	waitFor(t, 10*time.Second, "the waiter offered a handoff", func() bool { return e.HandoffOffers("RX") == 1 })
+	cut := d.arm(opMulti, 8*time.Second) // well past the session timeout
+	if err := h.Release(context.Background()); err != nil {
+		t.Errorf("release: %v", err)
+	}
+	<-cut
+	var chk overlapChecker
+	r := <-ch
+	if r.err == nil {
+		// a grant in a session that expired is never reported held
+		t.Errorf("the waiter was granted (token %d, state %v) in an expired session", r.g.Token(), r.g.State())
+		chk.enter(r.g.Token())
+	}
+	g, err := other.Acquire(context.Background(), "RX", lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
+	if err != nil {
+		t.Fatalf("another engine: %v", err)
+	}
+	chk.enter(g.Token())
+	if g.Token() <= h.Token() {
+		t.Errorf("token %d not above the old holder's %d", g.Token(), h.Token())
+	}
+	chk.leave()
+	release(t, g)
+	if chk.overlaps != 0 {
+		t.Errorf("overlaps %d", chk.overlaps)
+	}
+	d.heal()
+	waitFor(t, 20*time.Second, "nothing left", func() bool { return len(children(t, conn, root, "RX")) == 0 })
+}
