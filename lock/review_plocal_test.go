@@ -16,8 +16,8 @@ import (
 )
 
 // Plugin protocol local handoffs under random cuts (review of issue 21 §1):
-// three engines behind random cutters (any request about the object, the
-// handoff multi included, may lose its reply), three waiters each (so that
+// two engines behind random cutters (any request about the object, the
+// handoff multi included, may lose its reply), five waiters each (so that
 // holders hand over locally), foreground and background mixed, some waits
 // cut short, some grants abandoned; a clean engine checks every grant's
 // token while it is held (fencing: what another sidecar reports current);
@@ -32,7 +32,7 @@ func TestReviewPlocalFuzzCuts(t *testing.T) {
 	const obj = "PF"
 	objPath := path.Join(root, obj)
 	persistent := func(o *lock.Options) { o.ObjectNode = lock.Persistent; o.HolderWatchDelay = 2 * time.Millisecond }
-	cutters := []*randCutter{{rng: rand.New(rand.NewSource(21))}, {rng: rand.New(rand.NewSource(22))}, {rng: rand.New(rand.NewSource(23))}}
+	cutters := []*randCutter{{rng: rand.New(rand.NewSource(21))}, {rng: rand.New(rand.NewSource(22))}}
 	var engines []*lock.Engine
 	for _, c := range cutters {
 		engines = append(engines, newEngine(t, zkServer.Servers(), root, persistent, func(o *lock.Options) {
@@ -50,7 +50,7 @@ func TestReviewPlocalFuzzCuts(t *testing.T) {
 	t.Cleanup(func() { _ = conn.Delete(objPath, -1) })
 	release(t, acquire(t, clean, obj, lock.Foreground, lock.AcquireOptions{}))
 	for _, c := range cutters {
-		c.set(objPath, 0.04)
+		c.set(objPath, 0.02)
 	}
 	var chk overlapChecker
 	var mu sync.Mutex
@@ -63,10 +63,10 @@ func TestReviewPlocalFuzzCuts(t *testing.T) {
 	var granted, ended, failed atomic.Int64
 	var wg sync.WaitGroup
 	for i, e := range engines {
-		for w := range 3 {
+		for w := range 5 {
 			wg.Go(func() {
 				rng := rand.New(rand.NewSource(int64(1000*i + w)))
-				for c := range 15 {
+				for c := range 12 {
 					typ := lock.Foreground
 					if rng.Intn(5) == 0 {
 						typ = lock.Background
@@ -137,7 +137,7 @@ func TestReviewPlocalFuzzCuts(t *testing.T) {
 				t.Errorf("plugin unlock: %v", err)
 				return
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond)
 		}
 	})
 	wg.Wait()
@@ -274,4 +274,82 @@ func TestReviewPlocalHandoffReplyLostSessionExpires(t *testing.T) {
 	}
 	d.heal()
 	waitFor(t, 20*time.Second, "nothing left", func() bool { return len(children(t, conn, root, "RX")) == 0 })
+}
+
+// Lock-delay waiters on another engine after a local handoff: the
+// successor's clean release, or the give-back of a grant its waiter gave up
+// as the multi was answered, is no vanish (no delay waited out); its
+// Abandon is one (the delay is waited out once).
+func TestReviewPlocalLockDelayAfterLocalHandoff(t *testing.T) {
+	for _, end := range []string{"release", "abandon", "gave-up"} {
+		t.Run(end, func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			e := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.HolderWatchDelay = time.Minute })
+			delay := lock.MaxLockDelay
+			if end == "abandon" {
+				delay = 500 * time.Millisecond
+			}
+			waiter := newEngine(t, zkServer.Servers(), root)
+			conn := rawConn(t, zkServer.Servers())
+			h := acquire(t, e, "LD", lock.Foreground, lock.AcquireOptions{})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			succ := make(chan error, 1)
+			granted := make(chan *lock.Grant, 1)
+			go func() {
+				g, err := e.Acquire(ctx, "LD", lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
+				if err == nil {
+					granted <- g
+				}
+				succ <- err
+			}()
+			waitFor(t, 10*time.Second, "the successor offered a handoff", func() bool { return e.HandoffOffers("LD") == 1 })
+			w := make(chan error, 1)
+			before := waiter.Health().LockDelays
+			go func() {
+				g, err := waiter.Acquire(context.Background(), "LD", lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second, LockDelay: delay})
+				if err == nil {
+					release(t, g)
+				}
+				w <- err
+			}()
+			waitFor(t, 10*time.Second, "the lock-delay waiter queued", func() bool { return len(children(t, conn, root, "LD")) == 4 })
+			l0 := e.LocalHandoffs()
+			if end == "gave-up" {
+				var once sync.Once
+				restore := lock.SetHandoffHook(func(s string) {
+					if s == "answer" {
+						once.Do(func() { cancel(); <-succ })
+					}
+				})
+				release(t, h)
+				restore()
+			} else {
+				release(t, h)
+				if err := <-succ; err != nil {
+					t.Fatalf("successor: %v", err)
+				}
+				if e.LocalHandoffs()-l0 != 1 {
+					t.Fatalf("no local handoff: the test did not exercise the path")
+				}
+				g := <-granted
+				if end == "release" {
+					release(t, g)
+				} else if err := g.Abandon(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := <-w; err != nil {
+				t.Fatalf("lock-delay waiter: %v", err)
+			}
+			want := int64(0)
+			if end == "abandon" {
+				want = 1
+			}
+			if n := waiter.Health().LockDelays - before; n != want {
+				t.Errorf("lock-delays waited out: %d, want %d", n, want)
+			}
+			waitFor(t, 10*time.Second, "nothing left", func() bool { return len(children(t, conn, root, "LD")) == 0 })
+		})
+	}
 }
