@@ -353,3 +353,97 @@ func TestReviewPlocalLockDelayAfterLocalHandoff(t *testing.T) {
 		})
 	}
 }
+
+// Native protocol, the engine's waiters sharing reads (commit 657ddfd):
+// eight waiters on one cut engine (every request about the object may
+// lose its reply) and two on a clean one, exclusive and shared, foreground
+// and background, some waits cut short: never an exclusive grant beside
+// another grant, exclusive tokens increase, no grant lost while its
+// session lives, nothing left, the object free at the end. Run with -race:
+// the views are shared between the waiters' goroutines.
+func TestReviewNativeSharedViewsFuzz(t *testing.T) {
+	if testing.Short() {
+		t.Skip("random cuts")
+	}
+	root := testRoot(t, zkServer)
+	const obj = "sv"
+	objPath := root + "/" + obj
+	cutter := &randCutter{rng: rand.New(rand.NewSource(31))}
+	cut := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) {
+		o.Dialer = cutter.dial
+		o.SessionTimeout = 6 * time.Second
+	})
+	clean := newEngine(t, zkServer.Servers(), root, native)
+	release(t, acquire(t, clean, obj, lock.Foreground, lock.AcquireOptions{}))
+	cutter.set(objPath, 0.02)
+	var chk rwChecker
+	var mu sync.Mutex
+	var violations []string
+	var granted, ended, failed atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 10 {
+		e := cut
+		if w >= 8 {
+			e = clean
+		}
+		wg.Go(func() {
+			rng := rand.New(rand.NewSource(int64(300 + w)))
+			for range 12 {
+				shared := rng.Intn(3) == 0
+				typ := lock.Foreground
+				if rng.Intn(5) == 0 {
+					typ = lock.Background
+				}
+				wait := 2 * time.Minute
+				short := rng.Intn(4) == 0
+				if short {
+					wait = time.Duration(1+rng.Intn(20)) * time.Millisecond
+				}
+				g, err := e.Acquire(context.Background(), obj, typ, lock.AcquireOptions{Shared: shared, Wait: wait})
+				if err != nil {
+					if short {
+						ended.Add(1)
+					} else {
+						failed.Add(1)
+						t.Logf("waiter %d: %v", w, err)
+					}
+					continue
+				}
+				granted.Add(1)
+				chk.enter(shared, g.Token())
+				time.Sleep(time.Duration(rng.Intn(2)) * time.Millisecond)
+				chk.leave(shared)
+				if err := g.Err(); err != nil {
+					mu.Lock()
+					violations = append(violations, fmt.Sprintf("waiter %d: grant %d lost while held: %v", w, g.Token(), err))
+					mu.Unlock()
+				}
+				if err := g.Release(context.Background()); err != nil && g.Err() == nil {
+					mu.Lock()
+					violations = append(violations, fmt.Sprintf("waiter %d: release of %d: %v", w, g.Token(), err))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	cutter.set("", 0)
+	t.Logf("granted %d, short waits ended %d, failed %d, cuts %d, local handoffs %d", granted.Load(), ended.Load(), failed.Load(), cutter.count(), cut.LocalHandoffs())
+	if chk.violations != 0 || chk.badToken != 0 {
+		t.Errorf("exclusion violations %d, non-increasing exclusive tokens %d", chk.violations, chk.badToken)
+	}
+	for _, v := range violations {
+		t.Error(v)
+	}
+	if failed.Load() > 0 {
+		t.Errorf("%d acquires with a long wait failed", failed.Load())
+	}
+	conn := rawConn(t, zkServer.Servers())
+	assertNoLeftovers(t, conn, root)
+	g, err := clean.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{TryOnce: true})
+	if err != nil {
+		data, _, _ := conn.Get(objPath)
+		t.Fatalf("object not free at the end: %v (data %s)", err, data)
+	}
+	release(t, g)
+}
