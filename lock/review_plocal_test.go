@@ -447,3 +447,79 @@ func TestReviewNativeSharedViewsFuzz(t *testing.T) {
 	}
 	release(t, g)
 }
+
+// The holder's release context ends with the handoff multi in flight: the
+// release returns (it completes in the background) and the same engine at
+// once tries again with a foreground TryOnce and a waiting acquire: neither
+// is granted beside the successor, the successor is granted with a higher
+// token, and everything ends free.
+func TestReviewPlocalReleaseCtxEndsInFlight(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.HolderWatchDelay = time.Minute })
+	conn := rawConn(t, zkServer.Servers())
+	h := acquire(t, e, "RC", lock.Foreground, lock.AcquireOptions{})
+	var chk overlapChecker
+	ch := make(chan *lock.Grant, 1)
+	go func() {
+		g, err := e.Acquire(context.Background(), "RC", lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- g
+	}()
+	waitFor(t, 10*time.Second, "the waiter offered a handoff", func() bool { return e.HandoffOffers("RC") == 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	gate := make(chan struct{})
+	var once sync.Once
+	restore := lock.SetHandoffHook(func(s string) {
+		if s == "send" {
+			once.Do(func() { cancel(); <-gate })
+		}
+	})
+	l0 := e.LocalHandoffs()
+	if err := h.Release(ctx); err != nil {
+		t.Errorf("release: %v", err)
+	}
+	// the multi is not sent yet: the old holder queues again
+	again := make(chan *lock.Grant, 1)
+	go func() {
+		g, err := e.Acquire(context.Background(), "RC", lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		again <- g
+	}()
+	if g, err := e.Acquire(context.Background(), "RC", lock.Foreground, lock.AcquireOptions{TryOnce: true}); err == nil {
+		t.Errorf("TryOnce granted (token %d) while the release's handoff is in flight", g.Token())
+		release(t, g)
+	}
+	close(gate)
+	restore()
+	g := <-ch
+	if g == nil {
+		t.FailNow()
+	}
+	chk.enter(g.Token())
+	if g.Token() <= h.Token() {
+		t.Errorf("token %d not above %d", g.Token(), h.Token())
+	}
+	select {
+	case g2 := <-again:
+		t.Errorf("the old holder's new acquire granted (token %d) beside the successor (%d)", g2.Token(), g.Token())
+	case <-time.After(50 * time.Millisecond):
+	}
+	chk.leave()
+	release(t, g)
+	g2 := <-again
+	if g2 == nil {
+		t.FailNow()
+	}
+	chk.enter(g2.Token())
+	chk.leave()
+	release(t, g2)
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("overlaps %d, non-increasing tokens %d", chk.overlaps, chk.badToken)
+	}
+	t.Logf("local handoffs %d", e.LocalHandoffs()-l0)
+	waitFor(t, 10*time.Second, "nothing left", func() bool { return len(children(t, conn, root, "RC")) == 0 })
+}
