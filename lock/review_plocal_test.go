@@ -2,6 +2,7 @@ package lock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
 	"path"
@@ -522,4 +523,57 @@ func TestReviewPlocalReleaseCtxEndsInFlight(t *testing.T) {
 	}
 	t.Logf("local handoffs %d", e.LocalHandoffs()-l0)
 	waitFor(t, 10*time.Second, "nothing left", func() bool { return len(children(t, conn, root, "RC")) == 0 })
+}
+
+// One engine, eight foreground waiters on one object, each wait cut short
+// at a random moment (0-4 ms: cancels land on handoffs in flight) or
+// waiting; holders release right away. Never two holders, tokens increase,
+// nothing left, and most handoffs were local.
+func TestReviewPlocalOneEngineCancels(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.ObjectNode = lock.Persistent; o.HolderWatchDelay = time.Millisecond })
+	conn := rawConn(t, zkServer.Servers())
+	t.Cleanup(func() { _ = conn.Delete(root+"/OC", -1) })
+	var chk overlapChecker
+	var granted, gaveUp atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewSource(int64(500 + w)))
+			for range 30 {
+				ctx, cancel := context.WithCancel(context.Background())
+				if rng.Intn(2) == 0 {
+					time.AfterFunc(time.Duration(rng.Intn(5000))*time.Microsecond, cancel)
+				}
+				g, err := e.Acquire(ctx, "OC", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+				cancel()
+				if err != nil {
+					var ile *lock.InstanceLockError
+					if !errors.As(err, &ile) {
+						t.Errorf("acquire: %v", err)
+					}
+					gaveUp.Add(1)
+					continue
+				}
+				granted.Add(1)
+				chk.enter(g.Token())
+				chk.leave()
+				if err := g.Release(context.Background()); err != nil {
+					t.Errorf("release: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("granted %d, gave up %d, local handoffs %d", granted.Load(), gaveUp.Load(), e.LocalHandoffs())
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("overlaps %d, non-increasing tokens %d", chk.overlaps, chk.badToken)
+	}
+	if e.LocalHandoffs() == 0 {
+		t.Errorf("no local handoff: the test did not exercise the path")
+	}
+	waitFor(t, 10*time.Second, "nothing left", func() bool { return len(children(t, conn, root, "OC")) == 0 })
+	if n := e.HandoffOffers("OC"); n != 0 {
+		t.Errorf("%d handoff offers left", n)
+	}
 }
