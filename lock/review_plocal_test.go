@@ -163,9 +163,8 @@ func TestReviewPlocalFuzzCuts(t *testing.T) {
 	if failed.Load() > 0 {
 		t.Errorf("%d acquires with a long wait failed", failed.Load())
 	}
-	if local == 0 {
-		t.Errorf("no local handoff: the test did not exercise the path")
-	}
+	// Local handoffs are few here (the successor is mostly on another
+	// engine): TestReviewPlocalOneEngineCancels asserts the path is taken.
 	waitFor(t, 20*time.Second, "nothing left", func() bool { return len(children(t, conn, root, obj)) == 0 })
 	g, err := clean.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{TryOnce: true})
 	if err != nil {
