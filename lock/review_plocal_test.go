@@ -576,3 +576,75 @@ func TestReviewPlocalOneEngineCancels(t *testing.T) {
 		t.Errorf("%d handoff offers left", n)
 	}
 }
+
+// Aging and the local handoff: another engine's background waiter that
+// aged before the local foreground waiter queued sorts ahead of it (the
+// local waiter watches it, no handoff: the aged one is granted first); one
+// that had not aged yet stays behind it for good (the local waiter is
+// handed the lock).
+func TestReviewPlocalAgedBackgroundBetween(t *testing.T) {
+	for _, aged := range []bool{true, false} {
+		t.Run(fmt.Sprintf("aged=%v", aged), func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			e := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.HolderWatchDelay = time.Minute })
+			bgAge := 150 * time.Millisecond
+			if !aged {
+				bgAge = time.Minute
+			}
+			e2 := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.BackgroundMaxWait = bgAge })
+			conn := rawConn(t, zkServer.Servers())
+			ctx := context.Background()
+			h := acquire(t, e, "AG", lock.Foreground, lock.AcquireOptions{})
+			var chk overlapChecker
+			chk.enter(h.Token())
+			order := make(chan string, 2)
+			var wg sync.WaitGroup
+			take := func(e *lock.Engine, typ lock.Type, who string) {
+				g, err := e.Acquire(ctx, "AG", typ, lock.AcquireOptions{Wait: time.Minute})
+				if err != nil {
+					t.Errorf("%s: %v", who, err)
+					return
+				}
+				order <- who
+				chk.enter(g.Token())
+				time.Sleep(10 * time.Millisecond)
+				chk.leave()
+				release(t, g)
+			}
+			wg.Go(func() { take(e2, lock.Background, "background") })
+			waitFor(t, 10*time.Second, "background queued", func() bool { return len(children(t, conn, root, "AG")) == 3 })
+			if aged {
+				time.Sleep(3 * bgAge) // aged (by the server's ctime) before the foreground one is created
+			}
+			wg.Go(func() { take(e, lock.Foreground, "local-foreground") })
+			waitFor(t, 10*time.Second, "foreground queued", func() bool { return len(children(t, conn, root, "AG")) == 4 })
+			if !aged {
+				waitFor(t, 10*time.Second, "the local waiter offered a handoff", func() bool { return e.HandoffOffers("AG") == 1 })
+			} else { // (its offer, if any, names the aged node it watches: no holder of ours)
+				time.Sleep(50 * time.Millisecond) // watching (the order must hold either way)
+			}
+			l0 := e.LocalHandoffs()
+			chk.leave()
+			release(t, h)
+			wg.Wait()
+			first, second := <-order, <-order
+			want := "local-foreground"
+			if aged {
+				want = "background"
+			}
+			if first != want {
+				t.Errorf("order %s, %s; want %s first", first, second, want)
+			}
+			n := e.LocalHandoffs() - l0
+			if aged && n != 0 {
+				t.Errorf("%d local handoffs past an aged background waiter", n)
+			}
+			if !aged && n != 1 {
+				t.Errorf("%d local handoffs, want 1", n)
+			}
+			if chk.overlaps != 0 || chk.badToken != 0 {
+				t.Errorf("overlaps=%d non-increasing tokens=%d", chk.overlaps, chk.badToken)
+			}
+		})
+	}
+}
