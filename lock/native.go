@@ -1537,6 +1537,7 @@ func (g *Grant) learnNative() {
 		if g.isReleasing() {
 			return
 		}
+		listed := time.Now()
 		kids, _, ev, err := g.s.conn.ChildrenW(g.objPath)
 		if err != nil {
 			return
@@ -1559,11 +1560,16 @@ func (g *Grant) learnNative() {
 			return
 		case <-ev:
 		}
-		// Arrivals come in bursts: one listing for a burst, not one each.
-		select {
-		case <-g.ctx.Done():
-			return
-		case <-time.After(nativeLearnPause):
+		// Arrivals come in bursts: at most one listing per pause, so a
+		// burst is listed once or twice, not once per arrival; a lone
+		// arrival (a ping-pong) is listed at once, before the holder's
+		// release has to list for itself.
+		if d := nativeLearnPause - time.Since(listed); d > 0 {
+			select {
+			case <-g.ctx.Done():
+				return
+			case <-time.After(d):
+			}
 		}
 	}
 }
