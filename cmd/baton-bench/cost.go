@@ -17,15 +17,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -214,28 +211,14 @@ func cost(res *costResult, zkAddr, bat string, warmup int, env []string) error {
 		return err
 	}
 	echoSock := filepath.Join(dir, "echo.sock")
-	echo := exec.Command(exe, "echo-server", "--socket", echoSock, "--body", bodyFile)
-	echo.Stderr = os.Stderr
-	echo.Env = append(os.Environ(), env...) // the same runtime settings as the sidecar
-	echo.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := echo.Start(); err != nil {
+	echoPid, stop, err := startEcho(exe, echoSock, bodyFile, env) // the same runtime settings as the sidecar
+	if err != nil {
 		return err
 	}
-	defer func() { _ = echo.Process.Kill(); _ = echo.Wait() }()
-	for i := 0; ; i++ {
-		c, err := net.Dial("unix", echoSock)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if i > 500 {
-			return fmt.Errorf("echo server: %w", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	defer stop()
 	ec := unixHTTPClient(echoSock)
 	defer ec.CloseIdleConnections()
-	if res.EchoCPUUsPerRq, res.EchoCtxSwPerRq, res.EchoP50us, err = perReq(echo.Process.Pid, ec); err != nil {
+	if res.EchoCPUUsPerRq, res.EchoCtxSwPerRq, res.EchoP50us, err = perReq(echoPid, ec); err != nil {
 		return fmt.Errorf("echo: %w", err)
 	}
 	res.OverEchoUs = res.CPUUsPerRequest - res.EchoCPUUsPerRq

@@ -137,24 +137,11 @@ func floor(zkAddr, bat, gozk string, rounds, n, ops, warmup int, impls []string,
 	var echoSocks []string
 	for i, extra := range [][]string{nil, {"--nethttp"}} {
 		sock := filepath.Join(dir, fmt.Sprintf("echo%d.sock", i))
-		echo := exec.Command(exe, append([]string{"echo-server", "--socket", sock, "--body", bodyFile}, extra...)...)
-		echo.Stderr = os.Stderr
-		echo.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := echo.Start(); err != nil {
+		_, stop, err := startEcho(exe, sock, bodyFile, nil, extra...)
+		if err != nil {
 			return err
 		}
-		defer func() { _ = echo.Process.Kill(); _ = echo.Wait() }()
-		for i := 0; ; i++ {
-			c, err := net.Dial("unix", sock)
-			if err == nil {
-				c.Close()
-				break
-			}
-			if i > 500 {
-				return fmt.Errorf("echo server: %w", err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		defer stop()
 		echoes = append(echoes, unixHTTPClient(sock))
 		echoSocks = append(echoSocks, sock)
 	}

@@ -109,24 +109,11 @@ func reqcost(res *reqcostResult, zkAddr, bat string) error {
 		return err
 	}
 	echoSock := filepath.Join(dir, "echo.sock")
-	echo := exec.Command(exe, "echo-server", "--socket", echoSock, "--body", bodyFile)
-	echo.Stderr = os.Stderr
-	echo.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := echo.Start(); err != nil {
+	_, stopEcho, err := startEcho(exe, echoSock, bodyFile, nil)
+	if err != nil {
 		return err
 	}
-	defer func() { _ = echo.Process.Kill(); _ = echo.Wait() }()
-	for i := 0; ; i++ {
-		c, err := net.Dial("unix", echoSock)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if i > 500 {
-			return fmt.Errorf("echo server: %w", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	defer stopEcho()
 
 	type target struct {
 		name string
@@ -271,4 +258,30 @@ func serveEcho(ln net.Listener, answer []byte) {
 func echoAnswer(body []byte) []byte {
 	return []byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
 		strconv.Itoa(len(body)) + "\r\n\r\n" + string(body))
+}
+
+// startEcho starts this executable's echo-server on sock (answering body's
+// bytes; extra: its flags, env: added to its environment) and waits until
+// it accepts connections. stop kills it.
+func startEcho(exe, sock, bodyFile string, env []string, extra ...string) (pid int, stop func(), err error) {
+	echo := exec.Command(exe, append([]string{"echo-server", "--socket", sock, "--body", bodyFile}, extra...)...)
+	echo.Stderr = os.Stderr
+	echo.Env = append(os.Environ(), env...)
+	echo.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := echo.Start(); err != nil {
+		return 0, nil, err
+	}
+	stop = func() { _ = echo.Process.Kill(); _ = echo.Wait() }
+	for i := 0; ; i++ {
+		c, err := net.Dial("unix", sock)
+		if err == nil {
+			c.Close()
+			return echo.Process.Pid, stop, nil
+		}
+		if i > 500 {
+			stop()
+			return 0, nil, fmt.Errorf("echo server: %w", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
