@@ -218,6 +218,12 @@ func TestNativeHandoffOneWrite(t *testing.T) {
 			if want := per*n + 5 + pings; proto == lock.Native && pk > want {
 				t.Errorf("native: %d packets for %d handoffs, want at most %d (%d per handoff)", pk, n, want, per)
 			}
+			// The plugin protocol in one engine: local handoffs in one write
+			// too (handoff.go); the first, from the gate's engine, is the
+			// ordinary two writes and a listing. 51 before local handoffs.
+			if want := n + 8 + pings; proto == lock.Plugin && pk > want {
+				t.Errorf("plugin, one engine: %d packets for %d handoffs, want at most %d", pk, n, want)
+			}
 		})
 	}
 }
