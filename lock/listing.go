@@ -6,8 +6,6 @@ import (
 	"path"
 	"slices"
 	"time"
-
-	"github.com/go-zookeeper/zk"
 )
 
 // listing is one getChildren answer for an object, shared by the engine's
@@ -63,17 +61,7 @@ func (e *Engine) listShared(ctx context.Context, s *session, name, objPath strin
 			if e.opts.Protocol == Native {
 				l.view, err = e.readNativeView(s, objPath)
 			} else {
-				var c []string
-				var stat *zk.Stat
-				c, stat, err = s.conn.Children(objPath)
-				if err == nil {
-					err = e.pluginOnly(objPath, c)
-				}
-				if err == nil {
-					l.queue, l.locked = sortedQueue(c)
-					l.czxid = stat.Czxid
-					l.queue, err = e.ordered(s, name, objPath, stat.Czxid, l.queue) // aging
-				}
+				err = e.readListing(s, name, objPath, l)
 			}
 			l.err = err
 			close(l.done)
@@ -97,6 +85,22 @@ func (e *Engine) listShared(ctx context.Context, s *session, name, objPath strin
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// readListing fills l (plugin protocol) with the object's children in
+// grant order.
+func (e *Engine) readListing(s *session, name, objPath string, l *listing) error {
+	c, stat, err := s.conn.Children(objPath)
+	if err != nil {
+		return err
+	}
+	if err := e.pluginOnly(objPath, c); err != nil {
+		return err
+	}
+	l.queue, l.locked = sortedQueue(c)
+	l.czxid = stat.Czxid
+	l.queue, err = e.ordered(s, name, objPath, stat.Czxid, l.queue) // aging
+	return err
 }
 
 func (l *listing) isDone() bool {
