@@ -206,24 +206,12 @@ func TestPluginLocalHandoffNotToBackground(t *testing.T) {
 	e1 := newEngine(t, zkServer.Servers(), root)
 	e2 := newEngine(t, zkServer.Servers(), root)
 	conn := rawConn(t, zkServer.Servers())
-	ctx := context.Background()
 	h := acquire(t, e1, "BG", lock.Foreground, lock.AcquireOptions{})
 	var chk overlapChecker
 	chk.enter(h.Token())
 	order := make(chan string, 2)
 	var wg sync.WaitGroup
-	take := func(e *lock.Engine, typ lock.Type, who string) {
-		g, err := e.Acquire(ctx, "BG", typ, lock.AcquireOptions{Wait: time.Minute})
-		if err != nil {
-			t.Errorf("%s: %v", who, err)
-			return
-		}
-		order <- who
-		chk.enter(g.Token())
-		time.Sleep(10 * time.Millisecond)
-		chk.leave()
-		release(t, g)
-	}
+	take := func(e *lock.Engine, typ lock.Type, who string) { holdInOrder(t, e, "BG", typ, who, &chk, order) }
 	wg.Go(func() { take(e1, lock.Background, "local-background") })
 	waitFor(t, 10*time.Second, "background queued", func() bool { return len(children(t, conn, root, "BG")) == 3 })
 	wg.Go(func() { take(e2, lock.Foreground, "foreign-foreground") })
@@ -530,5 +518,20 @@ func TestPluginLocalHandoffBeforeWatch(t *testing.T) {
 	if g.Token() <= h.Token() {
 		t.Errorf("token %d not above %d", g.Token(), h.Token())
 	}
+	release(t, g)
+}
+
+// holdInOrder acquires obj on e (a minute's wait), sends who to order once
+// granted, holds it 10 ms under chk and releases it.
+func holdInOrder(t *testing.T, e *lock.Engine, obj string, typ lock.Type, who string, chk *overlapChecker, order chan<- string) {
+	g, err := e.Acquire(context.Background(), obj, typ, lock.AcquireOptions{Wait: time.Minute})
+	if err != nil {
+		t.Errorf("%s: %v", who, err)
+		return
+	}
+	order <- who
+	chk.enter(g.Token())
+	time.Sleep(10 * time.Millisecond)
+	chk.leave()
 	release(t, g)
 }

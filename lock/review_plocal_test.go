@@ -593,24 +593,12 @@ func TestReviewPlocalAgedBackgroundBetween(t *testing.T) {
 			}
 			e2 := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.BackgroundMaxWait = bgAge })
 			conn := rawConn(t, zkServer.Servers())
-			ctx := context.Background()
 			h := acquire(t, e, "AG", lock.Foreground, lock.AcquireOptions{})
 			var chk overlapChecker
 			chk.enter(h.Token())
 			order := make(chan string, 2)
 			var wg sync.WaitGroup
-			take := func(e *lock.Engine, typ lock.Type, who string) {
-				g, err := e.Acquire(ctx, "AG", typ, lock.AcquireOptions{Wait: time.Minute})
-				if err != nil {
-					t.Errorf("%s: %v", who, err)
-					return
-				}
-				order <- who
-				chk.enter(g.Token())
-				time.Sleep(10 * time.Millisecond)
-				chk.leave()
-				release(t, g)
-			}
+			take := func(e *lock.Engine, typ lock.Type, who string) { holdInOrder(t, e, "AG", typ, who, &chk, order) }
 			wg.Go(func() { take(e2, lock.Background, "background") })
 			waitFor(t, 10*time.Second, "background queued", func() bool { return len(children(t, conn, root, "AG")) == 3 })
 			if aged {
