@@ -87,7 +87,7 @@ func newSession(e *Engine, gen uint64) (*session, error) {
 			return nil, err
 		}
 		e.dialOK(addr)
-		return &trackedConn{Conn: c, sink: s}, nil
+		return newTrackedConn(c, s), nil
 	}
 	conn, _, err := zk.Connect(e.servers, e.opts.SessionTimeout,
 		zk.WithDialer(dialer),

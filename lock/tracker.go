@@ -1,7 +1,9 @@
 package lock
 
 import (
+	"bufio"
 	"encoding/binary"
+	"github.com/batonhq/baton/internal/rawio"
 	"net"
 	"sync"
 	"time"
@@ -146,6 +148,8 @@ var leaderOps = map[int32]bool{
 // a session's requests in order, so a FIFO matched by xid is enough.
 type trackedConn struct {
 	net.Conn
+	io   rawio.IO      // Conn's Read and Write without waking the runtime's sysmon (internal/rawio)
+	br   *bufio.Reader // over fill: go-zookeeper reads a response's length, then its body; one system call takes both
 	sink ackSink
 
 	wmu         sync.Mutex
@@ -184,11 +188,27 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 		}
 	})
 	c.wmu.Unlock()
-	return c.Conn.Write(p)
+	return c.io.Write(p)
 }
 
-func (c *trackedConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
+func newTrackedConn(c net.Conn, sink ackSink) *trackedConn {
+	t := &trackedConn{Conn: c, io: rawio.New(c), sink: sink}
+	t.br = bufio.NewReaderSize(readerFunc(t.fill), 4096)
+	return t
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
+
+// Read hands go-zookeeper what fill read, buffered: a response and its length
+// prefix come in one read from the socket instead of two.
+func (c *trackedConn) Read(p []byte) (int, error) { return c.br.Read(p) }
+
+// fill reads from the socket and notes the responses the bytes complete, at
+// the moment they arrived.
+func (c *trackedConn) fill(p []byte) (int, error) {
+	n, err := c.io.Read(p)
 	if n > 0 {
 		c.rmu.Lock()
 		c.r.feed(p[:n], time.Now(), func(i int) int {

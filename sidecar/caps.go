@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"fmt"
+	"github.com/batonhq/baton/internal/rawio"
 	"io"
 	"log/slog"
 	"net"
@@ -154,11 +155,15 @@ type capListener struct {
 // peerConn is an accepted connection with its caller.
 type peerConn struct {
 	net.Conn
+	io      rawio.IO // Read and Write without waking the runtime's sysmon (internal/rawio)
 	p       peer
 	counted bool // counted against the caps: given back on Close
 	s       *Server
 	once    sync.Once
 }
+
+func (c *peerConn) Read(p []byte) (int, error)  { return c.io.Read(p) }
+func (c *peerConn) Write(p []byte) (int, error) { return c.io.Write(p) }
 
 func (c *peerConn) Close() error {
 	err := c.Conn.Close()
@@ -179,7 +184,7 @@ func (l *capListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		pc := &peerConn{Conn: c, p: peerCred(c), s: l.s}
+		pc := &peerConn{Conn: c, io: rawio.New(c), p: peerCred(c), s: l.s}
 		if l.s.auth.policy().isAdmin(pc.p) {
 			return pc, nil
 		}
