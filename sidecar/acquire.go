@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -186,7 +185,7 @@ func (sp *acquireSpec) parsePreemption(r *http.Request, cfg *props.Config, req a
 		return badRequest("preempt", "only a foreground acquire may preempt")
 	}
 	if req.Forceful {
-		if p := peerFrom(r.Context()); !authPolicyOf(cfg, uint32(os.Getuid())).may(p, actForceful) { // an admin action (SPEC §7)
+		if p := peerFrom(r.Context()); !authPolicyOf(cfg, selfPeer.uid).may(p, actForceful) { // an admin action (SPEC §7)
 			return forbidden(p, actForceful)
 		}
 		sp.forceful = true

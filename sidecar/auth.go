@@ -128,7 +128,7 @@ type authz struct {
 	log *slog.Logger
 }
 
-func (a authz) policy() authPolicy { return authPolicyOf(a.cfg(), uint32(os.Getuid())) }
+func (a authz) policy() authPolicy { return authPolicyOf(a.cfg(), selfPeer.uid) }
 
 // inGroups reports whether p's primary or a supplementary group is in gids.
 func (p peer) inGroups(gids []uint32) bool {
