@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/batonhq/baton/internal/rawio"
 )
 
 // transport is HTTP/1.1 over the sidecar's unix socket with keep-alive
@@ -49,7 +51,8 @@ func (t *transport) get(ctx context.Context) (*pconn, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	return &pconn{c: c, br: bufio.NewReader(c), bw: bufio.NewWriter(c)}, false, nil
+	rw := rawio.New(c) // without waking the runtime's sysmon after each idle gap (internal/rawio)
+	return &pconn{c: c, br: bufio.NewReader(rw), bw: bufio.NewWriter(rw)}, false, nil
 }
 
 func (t *transport) put(pc *pconn) {

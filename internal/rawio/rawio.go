@@ -18,6 +18,14 @@
 // SetDeadline, Close and net/http's background read behave as with net.Conn.
 // Under the race detector the system calls are syscall's, which tell it of
 // the happens-before a socket carries; the rest is the same.
+//
+// What sysmon is for still happens: it wakes at the process's next timer
+// (the sidecar always has some: session keepers, lease expiry) or its next
+// ordinary system call, and then preempts a goroutine that has run for
+// 10 ms and polls the network if every P is busy. So a goroutine that runs
+// long is preempted at the next timer instead of within 10 ms; a request on
+// Baton's path runs for microseconds, and no validity depends on scheduling
+// (it is counted from send times, on the monotonic clock).
 package rawio
 
 import (
