@@ -59,7 +59,52 @@ type session struct {
 
 	doubtMu sync.Mutex
 	doubts  []doubtfulDelete // audit deletes whose reply was lost (audit.go)
+
+	creates chan struct{} // a waiter's create holds a slot until answered (create)
 }
+
+// maxCreatesInFlight bounds the waiters' creates a session has sent and not
+// yet had answered. ZooKeeper answers a session's requests in order, so
+// without a bound a burst of arrivals (10,000 acquires within a second or
+// two) queues every create ahead of the keeper's sync and the pings: at the
+// server's write rate on a loaded machine the newest acknowledgement grew
+// older than the session timeout and the engine, counting validity from
+// acknowledged send times, gave the session up (the safe side, but every
+// lock of the sidecar with it). With the bound, the rest of the burst waits
+// in the engine and a keeper's request is behind at most this many creates
+// (tens of ms). Far above what steady load needs: a create is answered in
+// about a millisecond.
+const maxCreatesInFlight = 64
+
+// create runs f, a create of a waiter's node, within the session's bound:
+// it waits for a slot (or for ctx to end: nothing is sent then), and the
+// slot is given back once the create is answered, whatever the answer and
+// also when the caller stopped waiting for it (zcall hands the answer to
+// orphan). A create that zcall never started, because ctx ended first,
+// gives its slot back at once and is never sent.
+func (s *session) create(ctx context.Context, f func() (string, error), orphan func(string, error)) (string, error) {
+	select {
+	case s.creates <- struct{}{}:
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	done := func() { <-s.creates }
+	var claim atomic.Int32 // 1: f sends the create; 2: the caller gave up before it started
+	p, err := zcall(ctx, func() (string, error) {
+		if !claim.CompareAndSwap(0, 1) {
+			return "", errCreateNotSent
+		}
+		defer done()
+		return f()
+	}, orphan)
+	if err != nil && claim.CompareAndSwap(0, 2) {
+		done()
+	}
+	return p, err
+}
+
+// errCreateNotSent is what orphan gets for a create never sent.
+var errCreateNotSent = errors.New("lock: create not sent: the wait ended first")
 
 // touch is one acknowledged request: the server it went to had touched the
 // session between sent and acked.
@@ -76,6 +121,7 @@ func newSession(e *Engine, gen uint64) (*session, error) {
 		grants:    make(map[*Grant]struct{}),
 		own:       newOwners(e.opts.AuditInterval >= 0),
 		auditWake: make(chan struct{}, 1),
+		creates:   make(chan struct{}, maxCreatesInFlight),
 	}
 	dialer := func(network, addr string, timeout time.Duration) (net.Conn, error) {
 		c, err := e.opts.Dialer(network, addr, timeout)
