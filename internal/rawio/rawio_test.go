@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -191,6 +192,43 @@ func TestRawIOWriteToClosedPeer(t *testing.T) {
 		}
 		if !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
 			t.Errorf("%s: %v; want EPIPE or ECONNRESET", nw, err)
+		}
+	}
+}
+
+// A socket whose O_NONBLOCK was cleared (by a library taking its file, say)
+// must not turn a raw read into a blocking call that holds its P: the next
+// stop-the-world would then wait for it forever (the process hung, timers
+// included, when read used plain read(2)). A hang fails this test by the
+// test binary's timeout.
+func TestRawIOBlockingSocketDoesNotHang(t *testing.T) {
+	for nw, p := range pairs(t) {
+		sc := p[1].(syscall.Conn)
+		rc, err := sc.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rc.Control(func(fd uintptr) { err = syscall.SetNonblock(int(fd), false) }); err != nil {
+			t.Fatal(err)
+		}
+		r := New(p[1])
+		got := make(chan string, 1)
+		go func() {
+			b := make([]byte, 8)
+			n, err := r.Read(b)
+			if err != nil {
+				got <- err.Error()
+				return
+			}
+			got <- string(b[:n])
+		}()
+		time.Sleep(20 * time.Millisecond) // the read is waiting
+		runtime.GC()                      // stops the world: every P must come to a safe point
+		if _, err := p[0].Write([]byte("late")); err != nil {
+			t.Fatal(err)
+		}
+		if s := <-got; s != "late" {
+			t.Errorf("%s: read %q; want \"late\"", nw, s)
 		}
 	}
 }
