@@ -531,23 +531,27 @@ func (n *nreq) list(ctx context.Context, v *nativeView) error {
 
 // eligible reports whether we may be granted in view v: exclusive, no live
 // holder and first of the waiters; shared, no live exclusive holder and
-// only shared waiters ahead of us.
+// only shared waiters ahead of us. (It and target walk v.kids in place: a
+// copy of the waiters per call was O(queue) garbage on every waiting
+// acquire's arrival.)
 func (n *nreq) eligible(v *nativeView) bool {
 	if !n.shared {
 		if len(v.live) > 0 {
 			return false
 		}
-		w := v.waiters()
-		return len(w) > 0 && w[0].req == n.reqID
+		return len(v.kids) > 0 && v.kids[0].req == n.reqID // no live holder: every child waits
 	}
 	if _, ok := v.exclusiveHolder(); ok {
 		return false
 	}
-	for _, w := range v.waiters() {
-		if w.req == n.reqID {
+	for _, k := range v.kids {
+		if v.holds(k.req) {
+			continue
+		}
+		if k.req == n.reqID {
 			return true
 		}
-		if !w.shared {
+		if !k.shared {
 			return false
 		}
 	}
@@ -558,11 +562,19 @@ func (n *nreq) eligible(v *nativeView) bool {
 // just ahead of us; for a shared request the nearest exclusive one), or,
 // with no such waiter ahead, a live holder whose end can unblock us.
 func (n *nreq) target(v *nativeView) string {
-	w := v.waiters()
-	i := slices.IndexFunc(w, func(c nchild) bool { return c.req == n.reqID })
-	for j := i - 1; j >= 0; j-- {
-		if !n.shared || !w[j].shared {
-			return w[j].name
+	ahead := ""
+	for _, k := range v.kids {
+		if v.holds(k.req) {
+			continue
+		}
+		if k.req == n.reqID {
+			if ahead != "" {
+				return ahead
+			}
+			break
+		}
+		if !n.shared || !k.shared {
+			ahead = k.name
 		}
 	}
 	if h, ok := v.exclusiveHolder(); ok {
