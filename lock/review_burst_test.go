@@ -18,6 +18,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/batonhq/baton/lock"
+	"github.com/batonhq/baton/testenv"
 )
 
 // createHold holds back, while held, the server's answers to creates
@@ -30,6 +31,7 @@ type createHold struct {
 	mu    sync.Mutex
 	held  bool
 	conns []*holdConn
+	peak  int
 }
 
 func (h *createHold) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
@@ -62,6 +64,21 @@ func (h *createHold) release() {
 	}
 }
 
+// notePeak notes n creates sent and not yet answered on one connection.
+func (h *createHold) notePeak(n int) {
+	h.mu.Lock()
+	h.peak = max(h.peak, n)
+	h.mu.Unlock()
+}
+
+// maxInFlight is the most creates a connection had sent and not yet had
+// answered (held back or not).
+func (h *createHold) maxInFlight() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.peak
+}
+
 func (h *createHold) isHeld() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -73,7 +90,7 @@ type holdConn struct {
 	h *createHold
 
 	mu       sync.Mutex
-	creates  map[int32]bool // xids of creates sent and not yet answered
+	creates  map[int32]bool // xids of creates sent and not yet answered to the client
 	wbuf     []byte
 	wfirst   bool
 	rbuf     []byte
@@ -102,6 +119,7 @@ func (c *holdConn) Write(p []byte) (int, error) {
 			switch int32(binary.BigEndian.Uint32(f[4:])) {
 			case 1, 15, 19, 21:
 				c.creates[int32(binary.BigEndian.Uint32(f))] = true
+				c.h.notePeak(len(c.creates))
 			}
 		}
 	}
@@ -130,6 +148,7 @@ func (c *holdConn) Read(p []byte) (int, error) {
 		c.mu.Lock()
 		if !held && len(c.heldback) > 0 {
 			for _, f := range c.heldback {
+				delete(c.creates, int32(binary.BigEndian.Uint32(f[4:])))
 				c.out = append(c.out, f...)
 			}
 			c.heldback = nil
@@ -155,11 +174,11 @@ func (c *holdConn) Read(p []byte) (int, error) {
 			if c.rfirst && n >= 4 {
 				xid := int32(binary.BigEndian.Uint32(f[4:]))
 				if c.creates[xid] {
-					delete(c.creates, xid)
-					if held {
+					if held { // still in flight for the client
 						c.heldback = append(c.heldback, f)
 						continue
 					}
+					delete(c.creates, xid)
 				}
 			}
 			c.rfirst = true
@@ -342,6 +361,9 @@ func TestReviewBurstCancelsLeakNoSlotNorNode(t *testing.T) {
 			if s := e.CreateSlots(); s != 0 {
 				t.Errorf("%d create slots taken after every create was answered", s)
 			}
+			if p := hold.maxInFlight(); p > 64 {
+				t.Errorf("%d creates in flight at the peak; want at most 64", p)
+			}
 		})
 	}
 }
@@ -507,6 +529,164 @@ func TestReviewBurstOrderBehindSlots(t *testing.T) {
 			}
 			if chk.overlaps != 0 || chk.badToken != 0 || chk.grants != 65+nfg {
 				t.Errorf("overlaps %d, tokens not increasing %d, grants %d of %d", chk.overlaps, chk.badToken, chk.grants, 65+nfg)
+			}
+		})
+	}
+}
+
+// The connection is cut (the session survives) with 64 creates in flight
+// and 50 more waiters blocked on the slots: the creates' answers are lost,
+// each waiter finds what of its own landed once reconnected, and every one
+// is granted in turn; no slot is kept, no node is left.
+func TestReviewBurstCutWithCreatesInFlight(t *testing.T) {
+	for _, proto := range burstProtos {
+		t.Run(proto.name, func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			p := testenv.ProxyT(t, zkServer.Addr(1))
+			hold := &createHold{}
+			e := newEngine(t, []string{p.Addr()}, root, proto.set, func(o *lock.Options) { o.Dialer = hold.dial })
+			conn := rawConn(t, zkServer.Servers())
+			const obj = "cut"
+			sess := e.Health().SessionID
+			gate := acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{})
+			var chk overlapChecker
+			chk.enter(gate.Token())
+			run := func(g *lock.Grant) {
+				chk.enter(g.Token())
+				chk.leave()
+				release(t, g)
+			}
+			o := lock.AcquireOptions{Wait: 2 * time.Minute}
+			first := fillSlots(t, e, hold, conn, root, obj, lock.Background, o, run)
+			const more = 50
+			next := make(chan burstResult, more)
+			for i := range more {
+				go func() {
+					g, err := e.Acquire(context.Background(), obj, lock.Type(i%2), o)
+					if err == nil {
+						run(g)
+					}
+					next <- burstResult{g, err}
+				}()
+			}
+			time.Sleep(200 * time.Millisecond)
+			p.ResetConnections() // the held answers go with the connection
+			hold.release()
+			waitFor(t, time.Minute, "every waiter queued", func() bool {
+				return len(sortInGrantOrder(children(t, conn, root, obj))) == 65+more
+			})
+			if s := e.Health().SessionID; s != sess {
+				t.Fatalf("session %x replaced by %x: the cut was to keep it", sess, s)
+			}
+			chk.leave()
+			release(t, gate)
+			for range 64 {
+				if r := <-first; r.err != nil {
+					t.Error(r.err)
+				}
+			}
+			for range more {
+				if r := <-next; r.err != nil {
+					t.Error(r.err)
+				}
+			}
+			if chk.overlaps != 0 || chk.badToken != 0 || chk.grants != 65+more {
+				t.Errorf("overlaps %d, tokens not increasing %d, grants %d of %d", chk.overlaps, chk.badToken, chk.grants, 65+more)
+			}
+			if s := e.CreateSlots(); s != 0 {
+				t.Errorf("%d create slots taken after every create was answered", s)
+			}
+			if p := hold.maxInFlight(); p > 64 {
+				t.Errorf("%d creates in flight at the peak; want at most 64", p)
+			}
+		})
+	}
+}
+
+// The session is lost (cut off past its timeout, expired by the server)
+// with 64 creates in flight and 50 waiters blocked on the slots: each ends
+// (a session error, never a grant of the old session) well within its
+// wait; the new session queues 100 waiters at once and grants them in turn;
+// nothing is left.
+func TestReviewBurstSessionLostWithCreatesInFlight(t *testing.T) {
+	for _, proto := range burstProtos {
+		t.Run(proto.name, func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			p := testenv.ProxyT(t, zkServer.Addr(1))
+			hold := &createHold{}
+			e := newEngine(t, []string{p.Addr()}, root, proto.set, func(o *lock.Options) { o.Dialer = hold.dial })
+			conn := rawConn(t, zkServer.Servers())
+			const obj = "expiry"
+			sess := e.Health().SessionID
+			gate := acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{})
+			const wait = time.Minute
+			o := lock.AcquireOptions{Wait: wait}
+			started := time.Now()
+			first := fillSlots(t, e, hold, conn, root, obj, lock.Background, o, nil)
+			const more = 50
+			next := make(chan burstResult, more)
+			for i := range more {
+				go func() {
+					g, err := e.Acquire(context.Background(), obj, lock.Type(i%2), o)
+					next <- burstResult{g, err}
+				}()
+			}
+			time.Sleep(200 * time.Millisecond)
+			p.BlackHole()
+			// the server expires the session after its timeout (4 s) and a tick
+			time.Sleep(7 * time.Second)
+			p.Heal()
+			p.ResetConnections()
+			hold.release()
+			<-gate.Done()
+			ended := func(what string, out <-chan burstResult, n int) {
+				for range n {
+					select {
+					case r := <-out:
+						if r.err == nil {
+							t.Errorf("%s: granted (token %d) in session %x, cut off past its timeout", what, r.g.Token(), e.Health().SessionID)
+							release(t, r.g)
+						}
+					case <-time.After(time.Until(started.Add(wait + 10*time.Second))):
+						t.Fatalf("%s: still waiting past its wait", what)
+					}
+				}
+			}
+			ended("create in flight", first, 64)
+			ended("blocked on a slot", next, more)
+			waitFor(t, 30*time.Second, "a new session", func() bool {
+				h := e.Health()
+				return h.Connected && h.SessionID != sess
+			})
+			waitFor(t, 20*time.Second, "no node left", func() bool { return len(sortInGrantOrder(children(t, conn, root, obj))) == 0 })
+			g := acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{})
+			var chk overlapChecker
+			chk.enter(g.Token())
+			const n = 100
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() {
+					g, err := e.Acquire(context.Background(), obj, lock.Type(i%2), lock.AcquireOptions{Wait: 2 * time.Minute})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					chk.enter(g.Token())
+					chk.leave()
+					release(t, g)
+				})
+			}
+			waitFor(t, time.Minute, "100 queued in the new session", func() bool {
+				return len(sortInGrantOrder(children(t, conn, root, obj))) == n+1
+			})
+			chk.leave()
+			release(t, g)
+			wg.Wait()
+			if chk.overlaps != 0 || chk.badToken != 0 || chk.grants != n+1 {
+				t.Errorf("overlaps %d, tokens not increasing %d, grants %d of %d", chk.overlaps, chk.badToken, chk.grants, n+1)
+			}
+			if s := e.CreateSlots(); s != 0 {
+				t.Errorf("%d create slots taken in the new session after every create was answered", s)
 			}
 		})
 	}
