@@ -392,7 +392,10 @@ func fillSlots(t *testing.T, e *lock.Engine, hold *createHold, conn *zk.Conn, ro
 // A wait that ends while the waiter waits for a create slot (every slot
 // taken by creates in flight) is an InstanceLockError caused by the
 // deadline, after its whole wait, and sends nothing: no node of its own,
-// not even once the slots free up. Foreground, background, try-once.
+// not even once the slots free up. Foreground, background, try-once. Its
+// position is not "1 = next in line" with 64 waiters queued ahead (it said
+// so before the fix: a waiter whose node was not among those inspected,
+// none or past the first 16, reported 1).
 func TestReviewBurstWaitEndsOnSlot(t *testing.T) {
 	for _, proto := range burstProtos {
 		t.Run(proto.name, func(t *testing.T) {
@@ -404,7 +407,7 @@ func TestReviewBurstWaitEndsOnSlot(t *testing.T) {
 			gate := acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{})
 			var chk overlapChecker
 			chk.enter(gate.Token())
-			queued := fillSlots(t, e, hold, conn, root, obj, lock.Background, lock.AcquireOptions{Wait: 2 * time.Minute}, func(g *lock.Grant) {
+			queued := fillSlots(t, e, hold, conn, root, obj, lock.Foreground, lock.AcquireOptions{Wait: 2 * time.Minute}, func(g *lock.Grant) {
 				chk.enter(g.Token())
 				chk.leave()
 				release(t, g)
@@ -431,6 +434,10 @@ func TestReviewBurstWaitEndsOnSlot(t *testing.T) {
 						t.Errorf("%s: %v; want the deadline as its cause", c.name, err)
 					case ile.Waited < wait:
 						t.Errorf("%s: waited %v of its %v", c.name, ile.Waited, wait)
+					case ile.Position > 0 && ile.Position <= 64:
+						// 64 foreground waiters queued ahead of it, and it never queued:
+						// not "next in line" (1), nor any place among them
+						t.Errorf("%s: position %d with 64 waiters queued ahead; want 0 (unknown) or past them: %v", c.name, ile.Position, err)
 					default:
 						t.Logf("%s: %v", c.name, err)
 					}
