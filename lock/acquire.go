@@ -143,7 +143,7 @@ func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool
 	var res []zk.MultiResponse
 	var err error
 	for range 2 {
-		res, err = zcall(ctx, func() ([]zk.MultiResponse, error) { return r.s.conn.Multi(ops...) },
+		res, err = bounded(ctx, r.s, func() ([]zk.MultiResponse, error) { return r.s.conn.Multi(ops...) },
 			func(res []zk.MultiResponse, err error) {
 				switch {
 				case err == nil: // granted after we gave up: undo

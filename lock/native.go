@@ -352,7 +352,7 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 		&zk.CheckVersionRequest{Path: sentinelMark(n.objPath), Version: -1},
 	}
 	n.created = true
-	res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return n.s.conn.Multi(ops...) },
+	res, err := bounded(ctx, n.s, func() ([]zk.MultiResponse, error) { return n.s.conn.Multi(ops...) },
 		func(_ []zk.MultiResponse, err error) {
 			if err == nil || isConnErr(err) {
 				n.s.addCleanup(cleanup{kind: cleanNative, objPath: n.objPath, reqID: n.reqID})

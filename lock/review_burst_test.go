@@ -739,8 +739,9 @@ func TestReviewBurstSessionLostWithCreatesInFlight(t *testing.T) {
 // takes the fast path: one multi creating the waiter's child, and
 // privateLock or its name, at once) queues those creates at ZooKeeper like
 // a burst on one object: the session sends at most 64 at a time (before
-// the fix, 543-600 of 600 in flight, plugin and native: the fast path's
-// multi went around the bound). Every acquire is granted.
+// the fix, 490-600 of 600 in flight, plugin and native: the fast path's
+// multi went around the bound; and the plugin's container object nodes,
+// reaped once empty, are created again first). Every acquire is granted.
 func TestReviewBurstDistinctObjectsBounded(t *testing.T) {
 	for _, proto := range burstProtos {
 		t.Run(proto.name, func(t *testing.T) {
