@@ -143,7 +143,7 @@ func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool
 	var res []zk.MultiResponse
 	var err error
 	for range 2 {
-		res, err = zcall(ctx, func() ([]zk.MultiResponse, error) { return r.s.conn.Multi(ops...) },
+		res, err = bounded(ctx, r.s, func() ([]zk.MultiResponse, error) { return r.s.conn.Multi(ops...) },
 			func(res []zk.MultiResponse, err error) {
 				switch {
 				case err == nil: // granted after we gave up: undo
@@ -754,9 +754,15 @@ func (r *request) fail(ctx context.Context, cause error) error {
 		st, err := r.e.inspect(bg, r.s, r.objPath, 16)
 		if err == nil {
 			ile.Holder = st.Holder
-			ile.Position = 1
+			// Where our node is among the waiters read (the first 16);
+			// 0 = unknown: not among them, or never created (the wait
+			// ended on a create slot or with the create in flight), unless
+			// nobody waits at all.
+			if len(st.Waiters) == 0 {
+				ile.Position = 1
+			}
 			for i, w := range st.Waiters {
-				if w.Name == r.node {
+				if r.node != "" && w.Name == r.node {
 					ile.Position = i + 1
 				}
 			}

@@ -486,7 +486,9 @@ func (e *Engine) ensureObject(ctx context.Context, s *session, objPath string) (
 		flags = zk.FlagPersistent
 	}
 	for range 10 {
-		_, err := zcall(ctx, func() (string, error) {
+		// Within the session's create bound: a burst of arrivals on new (or
+		// reaped) objects sends one of these before each waiter's create.
+		_, err := bounded(ctx, s, func() (string, error) {
 			if flags == zk.FlagContainer {
 				return s.conn.CreateContainer(objPath, nil, zk.FlagContainer, e.acl)
 			}

@@ -352,7 +352,7 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 		&zk.CheckVersionRequest{Path: sentinelMark(n.objPath), Version: -1},
 	}
 	n.created = true
-	res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return n.s.conn.Multi(ops...) },
+	res, err := bounded(ctx, n.s, func() ([]zk.MultiResponse, error) { return n.s.conn.Multi(ops...) },
 		func(_ []zk.MultiResponse, err error) {
 			if err == nil || isConnErr(err) {
 				n.s.addCleanup(cleanup{kind: cleanNative, objPath: n.objPath, reqID: n.reqID})
@@ -394,7 +394,7 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 		// back and queue (disconnected: the slow path gives it back once
 		// connected).
 		if err := n.giveBack(ctx); err != nil {
-			if retry(err) {
+			if retry(err) || errors.Is(err, errContended) { // the slow path gives it back, again
 				n.uncertain = true
 				return nil, nil, false
 			}
@@ -639,6 +639,13 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 		}
 		if n.uncertain { // give back whatever of ours landed unseen, then queue afresh
 			if err := n.giveBack(ctx); err != nil {
+				if errors.Is(err, errContended) {
+					// Every guarded multi lost to the holders' writes (grants
+					// handed on meanwhile): again, within the wait. Once the
+					// line reaches a child of ours, our name is the one the
+					// data gets and nobody else writes it.
+					continue
+				}
 				if err := again(err); err != nil {
 					return nil, n.fail(ctx, err)
 				}

@@ -83,16 +83,25 @@ const maxCreatesInFlight = 64
 // orphan). A create that zcall never started, because ctx ended first,
 // gives its slot back at once and is never sent.
 func (s *session) create(ctx context.Context, f func() (string, error), orphan func(string, error)) (string, error) {
+	return bounded(ctx, s, f, orphan)
+}
+
+// bounded is create for any request that creates a waiter's node: also
+// the fast paths' multis (child and grant at once) and the object node's
+// create, which a burst of arrivals on distinct objects sends as many at a
+// time as a burst on one object sends creates.
+func bounded[T any](ctx context.Context, s *session, f func() (T, error), orphan func(T, error)) (T, error) {
+	var zero T
 	select {
 	case s.creates <- struct{}{}:
 	case <-ctx.Done():
-		return "", ctx.Err()
+		return zero, ctx.Err()
 	}
 	done := func() { <-s.creates }
 	var claim atomic.Int32 // 1: f sends the create; 2: the caller gave up before it started
-	p, err := zcall(ctx, func() (string, error) {
+	p, err := zcall(ctx, func() (T, error) {
 		if !claim.CompareAndSwap(0, 1) {
-			return "", errCreateNotSent
+			return zero, errCreateNotSent
 		}
 		defer done()
 		return f()
