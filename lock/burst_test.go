@@ -32,18 +32,7 @@ type createsInFlight struct {
 
 func (c *createsConn) Write(p []byte) (int, error) {
 	c.m.mu.Lock()
-	c.wbuf = append(c.wbuf, p...)
-	for len(c.wbuf) >= 4 {
-		n := int(binary.BigEndian.Uint32(c.wbuf))
-		if len(c.wbuf) < 4+n {
-			break
-		}
-		f := c.wbuf[4 : 4+n]
-		c.wbuf = c.wbuf[4+n:]
-		if !c.wfirst {
-			c.wfirst = true
-			continue
-		}
+	zkFrames(&c.wbuf, &c.wfirst, p, func(f []byte) {
 		if len(f) >= 8 {
 			switch op := int32(binary.BigEndian.Uint32(f[4:])); op {
 			case 1, 15, 19, 21: // create, create2, createContainer, createTTL
@@ -52,26 +41,35 @@ func (c *createsConn) Write(p []byte) (int, error) {
 				c.m.peak = max(c.m.peak, c.m.now)
 			}
 		}
-	}
+	})
 	c.m.mu.Unlock()
 	return c.Conn.Write(p)
+}
+
+// zkFrames appends p to *buf and calls each with every whole
+// length-prefixed ZooKeeper frame in it (without its length), skipping the
+// connection's first (the connect request or answer: no xid).
+func zkFrames(buf *[]byte, first *bool, p []byte, each func(f []byte)) {
+	*buf = append(*buf, p...)
+	for len(*buf) >= 4 {
+		n := int(binary.BigEndian.Uint32(*buf))
+		if len(*buf) < 4+n {
+			break
+		}
+		f := (*buf)[4 : 4+n]
+		*buf = (*buf)[4+n:]
+		if !*first {
+			*first = true
+			continue
+		}
+		each(f)
+	}
 }
 
 func (c *createsConn) Read(p []byte) (int, error) {
 	k, err := c.Conn.Read(p)
 	c.m.mu.Lock()
-	c.rbuf = append(c.rbuf, p[:k]...)
-	for len(c.rbuf) >= 4 {
-		n := int(binary.BigEndian.Uint32(c.rbuf))
-		if len(c.rbuf) < 4+n {
-			break
-		}
-		f := c.rbuf[4 : 4+n]
-		c.rbuf = c.rbuf[4+n:]
-		if !c.rfirst {
-			c.rfirst = true
-			continue
-		}
+	zkFrames(&c.rbuf, &c.rfirst, p[:k], func(f []byte) {
 		if len(f) >= 4 {
 			xid := int32(binary.BigEndian.Uint32(f))
 			if c.m.creates[xid] {
@@ -79,7 +77,7 @@ func (c *createsConn) Read(p []byte) (int, error) {
 				c.m.now--
 			}
 		}
-	}
+	})
 	c.m.mu.Unlock()
 	return k, err
 }

@@ -121,18 +121,7 @@ type holdConn struct {
 
 func (c *holdConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
-	c.wbuf = append(c.wbuf, p...)
-	for len(c.wbuf) >= 4 {
-		n := int(binary.BigEndian.Uint32(c.wbuf))
-		if len(c.wbuf) < 4+n {
-			break
-		}
-		f := c.wbuf[4 : 4+n]
-		c.wbuf = c.wbuf[4+n:]
-		if !c.wfirst {
-			c.wfirst = true
-			continue
-		}
+	zkFrames(&c.wbuf, &c.wfirst, p, func(f []byte) {
 		if len(f) >= 8 {
 			switch int32(binary.BigEndian.Uint32(f[4:])) {
 			case 1, 15, 19, 21:
@@ -143,7 +132,7 @@ func (c *holdConn) Write(p []byte) (int, error) {
 				c.h.notePeak(len(c.creates), len(c.creates)+len(c.multis))
 			}
 		}
-	}
+	})
 	c.mu.Unlock()
 	return c.Conn.Write(p)
 }
