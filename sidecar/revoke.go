@@ -114,7 +114,13 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) error {
 		"holder_info", n.Info, "reason", reason, "caller", caller)
 	out := api.RevokeResponse{Object: obj, Token: n.Token, Reason: reason, Holder: holderOf(n)}
 	if l := s.leases.byToken(obj, n.Token); l != nil {
-		told, _ := s.leases.revoke(l, sig)
+		told, ok := s.leases.revoke(l, sig)
+		if !ok {
+			// Ended first by the same signal seen through the holder's
+			// watch (preempt.go), which can beat this answer: it was told
+			// the same validity and frees the grant after it.
+			told = s.leases.revokedUntil(l)
+		}
 		out.Local = true
 		if !told.IsZero() {
 			t := api.NewTime(told)
@@ -215,6 +221,15 @@ func (t *leaseTable) waitRevoked() {
 
 // unrevoke drops l from revoked once its grant is freed (or needs no
 // freeing).
+// revokedUntil is the instant after which a revoked lease's grant is
+// freed (the last validity told to its holder), while it is not freed yet;
+// zero otherwise.
+func (t *leaseTable) revokedUntil(l *lease) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.revoked[l]
+}
+
 func (t *leaseTable) unrevoke(l *lease) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
