@@ -482,7 +482,7 @@ func retry(err error) bool { return isConnErr(err) || notSent(err) }
 
 func (r *request) createChild(ctx context.Context) error {
 	for range 10 {
-		p, err := r.s.create(ctx, func() (string, error) {
+		p, err := bounded(ctx, r.s, func() (string, error) {
 			return r.s.conn.Create(r.objPath+"/"+r.prefix+"-", r.data, zk.FlagEphemeralSequential, r.e.acl)
 		}, func(p string, err error) {
 			if err == nil {

@@ -588,7 +588,7 @@ func (n *nreq) target(v *nativeView) string {
 
 func (n *nreq) createChild(ctx context.Context) error {
 	for range 10 {
-		p, err := n.s.create(ctx, func() (string, error) {
+		p, err := bounded(ctx, n.s, func() (string, error) {
 			return n.s.conn.Create(n.objPath+"/"+n.e.nativePrefix(n.typ, n.shared, n.reqID), n.data, zk.FlagEphemeralSequential, n.e.acl)
 		}, func(p string, err error) {
 			if err == nil || isConnErr(err) {

@@ -60,7 +60,7 @@ type session struct {
 	doubtMu sync.Mutex
 	doubts  []doubtfulDelete // audit deletes whose reply was lost (audit.go)
 
-	creates chan struct{} // a waiter's create holds a slot until answered (create)
+	creates chan struct{} // a waiter's create holds a slot until answered (bounded)
 }
 
 // maxCreatesInFlight bounds the waiters' creates a session has sent and not
@@ -76,20 +76,15 @@ type session struct {
 // about a millisecond.
 const maxCreatesInFlight = 64
 
-// create runs f, a create of a waiter's node, within the session's bound:
-// it waits for a slot (or for ctx to end: nothing is sent then), and the
-// slot is given back once the create is answered, whatever the answer and
-// also when the caller stopped waiting for it (zcall hands the answer to
-// orphan). A create that zcall never started, because ctx ended first,
-// gives its slot back at once and is never sent.
-func (s *session) create(ctx context.Context, f func() (string, error), orphan func(string, error)) (string, error) {
-	return bounded(ctx, s, f, orphan)
-}
-
-// bounded is create for any request that creates a waiter's node: also
-// the fast paths' multis (child and grant at once) and the object node's
-// create, which a burst of arrivals on distinct objects sends as many at a
-// time as a burst on one object sends creates.
+// bounded runs f, a request that creates a waiter's node (its create, the
+// fast paths' multis that create child and grant at once, the object
+// node's create: a burst on distinct objects sends as many of these as a
+// burst on one object sends creates), within the session's bound. It waits
+// for a slot (or for ctx to end: nothing is sent then), and the slot is
+// given back once f is answered, whatever the answer and also when the
+// caller stopped waiting for it (zcall hands the answer to orphan). An f
+// that zcall never started, because ctx ended first, gives its slot back at
+// once and is never sent.
 func bounded[T any](ctx context.Context, s *session, f func() (T, error), orphan func(T, error)) (T, error) {
 	var zero T
 	select {
