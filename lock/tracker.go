@@ -3,10 +3,11 @@ package lock
 import (
 	"bufio"
 	"encoding/binary"
-	"github.com/batonhq/baton/internal/rawio"
 	"net"
 	"sync"
 	"time"
+
+	"github.com/batonhq/baton/internal/rawio"
 )
 
 // frameParser follows ZooKeeper's length-prefixed frames in one direction of

@@ -2,7 +2,6 @@ package sidecar
 
 import (
 	"fmt"
-	"github.com/batonhq/baton/internal/rawio"
 	"io"
 	"log/slog"
 	"net"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/internal/rawio"
 	"github.com/batonhq/baton/props"
 )
 
