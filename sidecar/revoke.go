@@ -114,13 +114,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) error {
 		"holder_info", n.Info, "reason", reason, "caller", caller)
 	out := api.RevokeResponse{Object: obj, Token: n.Token, Reason: reason, Holder: holderOf(n)}
 	if l := s.leases.byToken(obj, n.Token); l != nil {
-		told, ok := s.leases.revoke(l, sig)
-		if !ok {
-			// Ended first by the same signal seen through the holder's
-			// watch (preempt.go), which can beat this answer: it was told
-			// the same validity and frees the grant after it.
-			told = s.leases.revokedUntil(l)
-		}
+		told, _ := s.leases.revoke(l, sig)
 		out.Local = true
 		if !told.IsZero() {
 			t := api.NewTime(told)
@@ -134,7 +128,8 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) error {
 // revokeLease ends l as lost ("revoked: …"): the holder is told at once
 // (long-polls return, renewals answer 410) and the grant is released after
 // the last valid_until told to it, which no renewal moves any more. It
-// returns that instant, and false if l had already ended.
+// returns that instant, and false if l had already ended (with the instant
+// if a revocation ended it and its grant is not freed yet).
 func (t *leaseTable) revoke(l *lease, sig lock.Signal) (time.Time, bool) {
 	// An op delivery's lease (re-entered by the app, or not) is taken too:
 	// its holders are told at once; the dispatcher cancels the delivery on
@@ -143,7 +138,13 @@ func (t *leaseTable) revoke(l *lease, sig lock.Signal) (time.Time, bool) {
 	msg := fmt.Sprintf("revoked by an operator (%s, through sidecar %s)", sig.Who, sig.From)
 	told, ok := t.take(l, reason, msg)
 	if !ok {
-		return time.Time{}, false
+		// Already ended: by this same revocation seen the other way (the
+		// signal through the holder's watch, preempt.go, can beat the
+		// revoke request's own answer), its grant freed after told.
+		t.mu.Lock()
+		told = t.revoked[l]
+		t.mu.Unlock()
+		return told, false
 	}
 	t.revokes.WithLabelValues("applied").Inc()
 	t.log.Warn("audit: lease revoked; its holder is told, the lock is freed after the validity told to it",
@@ -221,15 +222,6 @@ func (t *leaseTable) waitRevoked() {
 
 // unrevoke drops l from revoked once its grant is freed (or needs no
 // freeing).
-// revokedUntil is the instant after which a revoked lease's grant is
-// freed (the last validity told to its holder), while it is not freed yet;
-// zero otherwise.
-func (t *leaseTable) revokedUntil(l *lease) time.Time {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.revoked[l]
-}
-
 func (t *leaseTable) unrevoke(l *lease) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
