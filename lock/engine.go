@@ -54,8 +54,11 @@ type Engine struct {
 	waiting atomic.Int64
 	held    atomic.Int64
 	lists   atomic.Int64 // getChildren requests of the acquire path (listShared), for tests
-	watch   watchSet     // watched objects (watch.go)
-	delays  atomic.Int64 // vanished holders waited out (lock-delay)
+	// relLists: listings a native release sent itself, not knowing whom
+	// to hand over to (endNative), for tests
+	relLists atomic.Int64
+	watch    watchSet     // watched objects (watch.go)
+	delays   atomic.Int64 // vanished holders waited out (lock-delay)
 	// handoffs: the native protocol's local waiters by request id (see
 	// nativeHandoff); local counts the grants handed over in process.
 	handoffs sync.Map

@@ -45,3 +45,15 @@ func SetHandoffHook(f func(stage string)) func() {
 	handoffHook.Store(&f)
 	return func() { handoffHook.Store(nil) }
 }
+
+// ReleaseListings counts the listings native releases sent themselves,
+// not knowing whom to hand over to (learnBeforeRelease).
+func (e *Engine) ReleaseListings() int64 { return e.relLists.Load() }
+
+// LearnListed reports whether a native grant that follows arrivals
+// (learnNative) has had a listing answered and watches the object.
+func (g *Grant) LearnListed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.native != nil && g.native.learnEv != nil
+}

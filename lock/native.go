@@ -1053,8 +1053,13 @@ type nativeGrant struct {
 	next    []string // whom to hand the lock to, in order (names)
 	// learning: learnNative follows arrivals (the grant was contended and
 	// came with nobody known to hand over to); a release that still knows
-	// of nobody then lists before it writes.
-	learning bool
+	// of nobody then lists before it writes, unless learnNative's listing
+	// is in flight (learnList: closed when it is answered and known) or
+	// nothing changed under the object since its last listing (learnEv:
+	// that listing's children watch, not fired).
+	learning  bool
+	learnList chan struct{}
+	learnEv   <-chan zk.Event
 }
 
 // learn puts node, a waiter of this engine first in line behind this
@@ -1075,15 +1080,8 @@ func (g *Grant) learn(node string) {
 // of it, so it is watching us); otherwise it leaves the object free and
 // the waiter watching us takes it.
 func (g *Grant) endNative(ctx context.Context, mark bool) error {
-	g.mu.Lock()
-	unknown := g.native.learning && len(g.native.next) == 0
-	g.mu.Unlock()
-	if unknown && mark { // arrivals may not have been seen yet: one read beats the successor's three
-		if kids, err := g.s.children(ctx, g.objPath); err == nil {
-			if ks, err := g.e.nativeOrder(g.objPath, kids); err == nil {
-				g.knowQueue(ks)
-			}
-		}
+	if mark {
+		g.learnBeforeRelease(ctx)
 	}
 	for range 10 {
 		g.mu.Lock()
@@ -1552,10 +1550,58 @@ func (g *Grant) knowQueue(ks []nchild) (fgFirst bool) {
 	return ok && c.fg
 }
 
+// learnBeforeRelease makes sure a releasing grant that follows arrivals
+// (learnNative) and knows of nobody to hand over to has seen the object's
+// latest arrivals: it waits for learnNative's listing in flight rather
+// than sending its own behind it (a waiter that arrived just before the
+// release: its arrival fired the watch, and that listing names it), and
+// lists only when the watch fired since the last listing answered. With
+// nothing changed since that listing there is nobody new to name.
+//
+// None of this is needed for safety: a successor named is checked in the
+// release multi, and one arriving unseen finds the object free and takes
+// it (two writes instead of one).
+func (g *Grant) learnBeforeRelease(ctx context.Context) {
+	for range 2 {
+		g.mu.Lock()
+		unknown := g.native.learning && len(g.native.next) == 0
+		list, ev := g.native.learnList, g.native.learnEv
+		g.mu.Unlock()
+		if !unknown {
+			return
+		}
+		if list != nil { // answered soon, sent after any arrival we could know of
+			select {
+			case <-list:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		if ev != nil {
+			select {
+			case <-ev: // fired (or the session's watches ended): list
+			default:
+				return
+			}
+		}
+		g.e.relLists.Add(1)
+		if kids, err := g.s.children(ctx, g.objPath); err == nil {
+			if ks, err := g.e.nativeOrder(g.objPath, kids); err == nil {
+				g.knowQueue(ks)
+			}
+		}
+		return
+	}
+}
+
 // learnNative keeps the waiters a holder may hand over to up to date while
 // it holds: a children watch on the object, re-listed when it fires (an
-// arrival), until the grant ends or its release begins.
+// arrival), until the grant ends or its release begins. The first arrival
+// after the grant is listed at once; later ones at most once per
+// nativeLearnPause (bursts).
 func (g *Grant) learnNative() {
+	var relisted time.Time // when the last listing after a change was sent
 	for {
 		select {
 		case <-g.ctx.Done():
@@ -1567,16 +1613,27 @@ func (g *Grant) learnNative() {
 		if g.isReleasing() {
 			return
 		}
-		listed := time.Now()
+		done := make(chan struct{})
+		g.mu.Lock()
+		g.native.learnList, g.native.learnEv = done, nil
+		g.mu.Unlock()
 		kids, _, ev, err := g.s.conn.ChildrenW(g.objPath)
+		var ks []nchild
+		if err == nil {
+			ks, err = g.e.nativeOrder(g.objPath, kids)
+		}
+		fgFirst := err == nil && g.knowQueue(ks)
+		g.mu.Lock()
+		g.native.learnList = nil
+		if err == nil {
+			g.native.learnEv = ev
+		}
+		g.mu.Unlock()
+		close(done)
 		if err != nil {
 			return
 		}
-		ks, err := g.e.nativeOrder(g.objPath, kids)
-		if err != nil {
-			return
-		}
-		if g.knowQueue(ks) {
+		if fgFirst {
 			// The first waiter is foreground: every later arrival sorts
 			// behind it, so listing again would name nobody else first.
 			// (With thousands arriving, each arrival's re-listing of
@@ -1590,17 +1647,18 @@ func (g *Grant) learnNative() {
 			return
 		case <-ev:
 		}
-		// Arrivals come in bursts: at most one listing per pause, so a
-		// burst is listed once or twice, not once per arrival; a lone
-		// arrival (a ping-pong) is listed at once, before the holder's
-		// release has to list for itself.
-		if d := nativeLearnPause - time.Since(listed); d > 0 {
+		// Arrivals come in bursts: at most one listing per pause after
+		// the first, so a burst is listed a few times, not once per
+		// arrival; a lone arrival (a ping-pong) is listed at once, so
+		// that a release coming soon after it joins that listing.
+		if d := nativeLearnPause - time.Since(relisted); !relisted.IsZero() && d > 0 {
 			select {
 			case <-g.ctx.Done():
 				return
 			case <-time.After(d):
 			}
 		}
+		relisted = time.Now()
 	}
 }
 
