@@ -1,5 +1,7 @@
 package lock
 
+import "time"
+
 // SetSeqLimits lowers the sequence-wrap thresholds for a test and returns
 // a function restoring them.
 func SetSeqLimits(drain, refuse int64) func() {
@@ -50,10 +52,10 @@ func SetHandoffHook(f func(stage string)) func() {
 // not knowing whom to hand over to (learnBeforeRelease).
 func (e *Engine) ReleaseListings() int64 { return e.relLists.Load() }
 
-// LearnListed reports whether a native grant that follows arrivals
-// (learnNative) has had a listing answered and watches the object.
-func (g *Grant) LearnListed() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.native != nil && g.native.learnEv != nil
+// SetLearnPause sets the pause between a native holder's listings of
+// arrivals (learnNative) and returns a function restoring it.
+func SetLearnPause(d time.Duration) func() {
+	old := nativeLearnPause
+	nativeLearnPause = d
+	return func() { nativeLearnPause = old }
 }

@@ -1053,13 +1053,10 @@ type nativeGrant struct {
 	next    []string // whom to hand the lock to, in order (names)
 	// learning: learnNative follows arrivals (the grant was contended and
 	// came with nobody known to hand over to); a release that still knows
-	// of nobody then lists before it writes, unless learnNative's listing
-	// is in flight (learnList: closed when it is answered and known) or
-	// nothing changed under the object since its last listing (learnEv:
-	// that listing's children watch, not fired).
+	// of nobody then lists before it writes, after learnNative's listing
+	// in flight if there is one (learnList: closed when it is answered).
 	learning  bool
 	learnList chan struct{}
-	learnEv   <-chan zk.Event
 }
 
 // learn puts node, a waiter of this engine first in line behind this
@@ -1526,8 +1523,8 @@ func (e *Engine) handOver(s *session, d nativeData, st *zk.Stat, named []string)
 }
 
 // nativeLearnPause spaces a holder's listings while it learns arrivals
-// behind it (learnNative).
-const nativeLearnPause = 5 * time.Millisecond
+// behind it (learnNative). A variable for tests.
+var nativeLearnPause = 5 * time.Millisecond
 
 // knowQueue records, from a listing, the waiters the grant may hand
 // over to: every child but the holders named in the data it last saw. It
@@ -1551,47 +1548,43 @@ func (g *Grant) knowQueue(ks []nchild) (fgFirst bool) {
 }
 
 // learnBeforeRelease makes sure a releasing grant that follows arrivals
-// (learnNative) and knows of nobody to hand over to has seen the object's
-// latest arrivals: it waits for learnNative's listing in flight rather
-// than sending its own behind it (a waiter that arrived just before the
-// release: its arrival fired the watch, and that listing names it), and
-// lists only when the watch fired since the last listing answered. With
-// nothing changed since that listing there is nobody new to name.
+// (learnNative) and knows of nobody to hand over to has seen the arrivals
+// its caller could know of: it waits for learnNative's listing in flight
+// rather than sending its own behind it (a waiter that arrived just before
+// the release fired the holder's watch, and that listing names it), and
+// lists only when it still knows of nobody. (Skipping the listing when the
+// watch has not fired is wrong: the event can still be in the socket, or
+// its goroutine not yet run, when the release starts.)
 //
 // None of this is needed for safety: a successor named is checked in the
 // release multi, and one arriving unseen finds the object free and takes
 // it (two writes instead of one).
 func (g *Grant) learnBeforeRelease(ctx context.Context) {
-	for range 2 {
+	g.mu.Lock()
+	unknown := g.native.learning && len(g.native.next) == 0
+	list := g.native.learnList
+	g.mu.Unlock()
+	if !unknown {
+		return
+	}
+	if list != nil {
+		select {
+		case <-list:
+		case <-ctx.Done():
+			return
+		}
 		g.mu.Lock()
-		unknown := g.native.learning && len(g.native.next) == 0
-		list, ev := g.native.learnList, g.native.learnEv
+		unknown = len(g.native.next) == 0
 		g.mu.Unlock()
 		if !unknown {
 			return
 		}
-		if list != nil { // answered soon, sent after any arrival we could know of
-			select {
-			case <-list:
-				continue
-			case <-ctx.Done():
-				return
-			}
+	}
+	g.e.relLists.Add(1)
+	if kids, err := g.s.children(ctx, g.objPath); err == nil {
+		if ks, err := g.e.nativeOrder(g.objPath, kids); err == nil {
+			g.knowQueue(ks)
 		}
-		if ev != nil {
-			select {
-			case <-ev: // fired (or the session's watches ended): list
-			default:
-				return
-			}
-		}
-		g.e.relLists.Add(1)
-		if kids, err := g.s.children(ctx, g.objPath); err == nil {
-			if ks, err := g.e.nativeOrder(g.objPath, kids); err == nil {
-				g.knowQueue(ks)
-			}
-		}
-		return
 	}
 }
 
@@ -1615,7 +1608,7 @@ func (g *Grant) learnNative() {
 		}
 		done := make(chan struct{})
 		g.mu.Lock()
-		g.native.learnList, g.native.learnEv = done, nil
+		g.native.learnList = done
 		g.mu.Unlock()
 		kids, _, ev, err := g.s.conn.ChildrenW(g.objPath)
 		var ks []nchild
@@ -1625,9 +1618,6 @@ func (g *Grant) learnNative() {
 		fgFirst := err == nil && g.knowQueue(ks)
 		g.mu.Lock()
 		g.native.learnList = nil
-		if err == nil {
-			g.native.learnEv = ev
-		}
 		g.mu.Unlock()
 		close(done)
 		if err != nil {
