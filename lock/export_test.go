@@ -59,3 +59,11 @@ func SetLearnPause(d time.Duration) func() {
 	nativeLearnPause = d
 	return func() { nativeLearnPause = old }
 }
+
+// FollowsQueue reports whether a native grant knows whom it may hand over
+// to or follows arrivals to learn it (a contended grant must do one).
+func (g *Grant) FollowsQueue() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.native != nil && (g.native.learning || len(g.native.next) > 0)
+}

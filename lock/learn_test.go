@@ -16,7 +16,9 @@ import (
 // holder lists it at once (the pause between listings, for bursts, is set
 // to a minute here and must not delay the first arrival), so its release
 // knows the waiter or joins that listing instead of sending its own
-// behind it.
+// behind it. Each grant was contended, so each follows the queue behind
+// it, including one taken after the holder's node went while the waiter
+// was still queueing (W4 releases that soon).
 func TestNativeReleaseJoinsHolderListing(t *testing.T) {
 	defer lock.SetLearnPause(time.Minute)()
 	set := func(o *lock.Options) { o.Protocol = lock.Native; o.HolderWatchDelay = time.Minute }
@@ -28,6 +30,7 @@ func TestNativeReleaseJoinsHolderListing(t *testing.T) {
 	held := acquire(t, es[0], "pp", lock.Foreground, lock.AcquireOptions{})
 	chk.enter(held.Token())
 	l0 := es[0].ReleaseListings() + es[1].ReleaseListings()
+	lone := 0 // grants that neither know nor follow the queue behind them
 	for i := range rounds {
 		ch := make(chan *lock.Grant, 1)
 		go func() {
@@ -45,6 +48,9 @@ func TestNativeReleaseJoinsHolderListing(t *testing.T) {
 			t.FailNow()
 		}
 		chk.enter(held.Token())
+		if !held.FollowsQueue() {
+			lone++
+		}
 	}
 	chk.leave()
 	release(t, held)
@@ -52,6 +58,11 @@ func TestNativeReleaseJoinsHolderListing(t *testing.T) {
 	t.Logf("%d handoffs across sessions: %d releases listed the object themselves", rounds, n)
 	if chk.overlaps != 0 || chk.badToken != 0 {
 		t.Errorf("overlaps=%d non-increasing tokens=%d", chk.overlaps, chk.badToken)
+	}
+	// Every grant here queued behind the other's: contended, even when the
+	// holder's node was gone before the waiter's watch was set.
+	if lone != 0 {
+		t.Errorf("%d of %d contended grants neither knew nor followed the queue behind them (their releases name nobody: two writes per handoff)", lone, rounds)
 	}
 	if n > rounds/10 {
 		t.Errorf("%d of %d releases listed the object themselves", n, rounds)

@@ -265,7 +265,7 @@ type nreq struct {
 	shared  bool
 	view    *nativeView // the latest read, if fresh
 	created bool        // a child of this request was created (or may have been)
-	waited  bool        // it waited for a watch: the object is contended
+	waited  bool        // it queued behind another request: the object is contended
 }
 
 func (e *Engine) acquireNative(ctx context.Context, r *request, shared bool) (*Grant, error) {
@@ -736,6 +736,11 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 		if n.tryOnce {
 			return nil, n.fail(ctx, ErrNotFirst)
 		}
+		// Someone is ahead of us: contended, whether or not their node
+		// is still there when our watch is set (a release landing while
+		// we queue leaves us to take the lock alone, and that grant must
+		// still follow arrivals, or every later handoff takes two writes).
+		n.waited = true
 		t := n.target(v)
 		if t == "" {
 			continue
