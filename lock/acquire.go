@@ -748,17 +748,18 @@ func (r *request) fail(ctx context.Context, cause error) error {
 	if errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, context.Canceled) || errors.Is(cause, ErrNotFirst) {
 		ile = &InstanceLockError{Object: r.object, Type: r.typ, Waited: waited, Err: cause}
 	}
-	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), errorInspect)
 	defer cancel()
 	if ile != nil && r.s.connected() {
-		st, err := r.e.inspect(bg, r.s, r.objPath, 16)
+		st, shared, err := r.e.inspectForError(bg, r.s, r.objPath)
 		if err == nil {
 			ile.Holder = st.Holder
 			// Where our node is among the waiters read (the first 16);
 			// 0 = unknown: not among them, or never created (the wait
 			// ended on a create slot or with the create in flight), unless
-			// nobody waits at all.
-			if len(st.Waiters) == 0 {
+			// nobody waits at all in a view read for us alone (a shared
+			// one may predate our node).
+			if len(st.Waiters) == 0 && !shared {
 				ile.Position = 1
 			}
 			for i, w := range st.Waiters {

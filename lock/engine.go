@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"golang.org/x/sync/singleflight"
 )
 
 // MaxInfoBytes bounds the caller-supplied info stored in every node.
@@ -54,6 +55,10 @@ type Engine struct {
 	waiting atomic.Int64
 	held    atomic.Int64
 	lists   atomic.Int64 // getChildren requests of the acquire path (listShared), for tests
+	// inspects: the reads of an object's holder and first waiters for a
+	// failed wait's error, shared by the waits failing on it meanwhile
+	// (inspectForError), by object path
+	inspects singleflight.Group
 	// relLists: listings a native release sent itself, not knowing whom
 	// to hand over to (endNative), for tests
 	relLists atomic.Int64

@@ -38,6 +38,34 @@ func (e *Engine) Inspect(ctx context.Context, object string) (*Status, error) {
 	return st, nil
 }
 
+// errorInspect bounds the read of an object for a failed wait's error.
+const errorInspect = 2 * time.Second
+
+// inspectForError reads the object's holder and first 16 waiters for a
+// failed wait's InstanceLockError, one read shared by every wait of this
+// engine failing on the object while it is in flight: a burst of waits
+// timing out together (thousands queued with one wait_ms) would otherwise
+// send a listing of the whole queue each, and the session's requests,
+// its keepers' included, would queue behind them. shared reports that
+// the view was another wait's too: it may have been read before our
+// node was created.
+func (e *Engine) inspectForError(ctx context.Context, s *session, objPath string) (st *Status, shared bool, err error) {
+	ch := e.inspects.DoChan(objPath, func() (any, error) {
+		ictx, cancel := context.WithTimeout(e.ctx, errorInspect)
+		defer cancel()
+		return e.inspect(ictx, s, objPath, 16)
+	})
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return nil, r.Shared, r.Err
+		}
+		return r.Val.(*Status), r.Shared, nil
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
+	}
+}
+
 type nodeRead struct {
 	data []byte
 	stat *zk.Stat
