@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -1593,6 +1594,10 @@ func (g *Grant) learnBeforeRelease(ctx context.Context) {
 	}
 }
 
+// learnListHook, when set (tests only), runs in learnNative with its
+// listing in flight (learnList set), just before the listing is sent.
+var learnListHook atomic.Pointer[func()]
+
 // learnNative keeps the waiters a holder may hand over to up to date while
 // it holds: a children watch on the object, re-listed when it fires (an
 // arrival), until the grant ends or its release begins. The first arrival
@@ -1615,6 +1620,10 @@ func (g *Grant) learnNative() {
 		g.mu.Lock()
 		g.native.learnList = done
 		g.mu.Unlock()
+		g.e.learnLists.Add(1)
+		if f := learnListHook.Load(); f != nil {
+			(*f)()
+		}
 		kids, _, ev, err := g.s.conn.ChildrenW(g.objPath)
 		var ks []nchild
 		if err == nil {
