@@ -593,3 +593,50 @@ func TestReviewLearnW2Listings(t *testing.T) {
 		t.Errorf("%d listings for %d grants: most grants know whom to name from the handoff", n, chk.grants)
 	}
 }
+
+// The holder's session is cut off with its listing in flight and stays cut
+// past the session timeout: the release waiting for that listing returns
+// (the listing fails), and the waiter gets the lock once the session ends.
+func TestReviewLearnSessionLostDuringJoin(t *testing.T) {
+	gate := newLearnGate(t)
+	root := testRoot(t, zkServer)
+	p := testenv.ProxyT(t, zkServer.Addr(1))
+	a := newEngine(t, zkServer.Servers(), root, learnSet)
+	b := newEngine(t, []string{p.Addr()}, root, learnSet, func(o *lock.Options) { o.SessionTimeout = 2 * time.Second })
+	c := newEngine(t, zkServer.Servers(), root, learnSet)
+	conn := rawConn(t, zkServer.Servers())
+	var chk overlapChecker
+	h := learningGrant(t, a, b, "sl", conn, root)
+	chk.enter(h.Token())
+	gate.set(func() {
+		waitUntil(20*time.Second, h.Releasing)
+		p.BlackHole()
+	})
+	e0 := gate.entered.Load()
+	w := acquireAsync(t, context.Background(), c, "sl", lock.Foreground, false)
+	waitFor(t, 10*time.Second, "the holder's listing held in flight", func() bool { return gate.entered.Load() > e0 })
+	chk.leave()
+	done := make(chan error, 1)
+	go func() { done <- h.Release(context.Background()) }()
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, lock.ErrLockLost) {
+			t.Errorf("Release: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the release did not return with its session cut off")
+	}
+	gate.open()
+	g := <-w
+	if g == nil {
+		t.FailNow()
+	}
+	chk.enter(g.Token())
+	chk.leave()
+	release(t, g)
+	p.Heal()
+	p.ResetConnections()
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("overlaps=%d non-increasing tokens=%d", chk.overlaps, chk.badToken)
+	}
+}
