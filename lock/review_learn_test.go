@@ -640,3 +640,72 @@ func TestReviewLearnSessionLostDuringJoin(t *testing.T) {
 		t.Errorf("overlaps=%d non-increasing tokens=%d", chk.overlaps, chk.badToken)
 	}
 }
+
+// A shared holder that follows arrivals lists a shared request that took
+// the lock beside it since its grant (not in the data it last saw): that
+// co-holder is not a successor. Released first, the holder leaves the
+// co-holder holding and names nobody; released last, it does not name the
+// co-holder gone since. The exclusive waiter behind them is granted only
+// when both left.
+func TestReviewLearnSharedCoHolderNotSuccessor(t *testing.T) {
+	for _, order := range []string{"holder-first", "coholder-first"} {
+		t.Run(order, func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			a := newEngine(t, zkServer.Servers(), root, learnSet)
+			b := newEngine(t, zkServer.Servers(), root, learnSet)
+			c := newEngine(t, zkServer.Servers(), root, learnSet)
+			d := newEngine(t, zkServer.Servers(), root, learnSet)
+			conn := rawConn(t, zkServer.Servers())
+			var s1 *lock.Grant
+			for range 5 { // s1: shared, queued behind a's exclusive grant, follows arrivals
+				h0 := acquire(t, a, "co", lock.Foreground, lock.AcquireOptions{})
+				ch := acquireAsync(t, context.Background(), b, "co", lock.Foreground, true)
+				waitFor(t, 10*time.Second, "s1 queued", func() bool { return len(children(t, conn, root, "co")) == 3 })
+				time.Sleep(20 * time.Millisecond)
+				release(t, h0)
+				if s1 = <-ch; s1 == nil {
+					t.FailNow()
+				}
+				if s1.Learning() && len(s1.KnownNext()) == 0 {
+					break
+				}
+				release(t, s1)
+				s1 = nil
+			}
+			if s1 == nil {
+				t.Fatal("no shared grant following arrivals")
+			}
+			s2 := acquire(t, c, "co", lock.Foreground, lock.AcquireOptions{Shared: true, Wait: 10 * time.Second})
+			waitFor(t, 10*time.Second, "s1 lists its co-holder", func() bool { return len(s1.KnownNext()) == 1 })
+			x := acquireAsync(t, context.Background(), d, "co", lock.Foreground, false)
+			waitFor(t, 10*time.Second, "x queued", func() bool { return len(children(t, conn, root, "co")) == 4 })
+			first, second := s1, s2
+			if order == "coholder-first" {
+				first, second = s2, s1
+			}
+			release(t, first)
+			dt, _ := readObj(t, conn, root, "co")
+			if len(dt.H) != 1 || dt.H[0].R != second.RequestID() {
+				t.Fatalf("after the first shared holder left the data names %+v, want %s alone", dt, second.RequestID())
+			}
+			select {
+			case g := <-x:
+				t.Fatalf("exclusive granted beside a shared holder (%v)", g != nil)
+			default:
+			}
+			release(t, second)
+			g := <-x
+			if g == nil {
+				t.FailNow()
+			}
+			if g.Token() <= s2.Token() || g.Token() <= s1.Token() {
+				t.Errorf("exclusive token %d not above the shared ones %d, %d", g.Token(), s1.Token(), s2.Token())
+			}
+			dt, _ = readObj(t, conn, root, "co")
+			if len(dt.H) != 1 || dt.H[0].R != g.RequestID() {
+				t.Errorf("with x holding the data names %+v", dt)
+			}
+			release(t, g)
+		})
+	}
+}
