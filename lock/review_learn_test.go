@@ -709,3 +709,46 @@ func TestReviewLearnSharedCoHolderNotSuccessor(t *testing.T) {
 		})
 	}
 }
+
+// W4-like ping-pong across two sessions: one foreground arrival per grant.
+// Each grant follows arrivals (it queued) and lists at most twice (its own
+// listing and the arrival's: the arrival is foreground, so it stops), and
+// each handoff is one or two writes of the object's data.
+func TestReviewLearnPingPongCounts(t *testing.T) {
+	root := testRoot(t, zkServer)
+	es := []*lock.Engine{newEngine(t, zkServer.Servers(), root, learnSet), newEngine(t, zkServer.Servers(), root, learnSet)}
+	conn := rawConn(t, zkServer.Servers())
+	const rounds = 30
+	var chk overlapChecker
+	held := acquire(t, es[0], "pp", lock.Foreground, lock.AcquireOptions{})
+	chk.enter(held.Token())
+	_, st0 := readObj(t, conn, root, "pp")
+	l0 := es[0].LearnListings() + es[1].LearnListings()
+	r0 := es[0].ReleaseListings() + es[1].ReleaseListings()
+	for i := range rounds {
+		w := acquireAsync(t, context.Background(), es[(i+1)%2], "pp", lock.Foreground, false)
+		waitFor(t, 10*time.Second, "the other queued", func() bool { return len(children(t, conn, root, "pp")) == 3 })
+		chk.leave()
+		release(t, held)
+		if held = <-w; held == nil {
+			t.FailNow()
+		}
+		chk.enter(held.Token())
+	}
+	_, st1 := readObj(t, conn, root, "pp")
+	chk.leave()
+	release(t, held)
+	learn := es[0].LearnListings() + es[1].LearnListings() - l0
+	rel := es[0].ReleaseListings() + es[1].ReleaseListings() - r0
+	writes := st1.Version - st0.Version
+	t.Logf("%d handoffs: %d writes of the object's data, %d holders' listings, %d releases' listings", rounds, writes, learn, rel)
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("overlaps=%d non-increasing tokens=%d", chk.overlaps, chk.badToken)
+	}
+	if learn > 2*rounds {
+		t.Errorf("%d holders' listings for %d grants with one arrival each: more than two per grant", learn, rounds)
+	}
+	if writes < rounds || writes > 2*rounds {
+		t.Errorf("%d writes for %d handoffs", writes, rounds)
+	}
+}
