@@ -752,3 +752,40 @@ func TestReviewLearnPingPongCounts(t *testing.T) {
 		t.Errorf("%d writes for %d handoffs", writes, rounds)
 	}
 }
+
+// Ping-pong within one engine: the waiter first in line tells the holder
+// in process (Grant.learn) and the release names it. A listing of the
+// holder's answered after that must not make the release forget it: the
+// handoffs are in process and the releases list nothing themselves (at
+// most a tenth of them).
+func TestReviewLearnLocalPingPong(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root, learnSet)
+	a := newEngine(t, zkServer.Servers(), root, learnSet)
+	conn := rawConn(t, zkServer.Servers())
+	const rounds = 30
+	var chk overlapChecker
+	held := learningGrant(t, a, e, "lp", conn, root)
+	chk.enter(held.Token())
+	r0, h0 := e.ReleaseListings(), e.LocalHandoffs()
+	for range rounds {
+		w := acquireAsync(t, context.Background(), e, "lp", lock.Foreground, false)
+		waitFor(t, 10*time.Second, "the other queued", func() bool { return len(children(t, conn, root, "lp")) == 3 })
+		chk.leave()
+		release(t, held)
+		if held = <-w; held == nil {
+			t.FailNow()
+		}
+		chk.enter(held.Token())
+	}
+	chk.leave()
+	release(t, held)
+	rel, local := e.ReleaseListings()-r0, e.LocalHandoffs()-h0
+	t.Logf("%d local handoffs of %d, %d releases listed", local, rounds, rel)
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("overlaps=%d non-increasing tokens=%d", chk.overlaps, chk.badToken)
+	}
+	if rel > rounds/10 {
+		t.Errorf("%d of %d releases listed the object themselves", rel, rounds)
+	}
+}
