@@ -62,8 +62,11 @@ type Engine struct {
 	// relLists: listings a native release sent itself, not knowing whom
 	// to hand over to (endNative), for tests
 	relLists atomic.Int64
-	watch    watchSet     // watched objects (watch.go)
-	delays   atomic.Int64 // vanished holders waited out (lock-delay)
+	// learnLists: listings a native holder sent to learn arrivals behind
+	// it (learnNative), for tests
+	learnLists atomic.Int64
+	watch      watchSet     // watched objects (watch.go)
+	delays     atomic.Int64 // vanished holders waited out (lock-delay)
 	// handoffs: the native protocol's local waiters by request id (see
 	// nativeHandoff); local counts the grants handed over in process.
 	handoffs sync.Map

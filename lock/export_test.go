@@ -55,9 +55,8 @@ func (e *Engine) ReleaseListings() int64 { return e.relLists.Load() }
 // SetLearnPause sets the pause between a native holder's listings of
 // arrivals (learnNative) and returns a function restoring it.
 func SetLearnPause(d time.Duration) func() {
-	old := nativeLearnPause
-	nativeLearnPause = d
-	return func() { nativeLearnPause = old }
+	old := nativeLearnPause.Swap(int64(d))
+	return func() { nativeLearnPause.Store(old) }
 }
 
 // FollowsQueue reports whether a native grant knows whom it may hand over

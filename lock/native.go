@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -1528,8 +1529,11 @@ func (e *Engine) handOver(s *session, d nativeData, st *zk.Stat, named []string)
 }
 
 // nativeLearnPause spaces a holder's listings while it learns arrivals
-// behind it (learnNative). A variable for tests.
-var nativeLearnPause = 5 * time.Millisecond
+// behind it (learnNative), in nanoseconds. An atomic for tests: one may
+// set it while another engine's learnNative still reads it.
+var nativeLearnPause atomic.Int64
+
+func init() { nativeLearnPause.Store(int64(5 * time.Millisecond)) }
 
 // knowQueue records, from a listing, the waiters the grant may hand
 // over to: every child but the holders named in the data it last saw. It
@@ -1593,6 +1597,10 @@ func (g *Grant) learnBeforeRelease(ctx context.Context) {
 	}
 }
 
+// learnListHook, when set (tests only), runs in learnNative with its
+// listing in flight (learnList set), just before the listing is sent.
+var learnListHook atomic.Pointer[func()]
+
 // learnNative keeps the waiters a holder may hand over to up to date while
 // it holds: a children watch on the object, re-listed when it fires (an
 // arrival), until the grant ends or its release begins. The first arrival
@@ -1615,6 +1623,10 @@ func (g *Grant) learnNative() {
 		g.mu.Lock()
 		g.native.learnList = done
 		g.mu.Unlock()
+		g.e.learnLists.Add(1)
+		if f := learnListHook.Load(); f != nil {
+			(*f)()
+		}
 		kids, _, ev, err := g.s.conn.ChildrenW(g.objPath)
 		var ks []nchild
 		if err == nil {
@@ -1646,7 +1658,7 @@ func (g *Grant) learnNative() {
 		// the first, so a burst is listed a few times, not once per
 		// arrival; a lone arrival (a ping-pong) is listed at once, so
 		// that a release coming soon after it joins that listing.
-		if d := nativeLearnPause - time.Since(relisted); !relisted.IsZero() && d > 0 {
+		if d := time.Duration(nativeLearnPause.Load()) - time.Since(relisted); !relisted.IsZero() && d > 0 {
 			select {
 			case <-g.ctx.Done():
 				return
