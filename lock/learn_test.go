@@ -48,7 +48,12 @@ func TestNativeReleaseJoinsHolderListing(t *testing.T) {
 			t.FailNow()
 		}
 		chk.enter(held.Token())
-		if !held.FollowsQueue() {
+		// The first holder was uncontended and follows nothing; the
+		// first grant after it may not either (that release can land
+		// before the waiter's first read), but none after that: before
+		// the fix such a grant seeded a run of them (rounds 1–7 in one
+		// of 6 runs).
+		if i >= 1 && !held.FollowsQueue() {
 			lone++
 		}
 	}
