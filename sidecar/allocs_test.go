@@ -5,12 +5,15 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"runtime"
 	"runtime/metrics"
 	"strconv"
 	"testing"
+
+	"github.com/batonhq/baton/sidecar"
 )
 
 // rawCycler drives W1 cycles (acquire + release of an uncontended lock)
@@ -125,7 +128,8 @@ func costPerCycle(t testing.TB, s *sc, n int) cycleCost {
 // from runtime.MemStats over many cycles: the sidecar, its engine and
 // go-zookeeper's client (ZooKeeper runs in another process).
 func TestCycleAllocs(t *testing.T) {
-	s := start(t, testConfig(t, testRoot(t), "sc-allocs"))
+	// no debug lines, as in production (-v would turn them on)
+	s := start(t, testConfig(t, testRoot(t), "sc-allocs"), func(o *sidecar.Options) { o.Logger = slog.New(slog.DiscardHandler) })
 	c := costPerCycle(t, s, cyclesN)
 	t.Logf("per cycle: %.1f allocations, %.0f bytes, %.2f goroutines started", c.allocs, c.bytes, c.goroutines)
 }
