@@ -84,8 +84,9 @@ func DecodeJSON(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
+	whole := json.Valid(body) // one value and nothing after it (checkKeys keeps it so)
 	if t := reflect.TypeOf(v); t != nil && t.Kind() == reflect.Pointer {
-		checked, err := checkKeys(body, t.Elem())
+		checked, err := checkKeys(body, t.Elem(), whole)
 		if err != nil {
 			return err
 		}
@@ -95,6 +96,9 @@ func DecodeJSON(body []byte, v any) error {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
+	}
+	if whole {
+		return nil
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return BadRequest("body", "trailing data after the JSON object")

@@ -36,17 +36,24 @@ var errMalformed = errors.New("malformed")
 // such as an op's payload, types with their own UnmarshalJSON) are not
 // looked into. A body that is not well-formed JSON is returned unchanged,
 // with no error: the decoder reports it.
-func checkKeys(body []byte, t reflect.Type) ([]byte, error) {
+//
+// whole says that body is one well-formed JSON value (json.Valid), as all
+// but broken bodies are: then it is walked as it is, else its first value
+// is found first.
+func checkKeys(body []byte, t reflect.Type, whole bool) ([]byte, error) {
 	// The first JSON value, checked well-formed first (a key read by the
 	// walk is not yet known to be followed by a value); what follows it is
 	// the decoder's to refuse.
-	first := json.NewDecoder(bytes.NewReader(body))
-	var raw json.RawMessage
-	if err := first.Decode(&raw); err != nil {
-		return body, nil // the decoder says where it is broken
+	raw, start, end := body, 0, len(body)
+	if !whole {
+		first := json.NewDecoder(bytes.NewReader(body))
+		var rm json.RawMessage
+		if err := first.Decode(&rm); err != nil {
+			return body, nil // the decoder says where it is broken
+		}
+		end = int(first.InputOffset())
+		start, raw = end-len(rm), rm
 	}
-	end := int(first.InputOffset())
-	start := end - len(raw)
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	w := &keyWalker{dec: dec}
