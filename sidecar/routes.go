@@ -22,9 +22,10 @@ const inspectTimeout = 5 * time.Second
 // defaultLongPoll is the long-poll bound when timeout_ms is not given.
 const defaultLongPoll = 30 * time.Second
 
-// validObject checks the object path value.
+// validObject checks the object path value (the check EscapeObject makes,
+// without building the node name the engine builds again).
 func validObject(obj string) error {
-	if _, err := lock.EscapeObject(obj); err != nil {
+	if err := lock.ValidateObject(obj); err != nil {
 		return badRequest("object", "%v", err)
 	}
 	return nil
