@@ -90,6 +90,9 @@ func (s *Server) deleteLease(w http.ResponseWriter, r *http.Request) error {
 // queryParams rejects parameters other than the allowed ones (every
 // endpoint calls it: a parameter it ignored would look accepted).
 func queryParams(r *http.Request, allowed ...string) (url.Values, error) {
+	if r.URL.RawQuery == "" { // the usual request: nothing to parse or sort
+		return url.Values{}, nil
+	}
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		return nil, badRequest("query", "%v", err)
