@@ -123,15 +123,27 @@ func costPerCycle(t testing.TB, s *sc, n int) cycleCost {
 	return cycleCost{float64(m1.Mallocs-m0.Mallocs) / f, float64(m1.TotalAlloc-m0.TotalAlloc) / f, float64(g1-g0) / f}
 }
 
-// TestCycleAllocs reports the heap allocations of one W1 cycle (acquire +
-// release of an uncontended lock over a kept-alive connection), counted
-// from runtime.MemStats over many cycles: the sidecar, its engine and
-// go-zookeeper's client (ZooKeeper runs in another process).
+// TestCycleAllocs counts the heap allocations and goroutines started of
+// one W1 cycle (acquire + release of an uncontended lock over a kept-alive
+// connection), from runtime.MemStats and runtime/metrics over many cycles:
+// the sidecar, its engine and go-zookeeper's client (ZooKeeper runs in
+// another process). Counts do not move with the machine's speed.
 func TestCycleAllocs(t *testing.T) {
 	// no debug lines, as in production (-v would turn them on)
 	s := start(t, testConfig(t, testRoot(t), "sc-allocs"), func(o *sidecar.Options) { o.Logger = slog.New(slog.DiscardHandler) })
 	c := costPerCycle(t, s, cyclesN)
 	t.Logf("per cycle: %.1f allocations, %.0f bytes, %.2f goroutines started", c.allocs, c.bytes, c.goroutines)
+	// Regression guards, with room above what the counts were when set
+	// (issue 21 §3: 209 allocations, 240 under -race; 2.0 goroutines, net/http's
+	// background read per request). Before the cuts: 339 and 4.0 (a
+	// goroutine per ZooKeeper call).
+	const maxAllocs, maxGoroutines = 280, 3
+	if c.allocs > maxAllocs {
+		t.Errorf("%.1f allocations per cycle, want at most %d (go test -memprofile, -memprofilerate 1: what allocates)", c.allocs, maxAllocs)
+	}
+	if c.goroutines > maxGoroutines {
+		t.Errorf("%.2f goroutines started per cycle, want at most %d (lock's zcall keeps its goroutines: zworkers.go)", c.goroutines, maxGoroutines)
+	}
 }
 
 // cyclesN is TestCycleAllocs's cycle count: BATON_TEST_CYCLES, else 500
