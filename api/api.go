@@ -85,7 +85,10 @@ func (t Time) MarshalJSON() ([]byte, error) {
 	if t.IsZero() {
 		return []byte("null"), nil
 	}
-	return []byte(`"` + t.UTC().Truncate(time.Millisecond).Format(TimeFormat) + `"`), nil
+	b := make([]byte, 0, len(`"`+TimeFormat+`"`)) // one allocation: the answer
+	b = append(b, '"')
+	b = t.UTC().Truncate(time.Millisecond).AppendFormat(b, TimeFormat)
+	return append(b, '"'), nil
 }
 
 // UnmarshalJSON accepts RFC 3339 (any fraction) or null.

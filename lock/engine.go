@@ -548,10 +548,10 @@ func zcall[T any](ctx context.Context, f func() (T, error), orphan func(T, error
 		return zero, err
 	}
 	ch := make(chan result, 1)
-	go func() {
+	goCall(func() { // a goroutine of its own, kept for the next call (zworkers.go)
 		v, err := f()
 		ch <- result{v, err}
-	}()
+	})
 	select {
 	case r := <-ch:
 		return r.v, r.err

@@ -276,17 +276,46 @@ type acquisition struct {
 	r      *http.Request
 	sp     acquireSpec
 	caller peer
-	result string   // its baton_lock_acquire_seconds result
-	undo   []func() // what admission took, given back in reverse order (giveBack)
+	result string // its baton_lock_acquire_seconds result
+	// What admission (and a bound acquire) took, given back by giveBack in
+	// the reverse order (fields, not closures: no allocation per acquire).
+	waiting   bool          // counted in s.waiters
+	capsTaken int           // how many of admitCaps the caller's caps gave
+	byType    *atomic.Int64 // s.waitingFG or s.waitingBG, counted
+	cancel    func()        // ends the ctx admit returned
+	stopDrain func() bool   // stops the drain's cancel of it
+	callerPW  *pidWatch     // a bound acquire's watch of the caller
 	// held is the lease once granted: a signal written by any sidecar (a
 	// revocation, a preemption) reaches it through the engine's OnSignal;
 	// one arriving before the lease exists is found by LastSignal.
 	held atomic.Pointer[lease]
 }
 
+// admitCaps are the per-uid caps an acquire takes, in order: the waiting
+// acquire's slot, and the lease's, which the lease takes over once granted.
+var admitCaps = [...]capKind{capWaiters, capLeases}
+
 func (a *acquisition) giveBack() {
-	for i := len(a.undo) - 1; i >= 0; i-- {
-		a.undo[i]()
+	s := a.s
+	if a.callerPW != nil {
+		s.leases.unholdPID(a.callerPW)
+	}
+	if a.stopDrain != nil {
+		a.stopDrain()
+	}
+	if a.cancel != nil {
+		a.cancel()
+	}
+	if a.byType != nil {
+		a.byType.Add(-1)
+	}
+	for i := a.capsTaken - 1; i >= 0; i-- {
+		if k := admitCaps[i]; k != capLeases || a.held.Load() == nil {
+			s.caps.put(a.caller.uid, k)
+		}
+	}
+	if a.waiting {
+		s.waiters.Add(-1)
 	}
 }
 
@@ -300,7 +329,7 @@ func (a *acquisition) run() (api.Lease, error) {
 	var callerPW *pidWatch // bound: watch the caller from now, not from the grant
 	if sp.bind {
 		callerPW = s.leases.holdPID(pidFrom(a.r.Context()))
-		a.undo = append(a.undo, func() { s.leases.unholdPID(callerPW) })
+		a.callerPW = callerPW
 	}
 	var ask *preemptAsk
 	if sp.preempt {
@@ -337,26 +366,23 @@ func (a *acquisition) admit() (context.Context, error) {
 		return nil, newError(api.TooManyWaiters, "%d acquires are already in progress on this sidecar (sidecar.max.waiters = %d); retry later",
 			n-1, cfg.MaxWaiters)
 	}
-	a.undo = append(a.undo, func() { s.waiters.Add(-1) })
-	for _, k := range []capKind{capWaiters, capLeases} {
+	a.waiting = true
+	for _, k := range admitCaps {
 		if err := s.caps.takeFor(a.caller, k); err != nil {
 			a.result = resRefused
 			return nil, err
 		}
-		a.undo = append(a.undo, func() {
-			if k != capLeases || a.held.Load() == nil {
-				s.caps.put(a.caller.uid, k)
-			}
-		})
+		a.capsTaken++
 	}
 	byType := &s.waitingFG
 	if a.sp.typ == lock.Background {
 		byType = &s.waitingBG
 	}
 	byType.Add(1)
+	a.byType = byType
 	ctx, cancel := context.WithCancel(a.r.Context())
-	stop := context.AfterFunc(s.drain.ctx, cancel)
-	a.undo = append(a.undo, func() { byType.Add(-1) }, cancel, func() { stop() })
+	a.cancel = cancel
+	a.stopDrain = context.AfterFunc(s.drain.ctx, cancel)
 	return ctx, nil
 }
 

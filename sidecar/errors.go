@@ -197,7 +197,8 @@ func (ew errorWriter) write(w http.ResponseWriter, r *http.Request, err error) {
 func msParam(field string, v, lo, hi int64) (time.Duration, error) {
 	if v < lo || v > hi {
 		e := badRequest(field, "%d is out of range: want %d to %d milliseconds", v, lo, hi)
-		e.Body.MinMS, e.Body.MaxMS = &lo, &hi
+		minMS, maxMS := lo, hi // copies: taking the parameters' addresses put them on the heap on every call
+		e.Body.MinMS, e.Body.MaxMS = &minMS, &maxMS
 		return 0, e
 	}
 	return time.Duration(v) * time.Millisecond, nil

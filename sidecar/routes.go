@@ -22,9 +22,10 @@ const inspectTimeout = 5 * time.Second
 // defaultLongPoll is the long-poll bound when timeout_ms is not given.
 const defaultLongPoll = 30 * time.Second
 
-// validObject checks the object path value.
+// validObject checks the object path value (the check EscapeObject makes,
+// without building the node name the engine builds again).
 func validObject(obj string) error {
-	if _, err := lock.EscapeObject(obj); err != nil {
+	if err := lock.ValidateObject(obj); err != nil {
 		return badRequest("object", "%v", err)
 	}
 	return nil
@@ -89,6 +90,9 @@ func (s *Server) deleteLease(w http.ResponseWriter, r *http.Request) error {
 // queryParams rejects parameters other than the allowed ones (every
 // endpoint calls it: a parameter it ignored would look accepted).
 func queryParams(r *http.Request, allowed ...string) (url.Values, error) {
+	if r.URL.RawQuery == "" { // the usual request: nothing to parse or sort
+		return url.Values{}, nil
+	}
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		return nil, badRequest("query", "%v", err)

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 
 	"github.com/batonhq/baton/api"
 )
@@ -48,18 +49,49 @@ func BadRequest(field, format string, args ...any) *Error {
 
 // WriteJSON writes v as the answer with status.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil { // our own types: cannot happen
+	e := encoders.Get().(*encoder)
+	defer e.put()
+	e.buf.Reset()
+	if err := e.enc.Encode(v); err != nil { // our own types: cannot happen
 		status = http.StatusInternalServerError
-		b, _ = json.Marshal(api.Error{Kind: api.InternalError, Message: "encoding the answer: " + err.Error()})
+		e.buf.Reset()
+		_ = e.enc.Encode(api.Error{Kind: api.InternalError, Message: "encoding the answer: " + err.Error()})
 	}
-	b = append(b, '\n')
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
+	h["Content-Type"] = contentTypeJSON
+	h["Cache-Control"] = noStore
 	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	_, _ = w.Write(e.buf.Bytes())
 }
+
+// encoder is a buffer and a json.Encoder on it, kept in encoders between
+// answers: Encode writes what json.Marshal returns, and the newline, with
+// no allocation of its own.
+type encoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var encoders = sync.Pool{New: func() any {
+	e := new(encoder)
+	e.enc = json.NewEncoder(&e.buf)
+	return e
+}}
+
+// put returns e to encoders, unless a large answer (a long listing) grew
+// its buffer: that one is left to the collector.
+func (e *encoder) put() {
+	if e.buf.Cap() <= 64<<10 {
+		encoders.Put(e)
+	}
+}
+
+// The values of WriteJSON's headers, shared by every answer (net/http only
+// reads them): Header.Set allocated a slice for each, per answer.
+var (
+	contentTypeJSON = []string{"application/json"}
+	noStore         = []string{"no-store"}
+)
 
 // DecodeBody reads a JSON object into v: at most api.MaxBody bytes (else
 // 413), unknown fields refused, keys matched exactly (case-sensitive) and
@@ -84,8 +116,9 @@ func DecodeJSON(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
+	whole := json.Valid(body) // one value and nothing after it (checkKeys keeps it so)
 	if t := reflect.TypeOf(v); t != nil && t.Kind() == reflect.Pointer {
-		checked, err := checkKeys(body, t.Elem())
+		checked, err := checkKeys(body, t.Elem(), whole)
 		if err != nil {
 			return err
 		}
@@ -95,6 +128,9 @@ func DecodeJSON(body []byte, v any) error {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
+	}
+	if whole {
+		return nil
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return BadRequest("body", "trailing data after the JSON object")

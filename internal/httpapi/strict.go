@@ -3,12 +3,11 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // Why a pre-check and not another decoder: encoding/json matches object keys
@@ -17,13 +16,9 @@ import (
 // as preempt=true. encoding/json/v2 (and its go-json-experiment/json
 // prototype) is strict about both, but it is behind GOEXPERIMENT in Go 1.26
 // and the prototype's API is not stable; the request types are small flat
-// structs, so a token walk over the object keys against their json tags is
+// structs, so a walk over the object keys against their json tags is
 // small (no dependency) and keeps encoding/json's decoding (and its error
 // texts) for everything else.
-
-// errMalformed makes checkKeys leave the error to the decoder, whose
-// message says where the JSON is broken.
-var errMalformed = errors.New("malformed")
 
 // checkKeys walks the JSON value in body against t (the type it is decoded
 // into) and refuses, naming the field: an object key that is not exactly a
@@ -36,24 +31,25 @@ var errMalformed = errors.New("malformed")
 // such as an op's payload, types with their own UnmarshalJSON) are not
 // looked into. A body that is not well-formed JSON is returned unchanged,
 // with no error: the decoder reports it.
-func checkKeys(body []byte, t reflect.Type) ([]byte, error) {
-	// The first JSON value, checked well-formed first (a key read by the
-	// walk is not yet known to be followed by a value); what follows it is
-	// the decoder's to refuse.
-	first := json.NewDecoder(bytes.NewReader(body))
-	var raw json.RawMessage
-	if err := first.Decode(&raw); err != nil {
-		return body, nil // the decoder says where it is broken
-	}
-	end := int(first.InputOffset())
-	start := end - len(raw)
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	w := &keyWalker{dec: dec}
-	if err := w.value(t, ""); err != nil {
-		if errors.Is(err, errMalformed) {
-			return body, nil
+//
+// whole says that body is one well-formed JSON value (json.Valid), as all
+// but broken bodies are: then it is walked as it is, else its first value
+// is found first.
+func checkKeys(body []byte, t reflect.Type, whole bool) ([]byte, error) {
+	// The first JSON value, checked well-formed first (the walk reads
+	// only well-formed JSON); what follows it is the decoder's to refuse.
+	raw, start, end := body, 0, len(body)
+	if !whole {
+		first := json.NewDecoder(bytes.NewReader(body))
+		var rm json.RawMessage
+		if err := first.Decode(&rm); err != nil {
+			return body, nil // the decoder says where it is broken
 		}
+		end = int(first.InputOffset())
+		start, raw = end-len(rm), rm
+	}
+	w := &keyWalker{b: raw}
+	if err := w.value(t, ""); err != nil {
 		return nil, err
 	}
 	if len(w.quote) == 0 {
@@ -73,17 +69,90 @@ func checkKeys(body []byte, t reflect.Type) ([]byte, error) {
 	return append(out, body[end:]...), nil
 }
 
+// keyWalker reads one well-formed JSON value (checkKeys made sure) byte by
+// byte: a scan of the bytes, where json.Decoder's tokens cost an
+// allocation or two each.
 type keyWalker struct {
-	dec   *json.Decoder
+	b     []byte   // well-formed JSON
+	i     int      // the next byte to read
 	quote [][2]int // byte ranges of numbers to quote, in order
 }
 
-func (w *keyWalker) token() (json.Token, error) {
-	tok, err := w.dec.Token()
-	if err != nil {
-		return nil, errMalformed
+// peek skips whitespace and returns the next byte.
+func (w *keyWalker) peek() byte {
+	for ; w.i < len(w.b); w.i++ {
+		switch w.b[w.i] {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return w.b[w.i]
 	}
-	return tok, nil
+	return 0
+}
+
+// more reports whether another element or member follows in the array or
+// object being read, reading the comma before it; at the end it leaves
+// the closing bracket to be read.
+func (w *keyWalker) more() bool {
+	switch w.peek() {
+	case ',':
+		w.i++
+		return true
+	case ']', '}':
+		return false
+	}
+	return true
+}
+
+// literal reads the string at w.i and returns it, quotes included.
+func (w *keyWalker) literal() []byte {
+	start := w.i
+	for w.i++; w.b[w.i] != '"'; w.i++ {
+		if w.b[w.i] == '\\' {
+			w.i++
+		}
+	}
+	w.i++
+	return w.b[start:w.i]
+}
+
+// unquote is the string a string literal stands for, as encoding/json
+// decodes it (escapes, invalid UTF-8 replaced).
+func unquote(lit []byte) string {
+	if bytes.IndexByte(lit, '\\') < 0 && utf8.Valid(lit) {
+		return string(lit[1 : len(lit)-1])
+	}
+	var s string
+	_ = json.Unmarshal(lit, &s) // well-formed
+	return s
+}
+
+// skip reads one value.
+func (w *keyWalker) skip() {
+	for depth := 0; ; {
+		switch w.peek() {
+		case '"':
+			w.literal()
+		case '{', '[':
+			depth++
+			w.i++
+		case '}', ']':
+			depth--
+			w.i++
+		case ',', ':':
+			w.i++
+			continue
+		case 0: // the end: not in well-formed JSON
+			return
+		default: // a number, true, false or null
+			for w.i < len(w.b) && !strings.ContainsRune(" \t\n\r,:]}", rune(w.b[w.i])) {
+				w.i++
+			}
+		}
+		if depth == 0 {
+			return
+		}
+	}
 }
 
 var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
@@ -103,55 +172,31 @@ func (w *keyWalker) value(t reflect.Type, path string) error {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	tok, err := w.token()
-	if err != nil {
-		return err
-	}
-	d, ok := tok.(json.Delim)
-	if !ok {
-		return nil // a scalar: the decoder checks its type
-	}
-	switch {
-	case d == '{' && !opaque(t) && t.Kind() == reflect.Struct:
+	switch c := w.peek(); {
+	case c == '{' && !opaque(t) && t.Kind() == reflect.Struct:
 		return w.object(fieldsOf(t), path)
-	case d == '[' && !opaque(t) && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array):
-		for w.dec.More() {
+	case c == '[' && !opaque(t) && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array):
+		w.i++
+		for w.more() {
 			if err := w.value(t.Elem(), path); err != nil {
 				return err
 			}
 		}
-		_, err := w.token() // ]
-		return err
+		w.i++ // ]
+		return nil
 	}
-	return w.skip() // an object or array not looked into
-}
-
-// skip reads the rest of an object or array whose opening delimiter was read.
-func (w *keyWalker) skip() error {
-	for depth := 1; depth > 0; {
-		tok, err := w.token()
-		if err != nil {
-			return err
-		}
-		if d, ok := tok.(json.Delim); ok {
-			if d == '{' || d == '[' {
-				depth++
-			} else {
-				depth--
-			}
-		}
-	}
+	w.skip() // a scalar (the decoder checks its type), or a value not looked into
 	return nil
 }
 
 func (w *keyWalker) object(fields map[string]field, path string) error {
+	w.i++ // {
 	seen := map[string]bool{}
-	for w.dec.More() {
-		tok, err := w.token()
-		if err != nil {
-			return err
-		}
-		key, _ := tok.(string)
+	for w.more() {
+		w.peek()
+		key := unquote(w.literal())
+		w.peek()
+		w.i++ // :
 		name := key
 		if path != "" {
 			name = path + "." + key
@@ -181,8 +226,8 @@ func (w *keyWalker) object(fields map[string]field, path string) error {
 			return err
 		}
 	}
-	_, err := w.token() // }
-	return err
+	w.i++ // }
+	return nil
 }
 
 func joinPath(path, key string) string {
@@ -195,39 +240,32 @@ func joinPath(path, key string) string {
 // stringInt reads the value of an integer field tagged ",string": a
 // decimal string, a whole JSON number (quoted in the output), or null.
 func (w *keyWalker) stringInt(name string) error {
-	tok, err := w.token()
-	if err != nil {
-		return err
-	}
 	bad := func(got string) error {
 		return BadRequest(name, `want a decimal string like "81" (a whole JSON number is accepted too), got %s`, got)
 	}
-	switch v := tok.(type) {
-	case nil:
+	c := w.peek()
+	start := w.i
+	w.skip()
+	switch lit := w.b[start:w.i]; c {
+	case 'n': // null
 		return nil
-	case string:
-		if !decimal(v) {
+	case '"':
+		if v := unquote(lit); !decimal(v) {
 			return bad(strconv.Quote(v))
 		}
 		return nil
-	case json.Number:
-		lit := v.String()
-		if !decimal(lit) {
-			return bad(lit)
-		}
-		end := int(w.dec.InputOffset())
-		w.quote = append(w.quote, [2]int{end - len(lit), end})
-		return nil
-	case json.Delim:
-		if err := w.skip(); err != nil {
-			return err
-		}
-		if v == '{' {
-			return bad("an object")
-		}
+	case '{':
+		return bad("an object")
+	case '[':
 		return bad("an array")
-	default:
-		return bad(fmt.Sprint(v))
+	case 't', 'f':
+		return bad(string(lit))
+	default: // a number
+		if !decimal(string(lit)) {
+			return bad(string(lit))
+		}
+		w.quote = append(w.quote, [2]int{start, w.i})
+		return nil
 	}
 }
 

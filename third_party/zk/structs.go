@@ -352,11 +352,16 @@ func (r *multiRequest) Decode(buf []byte) (int, error) {
 func (r *multiResponse) Decode(buf []byte) (int, error) {
 	var multiErr error
 
-	r.Ops = make([]multiResponseOp, 0)
+	// Baton's patch (BATON_PATCH.md): one header for the response, and
+	// each op decoded in place in r.Ops, room for 4 made first (Baton's
+	// multis have 3 or 4): upstream allocated a header and an op per op,
+	// and grew r.Ops from empty.
+	r.Ops = make([]multiResponseOp, 0, 4)
 	r.DoneHeader = multiHeader{-1, true, -1}
 	total := 0
+	header := &multiHeader{}
 	for {
-		header := &multiHeader{}
+		*header = multiHeader{}
 		n, err := decodePacketValue(buf[total:], reflect.ValueOf(header))
 		if err != nil {
 			return total, err
@@ -367,10 +372,12 @@ func (r *multiResponse) Decode(buf []byte) (int, error) {
 			break
 		}
 
-		res := multiResponseOp{Header: *header}
+		r.Ops = append(r.Ops, multiResponseOp{Header: *header})
+		res := &r.Ops[len(r.Ops)-1]
 		var w reflect.Value
 		switch header.Type {
 		default:
+			r.Ops = r.Ops[:len(r.Ops)-1]
 			return total, ErrAPIError
 		case opError:
 			w = reflect.ValueOf(&res.Err)
@@ -384,11 +391,11 @@ func (r *multiResponse) Decode(buf []byte) (int, error) {
 		if w.IsValid() {
 			n, err := decodePacketValue(buf[total:], w)
 			if err != nil {
+				r.Ops = r.Ops[:len(r.Ops)-1]
 				return total, err
 			}
 			total += n
 		}
-		r.Ops = append(r.Ops, res)
 		if multiErr == nil && res.Err != errOk {
 			// Use the first error as the error returned from Multi().
 			multiErr = res.Err.toError()
@@ -405,6 +412,23 @@ type watcherEvent struct {
 
 type decoder interface {
 	Decode(buf []byte) (int, error)
+}
+
+var (
+	decoderType = reflect.TypeOf((*decoder)(nil)).Elem()
+	encoderType = reflect.TypeOf((*encoder)(nil)).Elem()
+)
+
+// implements reports whether what v holds implements t: v.Interface().(t)
+// without the copy Interface makes of a struct (Baton's patch).
+func implements(v reflect.Value, t reflect.Type) bool {
+	if v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return false
+		}
+		v = v.Elem()
+	}
+	return v.Type().Implements(t)
 }
 
 type encoder interface {
@@ -445,10 +469,12 @@ func decodePacketValue(buf []byte, v reflect.Value) (int, error) {
 	default:
 		return n, ErrUnhandledFieldType
 	case reflect.Struct:
-		if de, ok := rv.Interface().(decoder); ok {
-			return de.Decode(buf)
-		} else if de, ok := v.Interface().(decoder); ok {
-			return de.Decode(buf)
+		// Asked of the types first: Interface of a struct value copies
+		// it to the heap (Baton's patch, BATON_PATCH.md).
+		if implements(rv, decoderType) {
+			return rv.Interface().(decoder).Decode(buf)
+		} else if implements(v, decoderType) {
+			return v.Interface().(decoder).Decode(buf)
 		} else {
 			for i := 0; i < v.NumField(); i++ {
 				field := v.Field(i)
@@ -531,10 +557,11 @@ func encodePacketValue(buf []byte, v reflect.Value) (int, error) {
 	default:
 		return n, ErrUnhandledFieldType
 	case reflect.Struct:
-		if en, ok := rv.Interface().(encoder); ok {
-			return en.Encode(buf)
-		} else if en, ok := v.Interface().(encoder); ok {
-			return en.Encode(buf)
+		// Asked of the types first, as in decodePacketValue.
+		if implements(rv, encoderType) {
+			return rv.Interface().(encoder).Encode(buf)
+		} else if implements(v, encoderType) {
+			return v.Interface().(encoder).Encode(buf)
 		} else {
 			for i := 0; i < v.NumField(); i++ {
 				field := v.Field(i)
