@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -74,7 +75,9 @@ func (r *request) grant(ctx context.Context, node string, seq int64, st *zk.Stat
 	}
 	r.registered = true // from here the grant's finish does objLeave
 	r.e.held.Add(1)
-	r.e.log.Debug("lock granted", "object", r.object, "type", r.typ, "token", g.token, "node", node, "waited", g.waited)
+	if r.e.log.Enabled(ctx, slog.LevelDebug) { // the attributes allocate: only when shown
+		r.e.log.Debug("lock granted", "object", r.object, "type", r.typ, "token", g.token, "node", node, "waited", g.waited)
+	}
 	// No goroutine per grant until the holder watch is due: short critical
 	// sections cost a timer only.
 	g.mu.Lock()

@@ -57,7 +57,10 @@ func EscapeObject(obj string) (string, error) {
 			b.WriteByte(c)
 			continue
 		}
-		fmt.Fprintf(&b, "%%%02X", c)
+		const hex = "0123456789ABCDEF"
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
 	}
 	return b.String(), nil
 }
