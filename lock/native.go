@@ -176,22 +176,26 @@ func (e *Engine) nativeOrder(objPath string, kids []string) ([]nchild, error) {
 		}
 		out = append(out, c)
 	}
-	slices.SortFunc(out, func(a, b nchild) int {
-		if a.fg != b.fg {
-			if a.fg {
-				return -1
-			}
-			return 1
-		}
-		if a.seq != b.seq {
-			if a.seq < b.seq {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.name, b.name)
-	})
+	slices.SortFunc(out, grantOrder)
 	return out, nil
+}
+
+// grantOrder orders native children: foreground before background, then
+// by sequence.
+func grantOrder(a, b nchild) int {
+	if a.fg != b.fg {
+		if a.fg {
+			return -1
+		}
+		return 1
+	}
+	if a.seq != b.seq {
+		if a.seq < b.seq {
+			return -1
+		}
+		return 1
+	}
+	return strings.Compare(a.name, b.name)
 }
 
 // nativeView is one read of an object: its data, then its children (in
@@ -518,7 +522,67 @@ func (e *Engine) setChildren(v *nativeView, objPath string, kids []string) error
 		return err
 	}
 	v.setKids(ks)
+	if name, ok := strings.CutPrefix(objPath, e.root+"/"); ok {
+		e.noteQueue(name, ks)
+	}
 	return nil
+}
+
+// noteQueue keeps ks, a listing of the object's children in grant order,
+// for topUp (read-only from here: views share it).
+func (e *Engine) noteQueue(name string, ks []nchild) {
+	e.objMu.Lock()
+	defer e.objMu.Unlock()
+	if st := e.objs[name]; st != nil {
+		st.nq = ks
+	}
+}
+
+// topUp extends next, the waiters an exclusive holder knows to be behind
+// it in order (after names, its own child, when it knows of none), to
+// nativeMaxNext names with those behind the last of them in the engine's
+// latest listing of the object: a holder handed names in the data (at most
+// nativeMaxNext) or in process names its successor without listing the
+// object again, however long the queue (10,000 waiters on one sidecar
+// re-listed ≈ 10,000 children every 64 handoffs). Any listing will do,
+// however old: a child that sorts ahead of a foreground child existed when
+// that child was created (foreground before background, then by
+// sequence), so up to its last foreground child a listing is the queue as
+// it was, less the children gone since (successors skips those this engine
+// deleted; the release multi checks each one it names) — a later arrival
+// sorts behind all of them, and successors names no background waiter.
+func (e *Engine) topUp(name string, next []string, self string) []string {
+	if len(next) >= nativeMaxNext {
+		return next
+	}
+	anchor := self
+	if len(next) > 0 {
+		anchor = next[len(next)-1]
+	}
+	a, ok := e.parseNative(anchor)
+	if !ok {
+		return next
+	}
+	e.objMu.Lock()
+	defer e.objMu.Unlock()
+	st := e.objs[name]
+	if st == nil {
+		return next
+	}
+	i, found := slices.BinarySearchFunc(st.nq, a, grantOrder)
+	if !found {
+		return next
+	}
+	next = slices.Clip(next) // it may share its array with the data the handoff wrote
+	for _, c := range st.nq[i+1:] {
+		if len(next) >= nativeMaxNext {
+			break
+		}
+		if _, ok := st.gone[c.name]; !ok {
+			next = append(next, c.name)
+		}
+	}
+	return next
 }
 
 func (n *nreq) list(ctx context.Context, v *nativeView) error {
@@ -895,6 +959,11 @@ func (n *nreq) take(ctx context.Context, v *nativeView) (*Grant, error) {
 // write that named us (or the read that found us named), whom we may hand
 // the lock to, and the fast-path prediction (-1 none).
 func (n *nreq) granted(ctx context.Context, token int64, st *zk.Stat, d nativeData, next []string, predict int64) (*Grant, error) {
+	if !n.shared {
+		// (a shared holder may pass shared waiters ahead of it: only
+		// its listing knows them)
+		next = n.e.topUp(n.name, next, n.node)
+	}
 	n.natGrant = &nativeGrant{version: st.Version, mzxid: st.Mzxid, d: &d, next: next}
 	n.objCzxid = st.Czxid
 	g, err := n.grant(ctx, n.node, n.seq, &zk.Stat{Czxid: token, Version: 0}, st.Version, predict)
@@ -1536,6 +1605,7 @@ const nativeLearnPause = 5 * time.Millisecond
 // reports whether the first of them is foreground (later arrivals sort
 // behind it).
 func (g *Grant) knowQueue(ks []nchild) (fgFirst bool) {
+	g.e.noteQueue(g.name, ks)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	holders := map[string]bool{}
