@@ -1107,6 +1107,25 @@ func (s *session) nativeLeave(objPath, node, reqID string) error {
 	return fmt.Errorf("lock: %s: %w", objPath, errContended)
 }
 
+// liveNative reports whether k, a child of an object under a native
+// root, carries in its name the request id of an acquire in progress or a
+// grant held on this session: the audit leaves it without reading it (it
+// would read it only to find that id in its data, and leave it). With
+// 10,000 waiters on one sidecar, an audit's exists and getData per child
+// came between every two handoffs of a drain.
+func (s *session) liveNative(k string) bool {
+	if s.e.opts.Protocol != Native {
+		return false
+	}
+	c, ok := s.e.parseNative(k)
+	if !ok {
+		return false
+	}
+	s.own.mu.Lock()
+	defer s.own.mu.Unlock()
+	return s.own.live[c.req] > 0
+}
+
 // errContended: a native cleanup lost every version race to other writers
 // of the object's data (takes, hand-overs, shared holders coming and
 // going); the session's cleaner tries again (see cleaner), as after a lost

@@ -81,7 +81,7 @@ func (m *opsCount) take() (reqs, bytes, sent map[int32]int) {
 var zkOpNames = map[int32]string{1: "create", 2: "delete", 3: "exists", 4: "getData", 5: "setData", 8: "getChildren", 9: "sync",
 	11: "ping", 12: "getChildren2", 13: "check", 14: "multi", 15: "create2", 18: "removeWatches", 101: "setWatches"}
 
-func opsString(reqs, bytes, sent map[int32]int, per int) string {
+func opsString(reqs, bytes, sent map[int32]int, per int, unit string) string {
 	var ops []int
 	for op := range reqs {
 		ops = append(ops, int(op))
@@ -93,7 +93,7 @@ func opsString(reqs, bytes, sent map[int32]int, per int) string {
 		if name == "" {
 			name = strconv.Itoa(op)
 		}
-		fmt.Fprintf(&b, " %s %d (%.3f/handoff, %d request bytes, %d answer bytes)", name, reqs[int32(op)], float64(reqs[int32(op)])/float64(per), sent[int32(op)], bytes[int32(op)])
+		fmt.Fprintf(&b, " %s %d (%.3f/%s, %d request bytes, %d answer bytes)", name, reqs[int32(op)], float64(reqs[int32(op)])/float64(per), unit, sent[int32(op)], bytes[int32(op)])
 	}
 	return b.String()
 }
@@ -144,7 +144,7 @@ func drainOne(t *testing.T, n int) (reqs, bytes, sent map[int32]int) {
 	if chk.overlaps != 0 || chk.badToken != 0 || chk.grants != n+1 {
 		t.Errorf("overlaps %d, tokens not increasing %d, grants %d of %d", chk.overlaps, chk.badToken, chk.grants, n+1)
 	}
-	t.Logf("%d handoffs in %v (%.0f/s):%s", n, d, float64(n)/d.Seconds(), opsString(reqs, bytes, sent, n))
+	t.Logf("%d handoffs in %v (%.0f/s):%s", n, d, float64(n)/d.Seconds(), opsString(reqs, bytes, sent, n, "handoff"))
 	return reqs, bytes, sent
 }
 
@@ -162,4 +162,57 @@ func TestNativeDrainListings(t *testing.T) {
 	if lists > 2 {
 		t.Errorf("%d waiters drained with %d listings of the object; want at most 2", n, lists)
 	}
+}
+
+// TestNativeAuditReadsNoLiveChild: the session's audit leaves a native
+// child whose name carries the request id of an acquire in progress on
+// this session without reading it (an exists and a getData per child
+// before: with 10,000 waiters on one sidecar, an audit during the drain
+// sent 20,000 reads, one pair between each two handoffs).
+func TestNativeAuditReadsNoLiveChild(t *testing.T) {
+	root := testRoot(t, zkServer)
+	m := newOpsCount()
+	e := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) {
+		o.AuditInterval = 200 * time.Millisecond
+		o.Dialer = func(network, addr string, timeout time.Duration) (net.Conn, error) {
+			c, err := net.DialTimeout(network, addr, timeout)
+			if err != nil {
+				return nil, err
+			}
+			return &opsConn{Conn: c, m: m}, nil
+		}
+	})
+	const n = 100
+	gate := acquire(t, e, "audit", lock.Foreground, lock.AcquireOptions{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			g, err := e.Acquire(context.Background(), "audit", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			release(t, g)
+		})
+	}
+	conn := rawConn(t, zkServer.Servers())
+	waitFor(t, time.Minute, "every waiter queued", func() bool { return len(children(t, conn, root, "audit")) >= n+2 })
+	waitFor(t, time.Minute, "every waiter waiting", func() bool { return e.Health().Waiting >= n })
+	time.Sleep(300 * time.Millisecond) // the waiters' watches are armed
+	m.take()
+	// three audits (each lists the object once; nothing else lists it now)
+	waitFor(t, time.Minute, "three audits", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.reqs[8]+m.reqs[12] >= 3
+	})
+	reqs, _, _ := m.take()
+	audits := reqs[8] + reqs[12]
+	reads := reqs[3] + reqs[4]
+	t.Logf("%d audits of %d waiting children:%s", audits, n, opsString(reqs, map[int32]int{}, map[int32]int{}, audits, "audit"))
+	if reads > 4*audits {
+		t.Errorf("%d audits of %d children of live acquires sent %d exists/getData; want at most 4 each (the object and its sentinel)", audits, n, reads)
+	}
+	release(t, gate)
+	wg.Wait()
 }
