@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -136,15 +137,19 @@ func drainOne(t *testing.T, n int) (reqs, bytes, sent map[int32]int) {
 	time.Sleep(200 * time.Millisecond) // the waiters' watches are armed
 	m.take()
 	chk.leave()
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
 	t0 := time.Now()
 	release(t, gate)
 	wg.Wait()
 	d := time.Since(t0)
+	runtime.ReadMemStats(&ms1)
 	reqs, bytes, sent = m.take()
 	if chk.overlaps != 0 || chk.badToken != 0 || chk.grants != n+1 {
 		t.Errorf("overlaps %d, tokens not increasing %d, grants %d of %d", chk.overlaps, chk.badToken, chk.grants, n+1)
 	}
-	t.Logf("%d handoffs in %v (%.0f/s):%s", n, d, float64(n)/d.Seconds(), opsString(reqs, bytes, sent, n, "handoff"))
+	t.Logf("%d handoffs in %v (%.0f/s), %.0f bytes allocated per handoff (engine and test):%s", n, d, float64(n)/d.Seconds(),
+		float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(n), opsString(reqs, bytes, sent, n, "handoff"))
 	return reqs, bytes, sent
 }
 
