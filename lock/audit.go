@@ -220,6 +220,10 @@ func (s *session) auditObject(objPath string, sid int64) (found bool, err error)
 		if !s.connected() { // cut mid-audit: stop, the reconnect audits again
 			return found, zk.ErrConnectionClosed
 		}
+		if s.liveNative(k) {
+			found = true
+			continue
+		}
 		ok, st, err := s.conn.Exists(objPath + "/" + k)
 		if err != nil {
 			return found, err

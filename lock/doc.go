@@ -321,6 +321,14 @@
 //     the successor lists and takes it (two writes).
 //   - A successor in the same engine and session is woken in process with
 //     the multi's answer: one write per local handoff, no read.
+//   - An exclusive holder tops the names it was handed up to 64 from the
+//     engine's latest listing of the object (those behind the last name
+//     it has, or behind its own child), so a queue of any length drains
+//     without listing again: any listing is the queue up to its last
+//     foreground child (whatever sorts ahead of a foreground child existed
+//     when it was created), less departures, which the release multi's
+//     checks skip. The session's audit leaves a child whose name carries a
+//     live request id of the session without reading it.
 //   - The engine's waiters on one object share its reads (data, then
 //     children: one in flight and one queued behind it, each joinable by
 //     any waiter whose create it follows), as the plugin protocol shares

@@ -126,6 +126,7 @@ type objState struct {
 	info      map[string]childInfo // children read for the aging order (see ordered)
 	infoCzxid int64                // the object node incarnation info belongs to
 	sentinel  bool                 // native: the object's sentinel is known to exist (ensureNative)
+	nq        []nchild             // native: the children in grant order, as this engine last listed them (topUp)
 
 	// behind (plugin protocol): local waiters offered a handoff, by the
 	// child each watches (handoff.go).
@@ -463,7 +464,7 @@ func (e *Engine) objLeave(name string, next int64, gen uint64, czxid int64, vers
 		st.predict, st.gen, st.czxid, st.version, st.contended = next, gen, czxid, version, false
 	}
 	if st.active == 0 {
-		st.list, st.gone, st.info, st.behind = nil, nil, nil, nil // only active requests use them
+		st.list, st.gone, st.info, st.behind, st.nq = nil, nil, nil, nil, nil // only active requests use them
 		if st.predict < 0 && !st.contended && !st.sentinel {
 			delete(e.objs, name)
 		}

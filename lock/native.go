@@ -71,8 +71,82 @@ func parseNativeData(data []byte) (nativeData, error) {
 
 func (d nativeData) marshal() []byte {
 	d.V = 1
+	if b, ok := d.appendJSON(make([]byte, 0, d.size())); ok {
+		return b
+	}
 	b, _ := json.Marshal(d)
 	return b
+}
+
+// size is an upper bound of d's JSON when appendJSON can write it.
+func (d nativeData) size() int {
+	n := 40
+	for _, h := range d.H {
+		n += len(h.R) + 48
+	}
+	for _, nm := range d.N {
+		n += len(nm) + 3
+	}
+	return n
+}
+
+// appendJSON appends what json.Marshal writes for d, byte for byte, when
+// every string in it is plain ASCII that JSON leaves unescaped (request ids
+// and node names are, as a rule); ok false otherwise. A release writes the
+// holders and up to nativeMaxNext names on every handoff: encoding/json's
+// reflection was a tenth of the engine's allocations in a drain.
+func (d nativeData) appendJSON(b []byte) ([]byte, bool) {
+	str := func(b []byte, v string) ([]byte, bool) {
+		for i := 0; i < len(v); i++ {
+			if c := v[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+				return b, false
+			}
+		}
+		b = append(b, '"')
+		b = append(b, v...)
+		return append(b, '"'), true
+	}
+	ok := true
+	b = append(b, `{"native":`...)
+	b = strconv.AppendInt(b, int64(d.V), 10)
+	if len(d.H) > 0 {
+		b = append(b, `,"h":[`...)
+		for i, h := range d.H {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"r":`...)
+			if b, ok = str(b, h.R); !ok {
+				return nil, false
+			}
+			if h.S {
+				b = append(b, `,"s":true`...)
+			}
+			if h.T != 0 {
+				b = append(b, `,"t":`...)
+				b = strconv.AppendInt(b, h.T, 10)
+			}
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if len(d.N) > 0 {
+		b = append(b, `,"n":[`...)
+		for i, nm := range d.N {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if b, ok = str(b, nm); !ok {
+				return nil, false
+			}
+		}
+		b = append(b, ']')
+	}
+	if d.X != 0 {
+		b = append(b, `,"x":`...)
+		b = strconv.AppendInt(b, d.X, 10)
+	}
+	return append(b, '}'), true
 }
 
 // filled returns the holders with every T 0 set to mzxid, the zxid of the
@@ -177,22 +251,26 @@ func (e *Engine) nativeOrder(objPath string, kids []string) ([]nchild, error) {
 		}
 		out = append(out, c)
 	}
-	slices.SortFunc(out, func(a, b nchild) int {
-		if a.fg != b.fg {
-			if a.fg {
-				return -1
-			}
-			return 1
-		}
-		if a.seq != b.seq {
-			if a.seq < b.seq {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.name, b.name)
-	})
+	slices.SortFunc(out, grantOrder)
 	return out, nil
+}
+
+// grantOrder orders native children: foreground before background, then
+// by sequence.
+func grantOrder(a, b nchild) int {
+	if a.fg != b.fg {
+		if a.fg {
+			return -1
+		}
+		return 1
+	}
+	if a.seq != b.seq {
+		if a.seq < b.seq {
+			return -1
+		}
+		return 1
+	}
+	return strings.Compare(a.name, b.name)
 }
 
 // nativeView is one read of an object: its data, then its children (in
@@ -519,7 +597,67 @@ func (e *Engine) setChildren(v *nativeView, objPath string, kids []string) error
 		return err
 	}
 	v.setKids(ks)
+	if name, ok := strings.CutPrefix(objPath, e.root+"/"); ok {
+		e.noteQueue(name, ks)
+	}
 	return nil
+}
+
+// noteQueue keeps ks, a listing of the object's children in grant order,
+// for topUp (read-only from here: views share it).
+func (e *Engine) noteQueue(name string, ks []nchild) {
+	e.objMu.Lock()
+	defer e.objMu.Unlock()
+	if st := e.objs[name]; st != nil {
+		st.nq = ks
+	}
+}
+
+// topUp extends next, the waiters an exclusive holder knows to be behind
+// it in order (after names, its own child, when it knows of none), to
+// nativeMaxNext names with those behind the last of them in the engine's
+// latest listing of the object: a holder handed names in the data (at most
+// nativeMaxNext) or in process names its successor without listing the
+// object again, however long the queue (10,000 waiters on one sidecar
+// re-listed ≈ 10,000 children every 64 handoffs). Any listing will do,
+// however old: a child that sorts ahead of a foreground child existed when
+// that child was created (foreground before background, then by
+// sequence), so up to its last foreground child a listing is the queue as
+// it was, less the children gone since (successors skips those this engine
+// deleted; the release multi checks each one it names) — a later arrival
+// sorts behind all of them, and successors names no background waiter.
+func (e *Engine) topUp(name string, next []string, self string) []string {
+	if len(next) >= nativeMaxNext {
+		return next
+	}
+	anchor := self
+	if len(next) > 0 {
+		anchor = next[len(next)-1]
+	}
+	a, ok := e.parseNative(anchor)
+	if !ok {
+		return next
+	}
+	e.objMu.Lock()
+	defer e.objMu.Unlock()
+	st := e.objs[name]
+	if st == nil {
+		return next
+	}
+	i, found := slices.BinarySearchFunc(st.nq, a, grantOrder)
+	if !found {
+		return next
+	}
+	next = append(make([]string, 0, nativeMaxNext), next...) // not in place: next may share its array with the data the handoff wrote
+	for _, c := range st.nq[i+1:] {
+		if len(next) >= nativeMaxNext {
+			break
+		}
+		if _, ok := st.gone[c.name]; !ok {
+			next = append(next, c.name)
+		}
+	}
+	return next
 }
 
 func (n *nreq) list(ctx context.Context, v *nativeView) error {
@@ -901,6 +1039,11 @@ func (n *nreq) take(ctx context.Context, v *nativeView) (*Grant, error) {
 // write that named us (or the read that found us named), whom we may hand
 // the lock to, and the fast-path prediction (-1 none).
 func (n *nreq) granted(ctx context.Context, token int64, st *zk.Stat, d nativeData, next []string, predict int64) (*Grant, error) {
+	if !n.shared {
+		// (a shared holder may pass shared waiters ahead of it: only
+		// its listing knows them)
+		next = n.e.topUp(n.name, next, n.node)
+	}
 	n.natGrant = &nativeGrant{version: st.Version, mzxid: st.Mzxid, d: &d, next: next}
 	n.objCzxid = st.Czxid
 	g, err := n.grant(ctx, n.node, n.seq, &zk.Stat{Czxid: token, Version: 0}, st.Version, predict)
@@ -1042,6 +1185,25 @@ func (s *session) nativeLeave(objPath, node, reqID string) error {
 		}
 	}
 	return fmt.Errorf("lock: %s: %w", objPath, errContended)
+}
+
+// liveNative reports whether k, a child of an object under a native
+// root, carries in its name the request id of an acquire in progress or a
+// grant held on this session: the audit leaves it without reading it (it
+// would read it only to find that id in its data, and leave it). With
+// 10,000 waiters on one sidecar, an audit's exists and getData per child
+// came between every two handoffs of a drain.
+func (s *session) liveNative(k string) bool {
+	if s.e.opts.Protocol != Native {
+		return false
+	}
+	c, ok := s.e.parseNative(k)
+	if !ok {
+		return false
+	}
+	s.own.mu.Lock()
+	defer s.own.mu.Unlock()
+	return s.own.live[c.req] > 0
 }
 
 // errContended: a native cleanup lost every version race to other writers
@@ -1221,25 +1383,27 @@ func goneSuccessor(res []zk.MultiResponse, named []string) string {
 // names are their children; rest is the queue behind them, handed on.
 func (e *Engine) successors(name string, next []string) ([]nativeHolder, []string, []string) {
 	e.objMu.Lock()
+	defer e.objMu.Unlock()
 	var gone map[string]time.Time
 	if st := e.objs[name]; st != nil {
 		gone = st.gone
 	}
-	live := make([]nchild, 0, len(next))
-	for _, nm := range next {
+	// live: not deleted by this engine, and of the native form. (Walked in
+	// place: a parsed copy of every name was 4 KiB of garbage per handoff.)
+	live := func(nm string) (nchild, bool) {
 		if _, ok := gone[nm]; ok {
-			continue
+			return nchild{}, false
 		}
-		if c, ok := e.parseNative(nm); ok {
-			live = append(live, c)
-		}
+		return e.parseNative(nm)
 	}
-	e.objMu.Unlock()
 	var succ []nativeHolder
 	var names []string
 	i := 0
-	for ; i < len(live); i++ {
-		c := live[i]
+	for ; i < len(next); i++ {
+		c, ok := live(next[i])
+		if !ok {
+			continue
+		}
 		if !c.fg || len(succ) > 0 && (!c.shared || !succ[0].S) {
 			break
 		}
@@ -1253,12 +1417,14 @@ func (e *Engine) successors(name string, next []string) ([]nativeHolder, []strin
 	if len(succ) == 0 {
 		return nil, nil, nil
 	}
-	rest := make([]string, 0, min(len(live)-i, nativeMaxNext))
-	for _, c := range live[i:] {
+	rest := make([]string, 0, min(len(next)-i, nativeMaxNext))
+	for _, nm := range next[i:] {
 		if len(rest) == nativeMaxNext {
 			break
 		}
-		rest = append(rest, c.name)
+		if _, ok := live(nm); ok {
+			rest = append(rest, nm)
+		}
 	}
 	return succ, names, rest
 }
@@ -1540,6 +1706,7 @@ func init() { nativeLearnPause.Store(int64(5 * time.Millisecond)) }
 // reports whether the first of them is foreground (later arrivals sort
 // behind it).
 func (g *Grant) knowQueue(ks []nchild) (fgFirst bool) {
+	g.e.noteQueue(g.name, ks)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	holders := map[string]bool{}
