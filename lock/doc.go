@@ -334,9 +334,17 @@
 //     any waiter whose create it follows), as the plugin protocol shares
 //     its listings: 10,000 arrivals send a few listings, not one each of up
 //     to 10,000 children (those clogged the session's connection until its
-//     acknowledgements were older than the session timeout). A holder
-//     learning arrivals behind it stops listing once the first of them is
-//     foreground (nobody later sorts ahead of it).
+//     acknowledgements were older than the session timeout).
+//   - A contended grant (its request found someone ahead of it, even if
+//     that holder left before its watch was set) that knows of nobody
+//     behind it learns arrivals: a children watch on the object, the
+//     first arrival listed at once, later ones at most once per 5 ms
+//     (bursts), until the first waiter is foreground (nobody later sorts
+//     ahead of it). A release that still knows of nobody waits for that
+//     listing if it is in flight (the arrival that fired it is the one a
+//     caller releasing "as soon as someone waits" knows of), else lists
+//     itself: one read before the write, rather than the successor's two
+//     writes.
 //   - An uncontended acquire with a prediction (the engine's own clean
 //     release left the data at a known version, and the sequence number it
 //     predicts proves nobody created a child since) is one multi: create
