@@ -2,9 +2,13 @@ package lock
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"math/rand/v2"
+	"path"
 	"testing"
+
+	"github.com/go-zookeeper/zk"
 )
 
 // reviewDrainStrings are adversarial strings for the object's data: every
@@ -87,4 +91,22 @@ func FuzzReviewDrainMarshal(f *testing.F) {
 		reviewDrainCheck(t, nativeData{N: []string{n}})
 		reviewDrainCheck(t, nativeData{H: []nativeHolder{{R: r, T: tok}}})
 	})
+}
+
+// PlantNativeTwin creates, through the engine's own session, a foreground
+// exclusive native child of object named (and whose data is) as a child of
+// request reqID: what a create that landed twice would leave. It returns
+// its name.
+func PlantNativeTwin(ctx context.Context, e *Engine, object, reqID string) (string, error) {
+	name, err := EscapeObject(object)
+	if err != nil {
+		return "", err
+	}
+	s, err := e.connectedSession(ctx)
+	if err != nil {
+		return "", err
+	}
+	data, _ := json.Marshal(nodeData{V: 1, Req: reqID, Sidecar: e.opts.NodeID, Type: "foreground"})
+	p, err := s.conn.Create(e.root+"/"+name+"/"+e.nativePrefix(Foreground, false, reqID), data, zk.FlagEphemeralSequential, e.acl)
+	return path.Base(p), err
 }

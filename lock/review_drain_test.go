@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -292,4 +293,76 @@ func TestReviewDrainLateForeground(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReviewDrainAuditTwin: a native child of the engine's session named
+// with (and carrying) the request id of a live waiter, not that waiter's
+// own child (a create that landed twice), is left by the audit while the
+// request lives (it reads no such child now), and deleted by the audit
+// once the request has ended: never left behind for good, blocking the
+// object. Another engine's child named with the same live id is never
+// deleted by this engine's audit.
+func TestReviewDrainAuditTwin(t *testing.T) {
+	root := testRoot(t, zkServer)
+	const obj = "twin"
+	obs := &orphanObserver{}
+	e := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) { o.AuditInterval = 100 * time.Millisecond; o.Observer = obs })
+	e2 := newEngine(t, zkServer.Servers(), root, native, noAudit)
+	conn := rawConn(t, zkServer.Servers())
+	ctx := context.Background()
+	gate := acquire(t, e2, obj, lock.Foreground, lock.AcquireOptions{})
+	granted := make(chan *lock.Grant, 1)
+	go func() {
+		g, err := e.Acquire(ctx, obj, lock.Foreground, lock.AcquireOptions{Wait: time.Minute, RequestID: "w"})
+		if err != nil {
+			t.Error(err)
+		}
+		granted <- g
+	}()
+	waitFor(t, time.Minute, "W queued", func() bool { return len(children(t, conn, root, obj)) == 3 })
+	var reqID string
+	for _, c := range children(t, conn, root, obj) {
+		if strings.Contains(c, "_w~") {
+			reqID = c[strings.Index(c, "_w~")+1 : strings.LastIndexByte(c, '_')]
+		}
+	}
+	if reqID == "" {
+		t.Fatalf("no child of W in %v", children(t, conn, root, obj))
+	}
+	twin, err := lock.PlantNativeTwin(ctx, e, obj, reqID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := lock.PlantNativeTwin(ctx, e2, obj, reqID) // another session's, same name
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(t, gate)
+	g := <-granted
+	if g == nil {
+		t.FailNow()
+	}
+	if !strings.Contains(g.Node(), reqID) || g.Node() == twin || g.Node() == foreign {
+		t.Fatalf("granted %s; W's own child carries %s, not %s or %s", g.Node(), reqID, twin, foreign)
+	}
+	release(t, g)
+	waitFor(t, time.Minute, "the audit deleted the twin", func() bool { return slices.Contains(obs.list(), name(t, obj)+"/"+twin) })
+	if got := obs.list(); len(got) != 1 {
+		t.Errorf("the audit deleted %v; want only the twin %s", got, twin)
+	}
+	if left := children(t, conn, root, obj); !slices.Contains(left, foreign) {
+		t.Errorf("children %v: another session's node %s went", left, foreign)
+	}
+	// free the object: e2's own twin goes with its session
+	e2.Close()
+	h := acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{})
+	release(t, h)
+}
+
+func name(t *testing.T, obj string) string {
+	n, err := lock.EscapeObject(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
