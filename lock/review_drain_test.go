@@ -123,6 +123,7 @@ func TestReviewDrainOrder(t *testing.T) {
 		granted, failed int
 		done            = make(chan struct{}, 1000)
 		cancels         = map[int]context.CancelFunc{}
+		gaveUp          = map[int]bool{}
 	)
 	start := func(i, engine int, typ lock.Type, shared bool) {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -130,10 +131,13 @@ func TestReviewDrainOrder(t *testing.T) {
 		wg.Go(func() {
 			defer cancel()
 			defer func() { done <- struct{}{} }()
-			g, err := es[engine].Acquire(ctx, obj, typ, lock.AcquireOptions{Wait: 5 * time.Minute, Shared: shared, RequestID: "w" + strconv.Itoa(i)})
+			g, err := es[engine].Acquire(ctx, obj, typ, lock.AcquireOptions{Wait: 2 * time.Minute, Shared: shared, RequestID: "w" + strconv.Itoa(i)})
 			if err != nil {
 				mu.Lock()
 				failed++
+				if engine != 2 && !gaveUp[i] { // only those given up, and the closed engine's, fail
+					t.Errorf("waiter %d (engine %d): %v", i, engine, err)
+				}
 				mu.Unlock()
 				return
 			}
@@ -184,6 +188,11 @@ func TestReviewDrainOrder(t *testing.T) {
 			giveUp = append(giveUp, j)
 		}
 	}
+	mu.Lock()
+	for _, j := range giveUp {
+		gaveUp[j] = true
+	}
+	mu.Unlock()
 	for _, j := range giveUp[:len(giveUp)/2] {
 		cancels[j]()
 	}
