@@ -150,8 +150,10 @@ func TestNativeHandoffOneWrite(t *testing.T) {
 		proto := c.proto
 		t.Run(fmt.Sprintf("%s-%d", proto, c.engines), func(t *testing.T) {
 			root := testRoot(t, zkServer)
-			// no holder watch during the drain: a slow holder would arm one
-			set := func(o *lock.Options) { o.Protocol = proto; o.HolderWatchDelay = time.Minute }
+			// no holder watch during the drain: a slow holder would arm one;
+			// no session audit (every 30 s: its listing and reads, counted
+			// once in a fresh-clone make test as one packet over)
+			set := func(o *lock.Options) { o.Protocol = proto; o.HolderWatchDelay = time.Minute; o.AuditInterval = -1 }
 			gate := newEngine(t, zkServer.Servers(), root, set)
 			h := acquire(t, gate, "herd", lock.Foreground, lock.AcquireOptions{})
 			const n = 24
