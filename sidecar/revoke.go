@@ -113,8 +113,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) error {
 	s.log.Warn("audit: revocation requested", "object", obj, "token", n.Token, "holder", n.Name, "holder_sidecar", n.Sidecar,
 		"holder_info", n.Info, "reason", reason, "caller", caller)
 	out := api.RevokeResponse{Object: obj, Token: n.Token, Reason: reason, Holder: holderOf(n)}
-	if l := s.leases.byToken(obj, n.Token); l != nil {
-		told, _ := s.leases.revoke(l, sig)
+	if told, ok := s.leases.revokeToken(obj, n.Token, sig); ok {
 		out.Local = true
 		if !told.IsZero() {
 			t := api.NewTime(told)
@@ -123,6 +122,36 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusAccepted, out)
 	return nil
+}
+
+// revokeToken revokes this sidecar's lease holding object with token
+// (revoke), or finds the one this same revocation already ended: the
+// signal can reach the holder's watch (preempt.go) and end the lease
+// before the request's own lookup, which then finds it among the revoked
+// leases whose grant is not freed yet. ok false: no lease of this
+// sidecar holds it.
+func (t *leaseTable) revokeToken(object string, token int64, sig lock.Signal) (told time.Time, ok bool) {
+	t.mu.Lock()
+	var live *lease
+	for _, l := range t.leases {
+		if holdsToken(l.g, object, token) {
+			live = l
+			break
+		}
+	}
+	if live == nil {
+		for l, at := range t.revoked {
+			if holdsToken(l.g, object, token) {
+				t.mu.Unlock()
+				return at, true
+			}
+		}
+		t.mu.Unlock()
+		return time.Time{}, false
+	}
+	t.mu.Unlock()
+	told, _ = t.revoke(live, sig)
+	return told, true
 }
 
 // revokeLease ends l as lost ("revoked: …"): the holder is told at once
