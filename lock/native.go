@@ -78,9 +78,11 @@ func (d nativeData) marshal() []byte {
 	return b
 }
 
-// size is an upper bound of d's JSON when appendJSON can write it.
+// size is an upper bound of d's JSON when appendJSON can write it: the
+// version, "x" and the brackets of "h" and "n" take at most 70 bytes (two
+// 20-digit integers), a holder 48 with its id, a name 3 with it.
 func (d nativeData) size() int {
-	n := 40
+	n := 72
 	for _, h := range d.H {
 		n += len(h.R) + 48
 	}
