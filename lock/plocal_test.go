@@ -20,15 +20,14 @@ import (
 // be first after it creates that waiter's privateLock, and the waiter is
 // woken in process (handoff.go).
 
-// packets returns the server's zk_packets_received.
-func packets(t *testing.T) int64 {
+// packets returns the packets the server received from the given sessions
+// (not mntr's total: an earlier test's session left to expire pings too).
+func packets(t *testing.T, sessions ...int64) int64 {
 	t.Helper()
-	m, err := zkServer.Mntr(1)
+	v, err := zkServer.Received(1, sessions...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v int64
-	fmt.Sscan(m["zk_packets_received"], &v)
 	return v
 }
 
@@ -60,9 +59,7 @@ func TestPluginLocalPingPong(t *testing.T) {
 	held := acquire(t, e, "pp", lock.Foreground, lock.AcquireOptions{})
 	var chk overlapChecker
 	chk.enter(held.Token())
-	// the cost of one mntr request, counted in the window
-	m0 := packets(t)
-	mntrCost := packets(t) - m0
+	sessions := []int64{e.Health().SessionID, other.Health().SessionID}
 	var pk int64
 	var window time.Duration
 	l0 := e.LocalHandoffs()
@@ -80,16 +77,16 @@ func TestPluginLocalPingPong(t *testing.T) {
 		waitFor(t, 10*time.Second, "the waiter offered a handoff", func() bool { return e.HandoffOffers("pp") == 1 })
 		waitFor(t, 10*time.Second, "the waiter watching", func() bool { return watches(t) > w0 })
 		s0, t0 := e.Health().Syncs+other.Health().Syncs, time.Now()
-		p0 := packets(t)
+		p0 := packets(t, sessions...)
 		chk.leave()
 		release(t, held)
 		held = <-ch
 		if held == nil {
 			t.FailNow()
 		}
-		p1 := packets(t)
+		p1 := packets(t, sessions...)
 		window += time.Since(t0)
-		pk += p1 - p0 - mntrCost - (e.Health().Syncs + other.Health().Syncs - s0)
+		pk += p1 - p0 - (e.Health().Syncs + other.Health().Syncs - s0)
 		chk.enter(held.Token())
 		if cur, tok, err := other.Check(ctx, "pp", held.Token()); err != nil || !cur || tok != held.Token() {
 			t.Fatalf("round %d: another engine's Check(%d) = %v, %d, %v; want current", i, held.Token(), cur, tok, err)
@@ -103,9 +100,9 @@ func TestPluginLocalPingPong(t *testing.T) {
 	release(t, held)
 	local := e.LocalHandoffs() - l0
 	// go-zookeeper pings an idle connection every third of the session
-	// timeout: up to that many per session (2 engines, the test's) in the windows
-	pings := 3 * (1 + int64(window/(e.Health().Timeout/3)))
-	t.Logf("%d handoffs: %d in process, %.2f packets per handoff (%d in all, mntr and keeper syncs excluded, up to %d pings)",
+	// timeout: up to that many per session (2 engines) in the windows
+	pings := 2 * (1 + int64(window/(e.Health().Timeout/3)))
+	t.Logf("%d handoffs: %d in process, %.2f packets per handoff (%d in all, keeper syncs excluded, up to %d pings)",
 		rounds, local, float64(pk)/rounds, pk, pings)
 	if chk.overlaps != 0 || chk.badToken != 0 {
 		t.Errorf("overlaps=%d non-increasing tokens=%d", chk.overlaps, chk.badToken)

@@ -727,6 +727,55 @@ func (z *ZooKeeper) Mntr(node int) (map[string]string, error) {
 	return parseMntr(out), nil
 }
 
+// Received returns the packets node has received on the connections of the
+// given sessions, summed from its cons answer (pings and the connect
+// request included). A count of a test's own sessions, unlike mntr's
+// zk_packets_received, leaves out every other connection to the server:
+// the pings of sessions an earlier test left to expire, the four-letter
+// words themselves. A session with no connection to node counts 0.
+func (z *ZooKeeper) Received(node int, sessions ...int64) (int64, error) {
+	out, err := z.FourLetter(node, "cons")
+	if err != nil {
+		return 0, err
+	}
+	want := make(map[int64]bool, len(sessions))
+	for _, s := range sessions {
+		want[s] = true
+	}
+	var n int64
+	for l := range strings.SplitSeq(out, "\n") {
+		// " /127.0.0.1:41234[1](queued=0,recved=7,sent=7,sid=0x100...,lop=...)"
+		_, attrs, ok := strings.Cut(l, "](")
+		if !ok {
+			continue
+		}
+		var recved, sid int64
+		var haveSid bool
+		for kv := range strings.SplitSeq(strings.TrimSuffix(strings.TrimSpace(attrs), ")"), ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "recved":
+				recved, err = strconv.ParseInt(v, 10, 64)
+			case "sid":
+				sid, err = strconv.ParseInt(strings.TrimPrefix(v, "0x"), 16, 64)
+				if err != nil { // a session id above 2^63 is a uint64 in hex
+					var u uint64
+					u, err = strconv.ParseUint(strings.TrimPrefix(v, "0x"), 16, 64)
+					sid = int64(u)
+				}
+				haveSid = true
+			}
+			if err != nil {
+				return 0, fmt.Errorf("testenv: zookeeper node %d cons: %q: %w", node, l, err)
+			}
+		}
+		if haveSid && want[sid] {
+			n += recved
+		}
+	}
+	return n, nil
+}
+
 func parseMntr(out string) map[string]string {
 	m := make(map[string]string)
 	for _, l := range strings.Split(out, "\n") {

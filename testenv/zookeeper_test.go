@@ -81,6 +81,26 @@ func TestStandalone(t *testing.T) {
 	if err != nil || m["zk_server_state"] != "standalone" || m["zk_packets_received"] == "" {
 		t.Errorf("Mntr(1) = %v, %v; want zk_server_state=standalone and zk_packets_received", m, err)
 	}
+	// Received counts one session's packets, and no other connection's.
+	c1, c2 := Client(t, z.Servers()), Client(t, z.Servers())
+	r1, err1 := z.Received(1, c1.SessionID())
+	r2, err2 := z.Received(1, c2.SessionID())
+	t1 := time.Now()
+	for range 3 {
+		if _, _, err := c1.Exists("/"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r1b, err3 := z.Received(1, c1.SessionID())
+	r2b, err4 := z.Received(1, c2.SessionID())
+	// a ping every third of the 10 s session timeout
+	pings := int64(1 + time.Since(t1)/(10*time.Second/3))
+	if err := errors.Join(err1, err2, err3, err4); err != nil || r1 < 1 || r1b-r1 < 3 || r1b-r1 > 3+pings || r2b-r2 > pings {
+		t.Errorf("Received: session 1 %d -> %d after 3 requests, session 2 %d -> %d (%v); want +3 (up to %d pings more), +0", r1, r1b, r2, r2b, err, pings)
+	}
+	if n, err := z.Received(1); n != 0 || err != nil {
+		t.Errorf("Received(1) of no session = %d, %v; want 0", n, err)
+	}
 	if got, want := z.ConnString(), z.Addr(1); got != want || !strings.HasPrefix(got, "127.0.0.1:") {
 		t.Errorf("ConnString() = %q, want %q on 127.0.0.1", got, want)
 	}
