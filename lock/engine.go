@@ -65,8 +65,11 @@ type Engine struct {
 	// learnLists: listings a native holder sent to learn arrivals behind
 	// it (learnNative), for tests
 	learnLists atomic.Int64
-	watch      watchSet     // watched objects (watch.go)
-	delays     atomic.Int64 // vanished holders waited out (lock-delay)
+	// refusedTakes: native takes refused by the data version (another
+	// write landed since the view), for tests
+	refusedTakes atomic.Int64
+	watch        watchSet     // watched objects (watch.go)
+	delays       atomic.Int64 // vanished holders waited out (lock-delay)
 	// handoffs: the native protocol's local waiters by request id (see
 	// nativeHandoff); local counts the grants handed over in process.
 	handoffs sync.Map

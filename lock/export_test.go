@@ -52,6 +52,10 @@ func SetHandoffHook(f func(stage string)) func() {
 // not knowing whom to hand over to (learnBeforeRelease).
 func (e *Engine) ReleaseListings() int64 { return e.relLists.Load() }
 
+// RefusedTakes counts native takes the data version refused (a write
+// landed between the view and the take: a logged write for nothing).
+func (e *Engine) RefusedTakes() int64 { return e.refusedTakes.Load() }
+
 // SetLearnPause sets the pause between a native holder's listings of
 // arrivals (learnNative) and returns a function restoring it.
 func SetLearnPause(d time.Duration) func() {

@@ -346,7 +346,7 @@ type nreq struct {
 	shared  bool
 	view    *nativeView // the latest read, if fresh
 	created bool        // a child of this request was created (or may have been)
-	waited  bool        // it queued behind another request: the object is contended
+	waited  bool        // it queued (slow): the object is contended
 }
 
 func (e *Engine) acquireNative(ctx context.Context, r *request, shared bool) (*Grant, error) {
@@ -411,6 +411,13 @@ func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
 	// with this engine's other waiters on the object (not v: a listing
 	// of our own per waiter is O(waiters) each).
 	if !done {
+		// Queued: the object was held or contended when we came, even
+		// if its holder is gone before our first view (a release landing
+		// just after our create). A grant that did not follow arrivals
+		// then would name nobody, and its successor would take with a
+		// second write and again follow nothing: a run of two-write
+		// handoffs (TestNativeReleaseMidViewNoRefusedTake, one engine).
+		n.waited = true
 		g, err = n.slow(ctx)
 	}
 	if err != nil && !n.registered {
@@ -849,6 +856,36 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 		if h, ok := v.d.holder(n.reqID); ok { // handed to us
 			return n.granted(ctx, filledToken(h, v.st), v.st, v.d, n.after(v), -1)
 		}
+		if n.eligible(v) && len(v.dead) > 0 {
+			// A holder named in the data with its child gone: most often
+			// a release that landed between our view's two reads (the data
+			// read before it, the listing after), whose write may name us.
+			// A take now would be refused by the data version that release
+			// wrote, and a refused multi is still a logged write. A
+			// release of this engine tells us in process; any other, one
+			// read of the data (a holder that truly vanished leaves it as
+			// it was: on to lock-delay and take).
+			if h, ok := n.localRelease(ctx, v, handed); ok {
+				return n.granted(ctx, h.st.Mzxid, h.st, h.d, h.d.N, -1)
+			}
+			if ctx.Err() != nil {
+				return nil, n.fail(ctx, ctx.Err())
+			}
+			w, err := n.readData(ctx)
+			if err != nil {
+				if err := again(err); err != nil {
+					return nil, n.fail(ctx, err)
+				}
+				continue
+			}
+			if h, ok := w.d.holder(n.reqID); ok {
+				return n.granted(ctx, filledToken(h, w.st), w.st, w.d, w.d.N, -1)
+			}
+			if w.st.Version != v.st.Version || w.st.Mzxid != v.st.Mzxid {
+				n.view = w // changed: list again behind it
+				continue
+			}
+		}
 		if n.eligible(v) {
 			if n.delay > 0 {
 				wait, err := n.lockDelay(ctx, v)
@@ -956,6 +993,37 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 	}
 }
 
+// localRelease waits for the releases of this engine's grants that v
+// names as holders with their children gone (their multis landed before
+// our listing; their answers are on the way), and reports the in-process
+// handoff if one named us. A grant of this engine that is not releasing
+// (its child deleted by someone else) is not waited for.
+func (n *nreq) localRelease(ctx context.Context, v *nativeView, handed chan nativeHandoff) (nativeHandoff, bool) {
+	for _, d := range v.dead {
+		hv, ok := n.e.natHeld.Load(d.R)
+		if !ok {
+			continue // ended already: its handoff, if any, is in handed
+		}
+		g := hv.(*Grant)
+		if g.s != n.s || !g.isReleasing() {
+			continue
+		}
+		select {
+		case <-g.Done():
+		case <-ctx.Done():
+			return nativeHandoff{}, false
+		}
+	}
+	select {
+	case h := <-handed:
+		if h.s == n.s && h.node == n.node {
+			return h, true
+		}
+	default:
+	}
+	return nativeHandoff{}, false
+}
+
 func filledToken(h nativeHolder, st *zk.Stat) int64 {
 	if h.T == 0 {
 		return st.Mzxid
@@ -1019,6 +1087,7 @@ func (n *nreq) take(ctx context.Context, v *nativeView) (*Grant, error) {
 		}
 		return n.granted(ctx, st.Mzxid, st, d, n.after(v), next)
 	case errors.Is(err, zk.ErrBadVersion):
+		n.e.refusedTakes.Add(1)
 		return nil, nil
 	case errors.Is(err, zk.ErrNoNode) && sentinelGone(res, 2):
 		// the sentinel went (an operator): make it again, or find the
