@@ -346,7 +346,7 @@ type nreq struct {
 	shared  bool
 	view    *nativeView // the latest read, if fresh
 	created bool        // a child of this request was created (or may have been)
-	waited  bool        // it queued (slow): the object is contended
+	waited  bool        // the object was held or contended when it came, or it queued behind another
 }
 
 func (e *Engine) acquireNative(ctx context.Context, r *request, shared bool) (*Grant, error) {
@@ -371,6 +371,7 @@ func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
 		// the sentinel; anything else is checked (ensureNative).
 		var err error
 		v, err = n.readData(ctx)
+		missing := errors.Is(err, zk.ErrNoNode)
 		switch {
 		case errors.Is(err, ErrForeignNode):
 			return nil, n.fail(ctx, err)
@@ -380,13 +381,22 @@ func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
 			n.e.objSentinel(n.name, true)
 		}
 		for v == nil || v.d.V != 1 {
-			err := n.e.ensureNative(ctx, n.s, n.name, n.objPath)
+			created, err := n.e.ensureNativeFrom(ctx, n.s, n.name, n.objPath, missing)
 			if err == nil {
+				if created && v == nil {
+					// Ours, just made: its holders (none) and version, for
+					// the one-write grant below (a first touch was eight
+					// requests and three writes through the queue).
+					if w, err := n.readData(ctx); err == nil && w.d.V == 1 {
+						v = w
+					}
+				}
 				break
 			}
 			if !retry(err) {
 				return nil, n.fail(ctx, err)
 			}
+			missing = false
 			if err := n.s.waitConnected(ctx); err != nil { // disconnected: look again once connected
 				return nil, n.fail(ctx, err)
 			}
@@ -398,9 +408,14 @@ func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
 	var g *Grant
 	var err error
 	done := false
+	// held or contended when we came (a fast attempt that falls through
+	// found someone, too)
+	contended := p.contended || (v != nil && len(v.d.H) > 0)
 	if fast {
+		contended = true
 		g, err, done = n.fast(ctx, p)
 	} else if v != nil && !p.contended && n.delay <= 0 && len(v.d.H) == 0 {
+		contended = true
 		// No prediction, nobody seen here lately and no holder: create our
 		// child and name ourselves in one multi guarded by the version
 		// read, then verify nobody waits ahead (three round trips, one
@@ -411,13 +426,15 @@ func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
 	// with this engine's other waiters on the object (not v: a listing
 	// of our own per waiter is O(waiters) each).
 	if !done {
-		// Queued: the object was held or contended when we came, even
+		// The object was held or contended when we came: contended, even
 		// if its holder is gone before our first view (a release landing
 		// just after our create). A grant that did not follow arrivals
 		// then would name nobody, and its successor would take with a
 		// second write and again follow nothing: a run of two-write
 		// handoffs (TestNativeReleaseMidViewNoRefusedTake, one engine).
-		n.waited = true
+		// Not a first touch (no object node yet): W3's thousand new
+		// objects would each list twice for nothing.
+		n.waited = contended
 		g, err = n.slow(ctx)
 	}
 	if err != nil && !n.registered {
@@ -1650,17 +1667,50 @@ func (e *Engine) checkNative(ctx context.Context, s *session, objPath string, to
 // found here is a plugin holder under a native root: ErrForeignNode. Once
 // per object and engine (remembered while the engine knows the object).
 func (e *Engine) ensureNative(ctx context.Context, s *session, name, objPath string) error {
+	_, err := e.ensureNativeFrom(ctx, s, name, objPath, false)
+	return err
+}
+
+// ensureNativeFrom is ensureNative; missing: the caller just found no
+// object node (its first look is the create, not a read). created: this
+// call made the object node with its sentinel (the data: no holders).
+func (e *Engine) ensureNativeFrom(ctx context.Context, s *session, name, objPath string, missing bool) (created bool, _ error) {
 	e.objMu.Lock()
 	st := e.objs[name]
 	ok := st != nil && st.sentinel
 	e.objMu.Unlock()
 	if ok {
-		return nil
+		return false, nil
 	}
 	sentinel := objPath + "/" + privateLock
 	mark := sentinelMark(objPath)
 	data := nativeData{}.marshal()
 	for range 10 {
+		if missing {
+			missing = false
+			_, err := zcall(ctx, func() ([]zk.MultiResponse, error) {
+				return s.conn.Multi(
+					&zk.CreateRequest{Path: objPath, Data: data, Acl: e.acl, Flags: zk.FlagPersistent},
+					&zk.CreateRequest{Path: sentinel, Data: data, Acl: e.acl, Flags: zk.FlagPersistent},
+					&zk.CreateRequest{Path: mark, Acl: e.acl, Flags: zk.FlagPersistent},
+				)
+			}, nil)
+			switch {
+			case err == nil:
+				e.objSentinel(name, true)
+				return true, nil
+			case errors.Is(err, zk.ErrNoNode):
+				if err := e.ensureRoot(ctx, s); err != nil {
+					return false, err
+				}
+				missing = true
+				continue
+			case errors.Is(err, zk.ErrNodeExists): // made meanwhile: look
+				continue
+			default:
+				return false, err
+			}
+		}
 		st, err := zcall(ctx, func() (*zk.Stat, error) {
 			ok, st, err := s.conn.Exists(sentinel)
 			if err == nil && !ok {
@@ -1669,19 +1719,19 @@ func (e *Engine) ensureNative(ctx context.Context, s *session, name, objPath str
 			return st, err
 		}, nil)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if st != nil {
 			if st.EphemeralOwner != 0 {
-				return fmt.Errorf("%w: %s/%s is a plugin holder's (ephemeral) under the native root %s", ErrForeignNode, path.Base(objPath), privateLock, e.opts.Root)
+				return false, fmt.Errorf("%w: %s/%s is a plugin holder's (ephemeral) under the native root %s", ErrForeignNode, path.Base(objPath), privateLock, e.opts.Root)
 			}
 			if st.NumChildren > 0 {
 				e.objSentinel(name, true)
-				return nil
+				return false, nil
 			}
 			_, err = zcall(ctx, func() (string, error) { return s.conn.Create(mark, nil, zk.FlagPersistent, e.acl) }, nil)
 			if err != nil && !errors.Is(err, zk.ErrNodeExists) && !errors.Is(err, zk.ErrNoNode) {
-				return err
+				return false, err
 			}
 			continue // look again
 		}
@@ -1692,6 +1742,10 @@ func (e *Engine) ensureNative(ctx context.Context, s *session, name, objPath str
 				&zk.CreateRequest{Path: mark, Acl: e.acl, Flags: zk.FlagPersistent},
 			)
 		}, nil)
+		if err == nil { // all three ours
+			e.objSentinel(name, true)
+			return true, nil
+		}
 		if errors.Is(err, zk.ErrNodeExists) { // the object node exists: add the sentinel
 			_, err = zcall(ctx, func() ([]zk.MultiResponse, error) {
 				return s.conn.Multi(
@@ -1705,13 +1759,13 @@ func (e *Engine) ensureNative(ctx context.Context, s *session, name, objPath str
 			continue // look again
 		case errors.Is(err, zk.ErrNoNode):
 			if err := e.ensureRoot(ctx, s); err != nil {
-				return err
+				return false, err
 			}
 		default:
-			return err
+			return false, err
 		}
 	}
-	return fmt.Errorf("lock: could not create %s: it keeps vanishing", sentinel)
+	return false, fmt.Errorf("lock: could not create %s: it keeps vanishing", sentinel)
 }
 
 // sentinelMark is the sentinel's child: an ephemeral node (a plugin

@@ -601,3 +601,59 @@ func (c *countingConn) Read(p []byte) (int, error) {
 	c.n.Add(int64(k))
 	return k, err
 }
+
+// The first touch of an object (no object node yet) under the native
+// protocol: a read finding no node, the multi creating the object node
+// with its sentinel, a read of the new node's version, the grant's one
+// write and its check that nobody queued meanwhile (data and children);
+// then the release's write. It went through the queue before: a read that the create made
+// needless, another after it, the child's create, the view's two reads and
+// the take (nine requests and three writes per cycle; W3 on a fresh root
+// touches a thousand objects). Counted from this session's packets.
+func TestNativeFirstTouchRequests(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) { o.AuditInterval = -1 })
+	ctx := context.Background()
+	// the root exists before the count (its creation is once per engine)
+	release(t, acquire(t, e, "warm", lock.Foreground, lock.AcquireOptions{}))
+	sid := e.Health().SessionID
+	const n = 20
+	p0, s0, t0 := packets(t, sid), e.Health().Syncs, time.Now()
+	var chk overlapChecker
+	for i := range n {
+		g, err := e.Acquire(ctx, fmt.Sprintf("new-%d", i), lock.Foreground, lock.AcquireOptions{Wait: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		chk.enter(g.Token())
+		chk.leave()
+		release(t, g)
+	}
+	pk := packets(t, sid) - p0 - (e.Health().Syncs - s0)
+	pings := 1 + int64(time.Since(t0)/(e.Health().Timeout/3))
+	t.Logf("%d first touches: %.2f requests per acquire and release (%d, keeper syncs excluded, up to %d pings)", n, float64(pk)/n, pk, pings)
+	if chk.grants != n {
+		t.Errorf("%d grants, want %d", chk.grants, n)
+	}
+	if want := 7*int64(n) + pings; pk > want {
+		t.Errorf("%d requests for %d first touches, want at most %d (7 each)", pk, n, want)
+	}
+	// Writes: the object node's creation, the grant and the release are
+	// three transactions, so the last (the release's) is the creation's
+	// zxid + 2 unless another session's write came between (a session of
+	// an earlier test closing or expiring). Through the queue: + 3.
+	conn := rawConn(t, zkServer.Servers())
+	three := 0
+	for i := range n {
+		d, st, err := conn.Get(fmt.Sprintf("%s/new-%d", root, i))
+		if err != nil || st.NumChildren != 1 || !strings.Contains(string(d), `"native"`) {
+			t.Fatalf("object new-%d after its release: %q, %v; want the native protocol's data and the sentinel only", i, d, err)
+		}
+		if st.Mzxid-st.Czxid == 2 {
+			three++
+		}
+	}
+	if three < n-2 {
+		t.Errorf("%d of %d first touches in three writes (creation, grant, release)", three, n)
+	}
+}
