@@ -130,6 +130,7 @@ type objState struct {
 	infoCzxid int64                // the object node incarnation info belongs to
 	sentinel  bool                 // native: the object's sentinel is known to exist (ensureNative)
 	nq        []nchild             // native: the children in grant order, as this engine last listed them (topUp)
+	missed    bool                 // native: another engine's write refused our last predicted one: read first
 
 	// behind (plugin protocol): local waiters offered a handoff, by the
 	// child each watches (handoff.go).
@@ -142,6 +143,7 @@ type prediction struct {
 	czxid     int64
 	version   int32 // the object node's data version our release left (-1: unknown)
 	contended bool
+	missed    bool // native: read before using the prediction (see objState.missed)
 }
 
 func (st *objState) invalidate() { st.predict = -1 }
@@ -437,7 +439,17 @@ func (e *Engine) objEnter(name string, gen uint64) prediction {
 	if st.predict < 0 {
 		return prediction{seq: -1, contended: st.contended || st.active > 1 || e.opts.DisableFastPath}
 	}
-	return prediction{seq: st.predict, czxid: st.czxid, version: st.version}
+	return prediction{seq: st.predict, czxid: st.czxid, version: st.version, missed: st.missed}
+}
+
+// objMissed records whether the native fast path's prediction of the
+// object was refused (another engine writes here too: read first).
+func (e *Engine) objMissed(name string, missed bool) {
+	e.objMu.Lock()
+	defer e.objMu.Unlock()
+	if st := e.objs[name]; st != nil {
+		st.missed = missed
+	}
 }
 
 // objContended notes that others were seen on the object.

@@ -347,6 +347,7 @@ type nreq struct {
 	view    *nativeView // the latest read, if fresh
 	created bool        // a child of this request was created (or may have been)
 	waited  bool        // the object was held or contended when it came, or it queued behind another
+	missed  bool        // its predicted write was refused by the data version (fast)
 }
 
 func (e *Engine) acquireNative(ctx context.Context, r *request, shared bool) (*Grant, error) {
@@ -364,7 +365,10 @@ func (e *Engine) acquireNative(ctx context.Context, r *request, shared bool) (*G
 }
 
 func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
-	fast := p.seq >= 0 && p.version >= 0 && n.delay <= 0 // our own clean release left the object: its sentinel is known
+	// Our own clean release left the object (its sentinel is known), and
+	// no other engine's write refused our last predicted one (missed: read
+	// first, below).
+	fast := p.seq >= 0 && p.version >= 0 && n.delay <= 0 && !p.missed
 	var v *nativeView
 	if !fast {
 		// The holders, read first: data the native protocol wrote proves
@@ -412,15 +416,38 @@ func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
 	// found someone, too)
 	contended := p.contended || (v != nil && len(v.d.H) > 0)
 	if fast {
-		contended = true
 		g, err, done = n.fast(ctx, p)
-	} else if v != nil && !p.contended && n.delay <= 0 && len(v.d.H) == 0 {
 		contended = true
-		// No prediction, nobody seen here lately and no holder: create our
-		// child and name ourselves in one multi guarded by the version
-		// read, then verify nobody waits ahead (three round trips, one
-		// write; queueing first costs four, two).
-		g, err, done = n.fast(ctx, prediction{seq: -1, czxid: v.st.Czxid, version: v.st.Version})
+		if !done && n.missed {
+			// Another engine wrote since our release: its version refused
+			// our write (nothing created). Read, and the one-write grant
+			// below if the object is free, rather than queueing (a child,
+			// a view of two reads, a take: W3's objects taken by turns
+			// on eight sidecars). The next acquires read first
+			// (objMissed) until a read shows the prediction held.
+			n.missed, fast = false, false
+			n.e.objMissed(n.name, true)
+			v = nil
+			if w, rerr := n.readData(ctx); rerr == nil && w.d.V == 1 {
+				v = w
+			}
+			contended = v == nil || len(v.d.H) > 0
+		}
+	}
+	if !fast && !done && v != nil && !p.contended && n.delay <= 0 && len(v.d.H) == 0 {
+		contended = true
+		if p.seq >= 0 && p.version >= 0 && v.st.Czxid == p.czxid && v.st.Version == p.version {
+			// Nobody wrote since our release: the prediction holds (no
+			// check after the write), and the next acquire need not read.
+			n.e.objMissed(n.name, false)
+			g, err, done = n.fast(ctx, p)
+		} else {
+			// No prediction, nobody seen here lately and no holder: create
+			// our child and name ourselves in one multi guarded by the
+			// version read, then verify nobody waits ahead (three round
+			// trips, one write; queueing first costs four, two).
+			g, err, done = n.fast(ctx, prediction{seq: -1, czxid: v.st.Czxid, version: v.st.Version})
+		}
 	}
 	// Otherwise the slow path reads a view sent after our create, shared
 	// with this engine's other waiters on the object (not v: a listing
@@ -479,7 +506,7 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 		}
 		if st.Czxid == p.czxid {
 			// Someone created a child since: are they ahead of us?
-			v, err := n.read(ctx)
+			v, err := n.readAfter(ctx, d, st)
 			if err == nil && len(v.kids) > 1 {
 				n.e.objContended(n.name)
 			}
@@ -509,6 +536,7 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 	case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNoNode):
 		if p.seq >= 0 {
 			n.e.observe(func(o Observer) { o.FastPath(false) })
+			n.missed = errors.Is(err, zk.ErrBadVersion)
 		}
 		if sentinelGone(res, 2) {
 			n.e.objSentinel(n.name, false)
@@ -567,6 +595,29 @@ func (n *nreq) read(ctx context.Context) (*nativeView, error) {
 		return nil, err
 	}
 	return v, n.list(ctx, v)
+}
+
+// readAfter is read after our own write of d (st: the object node's stat
+// it left): one listing, whose stat tells whether the data is still d (its
+// version unchanged); only if not is the data read again, then listed.
+// Either way the data is known as of a moment before the listing.
+func (n *nreq) readAfter(ctx context.Context, d nativeData, st *zk.Stat) (*nativeView, error) {
+	type listing struct {
+		kids []string
+		st   *zk.Stat
+	}
+	l, err := zcall(ctx, func() (listing, error) {
+		kids, lst, err := n.s.conn.Children(n.objPath)
+		return listing{kids, lst}, err
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if l.st.Czxid != st.Czxid || l.st.Version != st.Version {
+		return n.read(ctx)
+	}
+	v := &nativeView{d: d, st: st}
+	return v, n.e.setChildren(v, n.objPath, l.kids)
 }
 
 func (n *nreq) readData(ctx context.Context) (*nativeView, error) {
