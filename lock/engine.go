@@ -68,8 +68,11 @@ type Engine struct {
 	// refusedTakes: native takes refused by the data version (another
 	// write landed since the view), for tests
 	refusedTakes atomic.Int64
-	watch        watchSet     // watched objects (watch.go)
-	delays       atomic.Int64 // vanished holders waited out (lock-delay)
+	// preReads: native acquires that read the holders before creating
+	// anything, for tests
+	preReads atomic.Int64
+	watch    watchSet     // watched objects (watch.go)
+	delays   atomic.Int64 // vanished holders waited out (lock-delay)
 	// handoffs: the native protocol's local waiters by request id (see
 	// nativeHandoff); local counts the grants handed over in process.
 	handoffs sync.Map

@@ -56,6 +56,10 @@ func (e *Engine) ReleaseListings() int64 { return e.relLists.Load() }
 // landed between the view and the take: a logged write for nothing).
 func (e *Engine) RefusedTakes() int64 { return e.refusedTakes.Load() }
 
+// PreReads counts native acquires that read the holders before creating
+// anything (run).
+func (e *Engine) PreReads() int64 { return e.preReads.Load() }
+
 // SetLearnPause sets the pause between a native holder's listings of
 // arrivals (learnNative) and returns a function restoring it.
 func SetLearnPause(d time.Duration) func() {

@@ -154,3 +154,50 @@ func TestNativeReleaseMidViewNoRefusedTake(t *testing.T) {
 		})
 	}
 }
+
+// Under contention a native acquire queues at once: the read of the
+// holders before its create (which the slow path's view after the create
+// repeats) is for objects not seen contended lately. W2 (eight sidecars,
+// one object) sent it on every acquisition: 7.2 requests each against the
+// plugin protocol's 6.0. Two engines taking the lock in turn, each queued
+// behind the other.
+func TestNativeContendedQueuesAtOnce(t *testing.T) {
+	set := func(o *lock.Options) { o.Protocol = lock.Native; o.AuditInterval = -1 }
+	root := testRoot(t, zkServer)
+	es := []*lock.Engine{newEngine(t, zkServer.Servers(), root, set), newEngine(t, zkServer.Servers(), root, set)}
+	conn := rawConn(t, zkServer.Servers())
+	const rounds = 20
+	var chk overlapChecker
+	held := acquire(t, es[0], "cq", lock.Foreground, lock.AcquireOptions{})
+	chk.enter(held.Token())
+	r0 := es[0].PreReads() + es[1].PreReads()
+	for i := range rounds {
+		ch := make(chan *lock.Grant, 1)
+		go func() {
+			g, err := es[(i+1)%2].Acquire(context.Background(), "cq", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+			if err != nil {
+				t.Error(err)
+			}
+			ch <- g
+		}()
+		waitFor(t, 10*time.Second, "the other queued", func() bool { return len(children(t, conn, root, "cq")) == 3 })
+		chk.leave()
+		release(t, held)
+		held = <-ch
+		if held == nil {
+			t.FailNow()
+		}
+		chk.enter(held.Token())
+	}
+	chk.leave()
+	release(t, held)
+	n := es[0].PreReads() + es[1].PreReads() - r0
+	t.Logf("%d contended acquires: %d read the holders before queueing", rounds, n)
+	if chk.overlaps != 0 || chk.badToken != 0 || chk.grants != rounds+1 {
+		t.Errorf("overlaps=%d non-increasing tokens=%d grants=%d", chk.overlaps, chk.badToken, chk.grants)
+	}
+	// each engine's first (it has not seen the object contended yet)
+	if n > 2 {
+		t.Errorf("%d of %d contended acquires read the holders before queueing", n, rounds)
+	}
+}

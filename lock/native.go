@@ -370,10 +370,15 @@ func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
 	// first, below).
 	fast := p.seq >= 0 && p.version >= 0 && n.delay <= 0 && !p.missed
 	var v *nativeView
-	if !fast {
+	if !fast && p.contended && n.e.objSentinelKnown(n.name) {
+		// Contended lately, sentinel known: queue at once. The read of
+		// the holders would only say so again (the slow path reads a
+		// view after our create): W2's every acquisition sent it.
+	} else if !fast {
 		// The holders, read first: data the native protocol wrote proves
 		// the sentinel; anything else is checked (ensureNative).
 		var err error
+		n.e.preReads.Add(1)
 		v, err = n.readData(ctx)
 		missing := errors.Is(err, zk.ErrNoNode)
 		switch {
@@ -1830,6 +1835,14 @@ func sentinelMark(objPath string) string { return objPath + "/" + privateLock + 
 // sentinel's mark (operation i).
 func sentinelGone(res []zk.MultiResponse, i int) bool {
 	return i < len(res) && errors.Is(res[i].Error, zk.ErrNoNode)
+}
+
+// objSentinelKnown reports whether the engine knows the object's sentinel.
+func (e *Engine) objSentinelKnown(name string) bool {
+	e.objMu.Lock()
+	defer e.objMu.Unlock()
+	st := e.objs[name]
+	return st != nil && st.sentinel
 }
 
 // objSentinel records whether the engine knows the object's sentinel.
