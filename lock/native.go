@@ -595,11 +595,7 @@ func waitersBut(kids []nchild, holds func(req string) bool, req string) []string
 
 // read reads the object node's data, then its children.
 func (n *nreq) read(ctx context.Context) (*nativeView, error) {
-	v, err := n.readData(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return v, n.list(ctx, v)
+	return zcall(ctx, func() (*nativeView, error) { return n.e.readNativeView(n.s, n.objPath) }, nil)
 }
 
 // readAfter is read after our own write of d (st: the object node's stat
@@ -658,14 +654,18 @@ func objectData(objPath string, data []byte) (nativeData, error) {
 // readNativeView reads the object's data, then its children, on session
 // s: one view for every waiter of the engine that joins it (listShared).
 func (e *Engine) readNativeView(s *session, objPath string) (*nativeView, error) {
-	v, err := readObjectData(s, objPath)
+	// The data, then the children: both sent at once, answered in order
+	// (one round trip). A release landing between the two reads still
+	// shows as a holder named with its child gone (slow's localRelease).
+	data, st, kids, _, err := s.conn.GetThenChildren(objPath)
 	if err != nil {
 		return nil, err
 	}
-	kids, _, err := s.conn.Children(objPath)
+	d, err := objectData(objPath, data)
 	if err != nil {
 		return nil, err
 	}
+	v := &nativeView{d: d, st: st}
 	if err := e.setChildren(v, objPath, kids); err != nil {
 		return nil, err
 	}

@@ -1017,6 +1017,39 @@ func (c *Conn) Get(path string) ([]byte, *Stat, error) {
 	return res.Data, &res.Stat, err
 }
 
+// GetThenChildren reads a znode's data, then lists its children, with both
+// requests sent before either answer is awaited (Baton's patch: one round
+// trip, not two). The server answers a session's requests in the order
+// sent, so the listing is as of a moment after the data read, as with Get
+// followed by Children. An error from either is returned (the data's
+// first); the results are only meaningful when err is nil.
+func (c *Conn) GetThenChildren(path string) ([]byte, *Stat, []string, *Stat, error) {
+	if err := validatePath(path, false); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	gres := &getDataResponse{}
+	cres := &getChildren2Response{}
+	grecv := c.queueRequest(opGetData, &getDataRequest{Path: path, Watch: false}, gres, nil)
+	crecv := c.queueRequest(opGetChildren2, &getChildren2Request{Path: path, Watch: false}, cres, nil)
+	var errs [2]error
+	for i, recv := range [2]<-chan response{grecv, crecv} {
+		select {
+		case r := <-recv:
+			errs[i] = r.err
+		case <-c.shouldQuit:
+			// as in request: the answers' fields may still be written
+			return nil, nil, nil, nil, ErrConnectionClosed
+		}
+	}
+	if errs[0] != nil {
+		return nil, nil, nil, nil, errs[0]
+	}
+	if errs[1] != nil {
+		return nil, nil, nil, nil, errs[1]
+	}
+	return gres.Data, &gres.Stat, cres.Children, &cres.Stat, nil
+}
+
 // GetW returns the contents of a znode and sets a watch
 func (c *Conn) GetW(path string) ([]byte, *Stat, <-chan Event, error) {
 	if err := validatePath(path, false); err != nil {
