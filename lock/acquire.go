@@ -181,6 +181,7 @@ func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool
 			r.e.log.Debug("fast path off: sequence mismatch or object renewed", "object", r.object, "want", p.seq, "got", seq)
 		}
 		r.node, r.seq, r.objCzxid, r.listAfter = child, seq, obj.Czxid, time.Now()
+		r.s.own.name(r.objPath, r.node, r.reqID)
 		// Verify: is anyone ahead of us now?
 		l, err := r.e.listShared(ctx, r.s, r.name, r.objPath, r.listAfter)
 		if err == nil {
@@ -495,6 +496,7 @@ func (r *request) createChild(ctx context.Context) error {
 		case err == nil:
 			r.node = path.Base(p)
 			r.seq, _ = seqOf(r.node)
+			r.s.own.name(r.objPath, r.node, r.reqID)
 			r.listAfter = time.Now()
 			if r.seq >= seqRefuse {
 				if err := r.drainWait(ctx); !errors.Is(err, errRecreate) {
@@ -732,6 +734,7 @@ func (r *request) recoverOrphans(ctx context.Context) error {
 	}
 	if adopt != "" {
 		r.node = adopt
+		r.s.own.name(r.objPath, r.node, r.reqID)
 		r.seq, _ = seqOf(adopt)
 		r.listAfter = time.Now()
 	}

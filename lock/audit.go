@@ -44,6 +44,12 @@ type owners struct {
 	live     map[string]int           // request id → acquires in progress and grants held with it
 	reserved map[string]chan struct{} // request ids the audit is deleting a node of; closed when done
 	objects  map[string]*touched      // object path → use by this session; nil: no audit, not tracked
+	// names: the plugin protocol's children of live requests (object
+	// path/child → request id), so that the audit leaves them unread (a
+	// plugin child's name does not carry its request id); byReq: each
+	// request's, dropped when it stops being live.
+	names map[string]string
+	byReq map[string][]string
 }
 
 type touched struct {
@@ -53,7 +59,7 @@ type touched struct {
 
 // newOwners tracks the objects touched only for an audit (audit true).
 func newOwners(audit bool) *owners {
-	o := &owners{live: make(map[string]int), reserved: make(map[string]chan struct{})}
+	o := &owners{live: make(map[string]int), reserved: make(map[string]chan struct{}), names: make(map[string]string), byReq: make(map[string][]string)}
 	if audit {
 		o.objects = make(map[string]*touched)
 	}
@@ -95,10 +101,38 @@ func (o *owners) leave(objPath, reqID string) {
 	defer o.mu.Unlock()
 	if o.live[reqID]--; o.live[reqID] <= 0 {
 		delete(o.live, reqID)
+		for _, p := range o.byReq[reqID] {
+			if o.names[p] == reqID {
+				delete(o.names, p)
+			}
+		}
+		delete(o.byReq, reqID)
 	}
 	if t := o.objects[objPath]; t != nil {
 		t.active--
 	}
+}
+
+// name records node, a child of objPath that live request reqID created
+// (the plugin protocol), until reqID stops being live.
+func (o *owners) name(objPath, node, reqID string) {
+	p := objPath + "/" + node
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.live[reqID] > 0 && o.names[p] != reqID {
+		o.names[p] = reqID
+		o.byReq[reqID] = append(o.byReq[reqID], p)
+	}
+}
+
+// liveNode reports whether the child at p was created by a request that is
+// still live (name): the audit would read it only to find that request's
+// id in its data, and leave it.
+func (o *owners) liveNode(p string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	req, ok := o.names[p]
+	return ok && o.live[req] > 0
 }
 
 // reserve reports whether reqID is not live, and if so keeps it from
@@ -220,7 +254,7 @@ func (s *session) auditObject(objPath string, sid int64) (found bool, err error)
 		if !s.connected() { // cut mid-audit: stop, the reconnect audits again
 			return found, zk.ErrConnectionClosed
 		}
-		if s.liveNative(k) {
+		if s.liveNative(k) || s.own.liveNode(objPath+"/"+k) {
 			found = true
 			continue
 		}
