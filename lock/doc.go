@@ -330,7 +330,8 @@
 //     checks skip. The session's audit leaves a child whose name carries a
 //     live request id of the session without reading it.
 //   - The engine's waiters on one object share its reads (data, then
-//     children: one in flight and one queued behind it, each joinable by
+//     children, sent together and answered in order: one round trip; one
+//     in flight and one queued behind it, each joinable by
 //     any waiter whose create it follows), as the plugin protocol shares
 //     its listings: 10,000 arrivals send a few listings, not one each of up
 //     to 10,000 children (those clogged the session's connection until its
@@ -348,7 +349,25 @@
 //   - An uncontended acquire with a prediction (the engine's own clean
 //     release left the data at a known version, and the sequence number it
 //     predicts proves nobody created a child since) is one multi: create
-//     the child and name ourselves, guarded by that version.
+//     the child and name ourselves, guarded by that version. Without one
+//     (another engine used the object since), an object not seen contended
+//     lately is read (the version), then taken in that one multi, then
+//     listed to check that nobody queued meanwhile (the listing's stat
+//     shows whether the data is still what we wrote; only if not is it
+//     read again); someone queued ahead: everything is given back and the
+//     request queues. A prediction refused by another engine's version
+//     (one refused write) is not tried again on that object until a read
+//     shows it held; an object seen contended lately is queued on at once
+//     (the view after the create reads the holders anyway). A first touch
+//     creates the object node with its sentinel, reads it, and takes it in
+//     the one multi.
+//   - A waiter whose view shows a holder named with its child gone, and
+//     itself first, takes nothing at once: most often a release landed
+//     between the view's two reads, and its write may name this waiter. A
+//     release of the same engine tells it in process; another one's, one
+//     read of the data (unchanged: the holder truly vanished; on to
+//     lock-delay and take). A take on that view was refused by the
+//     release's data version: a logged write for nothing.
 //   - A create or grant whose reply was lost is given back after the
 //     reconnect (a sync, then our name out of the data and every child
 //     carrying our request id deleted, in one guarded multi) and the
