@@ -106,8 +106,11 @@
 // reconnect, the ephemeral nodes it owns under the objects it has touched
 // and deletes, guarded by version, those whose request id is neither an
 // acquire in progress nor a grant held (a create in flight is owned by its
-// live request). Inspect shows a Baton privateLock without its holder's
-// child as an orphan; Engine.FreeOrphan deletes one from any engine.
+// live request). A child that a live request of the session created (its
+// name kept with the request, or, native, its request id in its name) is
+// left unread: the audit would read it only to find that live id. Inspect
+// shows a Baton privateLock without its holder's child as an orphan;
+// Engine.FreeOrphan deletes one from any engine.
 //
 // # Lock-delay
 //
