@@ -397,7 +397,7 @@ func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
 	}
 	var g *Grant
 	var err error
-	done := false
+	done, tried := false, fast
 	if fast {
 		g, err, done = n.fast(ctx, p)
 	} else if v != nil && !p.contended && n.delay <= 0 && len(v.d.H) == 0 {
@@ -405,6 +405,7 @@ func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
 		// child and name ourselves in one multi guarded by the version
 		// read, then verify nobody waits ahead (three round trips, one
 		// write; queueing first costs four, two).
+		tried = true
 		g, err, done = n.fast(ctx, prediction{seq: -1, czxid: v.st.Czxid, version: v.st.Version})
 	}
 	// Otherwise the slow path reads a view sent after our create, shared
@@ -417,7 +418,12 @@ func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
 		// then would name nobody, and its successor would take with a
 		// second write and again follow nothing: a run of two-write
 		// handoffs (TestNativeReleaseMidViewNoRefusedTake, one engine).
-		n.waited = true
+		// Not when nothing was seen here: the object node missing (a first
+		// acquire of the object) or only a lock-delay sending every acquire
+		// this way; a grant that follows arrivals lists the object twice
+		// (TestReviewMidviewUncontendedNoLearning). A queue met later
+		// counts below (not eligible, or not alone when taking).
+		n.waited = tried || p.contended || v != nil && len(v.d.H) > 0
 		g, err = n.slow(ctx)
 	}
 	if err != nil && !n.registered {
