@@ -967,9 +967,12 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 			return nil, n.fail(ctx, ctx.Err())
 		}
 		// The watch fires before the holder's multi is answered: a holder
-		// of this engine tells us in process whether it named us.
+		// of this engine tells us in process whether it named us. Only one
+		// releasing: a holder whose child someone else deleted holds on
+		// (until its watch sees another named) and would keep us waiting
+		// for as long (TestReviewMidviewDeletedHolderChildNoHang).
 		if c, ok := n.e.parseNative(t); ok {
-			if hv, ok := n.e.natHeld.Load(c.req); ok {
+			if hv, ok := n.e.natHeld.Load(c.req); ok && hv.(*Grant).isReleasing() {
 				select {
 				case <-hv.(*Grant).Done():
 				case <-ctx.Done():
