@@ -99,3 +99,163 @@ func TestReviewMidviewDeletedHolderChildNoHang(t *testing.T) {
 		})
 	}
 }
+
+// A holder that truly vanished (named in the data, its child gone, no
+// release on its way) is waited out with the lock-delay as before: the
+// one read of the data finds it unchanged. Its holder on another engine,
+// and on the waiter's own engine (its child deleted while it holds: not
+// releasing, not waited for). The waiter's session sends a bounded number
+// of packets meanwhile (no loop of reads while the delay runs).
+func TestReviewMidviewVanishedHolderWaitsDelay(t *testing.T) {
+	const delay = 1500 * time.Millisecond
+	for _, where := range []string{"other-engine", "same-engine"} {
+		t.Run(where, func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			b := newEngine(t, zkServer.Servers(), root, midviewNative, func(o *lock.Options) { o.LockDelay = delay })
+			a := b
+			if where == "other-engine" {
+				a = newEngine(t, zkServer.Servers(), root, midviewNative)
+			}
+			conn := rawConn(t, zkServer.Servers())
+			g := acquire(t, a, "vh", lock.Foreground, lock.AcquireOptions{})
+			defer g.Release(context.Background())
+			if err := conn.Delete(midviewPath(t, root, "vh")+"/"+g.Node(), -1); err != nil {
+				t.Fatal(err)
+			}
+			sid := b.Health().SessionID
+			p0, err := zkServer.Received(1, sid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d0 := b.Health().LockDelays
+			w := acquire(t, b, "vh", lock.Foreground, lock.AcquireOptions{})
+			p1, err := zkServer.Received(1, sid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("waited %v, %d packets from the waiter's session", w.Waited(), p1-p0)
+			if n := b.Health().LockDelays - d0; n != 1 || w.Waited() < delay {
+				t.Errorf("granted after %v with %d lock-delays waited out; want the delay %v waited once", w.Waited(), n, delay)
+			}
+			if w.Token() <= g.Token() {
+				t.Errorf("token %d after the vanished holder's %d", w.Token(), g.Token())
+			}
+			// reads, a take, a ping or two; a loop of reads is hundreds
+			if p1-p0 > 40 {
+				t.Errorf("%d packets while one waiter waited out a lock-delay of %v", p1-p0, delay)
+			}
+			release(t, w)
+		})
+	}
+}
+
+// A waiter whose view shows a releasing holder of its engine with its
+// child gone waits for that release to end (localRelease). The release
+// here is held back (its learnNative listing in flight, which it waits
+// for) after an operator deleted its child. ctx-ends: the waiter's ctx
+// ends meanwhile: it returns at once and leaves no node. release-ends:
+// the release ends (lost: its child was gone) and the waiter is granted
+// after it, with a greater token.
+func TestReviewMidviewWaitsForLocalRelease(t *testing.T) {
+	for _, c := range []string{"ctx-ends", "release-ends"} {
+		t.Run(c, func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			e := newEngine(t, zkServer.Servers(), root, midviewNative)
+			conn := rawConn(t, zkServer.Servers())
+			obj := midviewPath(t, root, "lr")
+			h0 := acquire(t, e, "lr", lock.Foreground, lock.AcquireOptions{})
+			inHook, unblock := make(chan struct{}, 8), make(chan struct{})
+			restore := lock.SetLearnListHook(func() {
+				inHook <- struct{}{}
+				<-unblock
+			})
+			unblocked := false
+			release := func() {
+				if !unblocked {
+					unblocked = true
+					close(unblock)
+				}
+			}
+			defer restore()
+			defer release()
+			gch := make(chan *lock.Grant, 1)
+			go func() {
+				g, err := e.Acquire(context.Background(), "lr", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+				if err != nil {
+					t.Error(err)
+				}
+				gch <- g
+			}()
+			waitFor(t, 10*time.Second, "g queued", func() bool { return len(children(t, conn, root, "lr")) == 3 })
+			if err := h0.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			g := <-gch
+			if g == nil {
+				t.FailNow()
+			}
+			// g is contended and knows of nobody behind: it follows
+			// arrivals, its first listing held back in the hook
+			select {
+			case <-inHook:
+			case <-time.After(10 * time.Second):
+				t.Fatal("g follows no arrivals")
+			}
+			if err := conn.Delete(obj+"/"+g.Node(), -1); err != nil {
+				t.Fatal(err)
+			}
+			rerr := make(chan error, 1)
+			go func() { rerr <- g.Release(context.Background()) }()
+			waitFor(t, 10*time.Second, "g releasing", g.Releasing)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			l0 := e.Listings()
+			wch := make(chan error, 1)
+			var w *lock.Grant
+			go func() {
+				var err error
+				w, err = e.Acquire(ctx, "lr", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+				wch <- err
+			}()
+			// the waiter's view is answered (it shows g named, its child
+			// gone); it now waits for g's release
+			waitFor(t, 10*time.Second, "the waiter's view", func() bool { return e.Listings() > l0 })
+			time.Sleep(200 * time.Millisecond) // a likelihood, not a bound
+			select {
+			case err := <-wch:
+				t.Fatalf("waiter returned (%v) while the release it follows is held back", err)
+			default:
+			}
+			if c == "ctx-ends" {
+				cancel()
+				select {
+				case err := <-wch:
+					if err == nil {
+						t.Fatal("granted after its ctx ended, with the release held back")
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("the waiter did not return when its ctx ended")
+				}
+				release()
+				<-rerr
+				return
+			}
+			release()
+			if err := <-rerr; err == nil {
+				t.Log("g's release reported no loss")
+			}
+			if err := <-wch; err != nil {
+				t.Fatalf("waiter after the release: %v", err)
+			}
+			if w.Token() <= g.Token() {
+				t.Errorf("token %d after g's %d", w.Token(), g.Token())
+			}
+			if g.State() == lock.Held {
+				t.Errorf("waiter granted while g holds")
+			}
+			if err := w.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
