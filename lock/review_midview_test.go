@@ -259,3 +259,70 @@ func TestReviewMidviewWaitsForLocalRelease(t *testing.T) {
 		})
 	}
 }
+
+// A handoff left in a waiter's channel for a child it no longer has is
+// not taken by localRelease. A shared waiter W waits out a lock-delay (a
+// vanished holder) and reads no handoff meanwhile; a shared request of
+// the same engine without a delay takes past it, and its release hands
+// the lock to W in process. An operator deletes W's child before W looks
+// again: W queues again under a new request id and child, and its view
+// shows its old id named with its child gone — the stale handoff names
+// that old child. W must be granted by a take of its own: its token
+// current (Check) and greater than the holder's before.
+func TestReviewMidviewStaleHandoffAfterRenew(t *testing.T) {
+	const delay = 2 * time.Second
+	root := testRoot(t, zkServer)
+	a := newEngine(t, zkServer.Servers(), root, midviewNative)
+	e := newEngine(t, zkServer.Servers(), root, midviewNative)
+	conn := rawConn(t, zkServer.Servers())
+	obj := midviewPath(t, root, "sh")
+	d := acquire(t, a, "sh", lock.Foreground, lock.AcquireOptions{})
+	defer d.Release(context.Background())
+	if err := conn.Delete(obj+"/"+d.Node(), -1); err != nil { // d vanished
+		t.Fatal(err)
+	}
+	wch := make(chan error, 1)
+	var w *lock.Grant
+	go func() {
+		var err error
+		w, err = e.Acquire(context.Background(), "sh", lock.Foreground, lock.AcquireOptions{Shared: true, LockDelay: delay, Wait: time.Minute})
+		wch <- err
+	}()
+	waitFor(t, 10*time.Second, "W waits out the delay", func() bool { return e.Health().LockDelays == 1 })
+	kids := children(t, conn, root, "sh")
+	if len(kids) != 2 {
+		t.Fatalf("children %v", kids)
+	}
+	n1 := kids[0]
+	if n1 == "privateLock" {
+		n1 = kids[1]
+	}
+	r := acquire(t, e, "sh", lock.Foreground, lock.AcquireOptions{Shared: true})
+	l0 := e.LocalHandoffs()
+	release(t, r)
+	if e.LocalHandoffs() != l0+1 {
+		t.Fatalf("R's release handed over in process %d times; the test needs 1", e.LocalHandoffs()-l0)
+	}
+	if err := conn.Delete(obj+"/"+n1, -1); err != nil { // W's child, named by R's release
+		t.Fatal(err)
+	}
+	select {
+	case err := <-wch:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("W never granted")
+	}
+	defer release(t, w)
+	if w.Node() == n1 {
+		t.Fatalf("W granted on its deleted child %s", n1)
+	}
+	cur, holder, err := e.Check(context.Background(), "sh", w.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cur || w.Token() <= r.Token() {
+		t.Errorf("W granted with token %d (current %v, holder's %d; R's was %d): a stale handoff", w.Token(), cur, holder, r.Token())
+	}
+}
