@@ -326,3 +326,59 @@ func TestReviewMidviewStaleHandoffAfterRenew(t *testing.T) {
 		t.Errorf("W granted with token %d (current %v, holder's %d; R's was %d): a stale handoff", w.Token(), cur, holder, r.Token())
 	}
 }
+
+// Shared holders, two live (one of this engine) and one vanished: a
+// shared request is granted beside the live ones by one take (nothing
+// refused), its token current; an exclusive request queued behind them
+// all is granted once the live ones release, after the shared one.
+func TestReviewMidviewSharedLiveAndDead(t *testing.T) {
+	root := testRoot(t, zkServer)
+	a := newEngine(t, zkServer.Servers(), root, midviewNative)
+	e := newEngine(t, zkServer.Servers(), root, midviewNative)
+	conn := rawConn(t, zkServer.Servers())
+	obj := midviewPath(t, root, "sl")
+	sh := lock.AcquireOptions{Shared: true}
+	s1 := acquire(t, e, "sl", lock.Foreground, sh)
+	s2 := acquire(t, a, "sl", lock.Foreground, sh)
+	s3 := acquire(t, a, "sl", lock.Foreground, sh)
+	defer s2.Release(context.Background())
+	if err := conn.Delete(obj+"/"+s2.Node(), -1); err != nil { // s2 vanished
+		t.Fatal(err)
+	}
+	f0 := e.RefusedTakes()
+	w := acquire(t, e, "sl", lock.Foreground, sh)
+	if n := e.RefusedTakes() - f0; n != 0 {
+		t.Errorf("%d takes refused with nobody writing", n)
+	}
+	for _, g := range []*lock.Grant{s1, s3, w} {
+		cur, _, err := e.Check(context.Background(), "sl", g.Token())
+		if err != nil || !cur {
+			t.Errorf("shared holder with token %d not current: %v %v", g.Token(), cur, err)
+		}
+	}
+	xch := make(chan *lock.Grant, 1)
+	go func() {
+		x, err := e.Acquire(context.Background(), "sl", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		xch <- x
+	}()
+	waitFor(t, 10*time.Second, "x queued", func() bool { return len(children(t, conn, root, "sl")) == 5 })
+	for _, g := range []*lock.Grant{s1, s3, w} {
+		select {
+		case <-xch:
+			t.Fatal("exclusive granted beside shared holders")
+		default:
+		}
+		release(t, g)
+	}
+	x := <-xch
+	if x == nil {
+		t.FailNow()
+	}
+	if x.Token() <= w.Token() {
+		t.Errorf("exclusive token %d after shared %d", x.Token(), w.Token())
+	}
+	release(t, x)
+}
