@@ -382,3 +382,53 @@ func TestReviewMidviewSharedLiveAndDead(t *testing.T) {
 	}
 	release(t, x)
 }
+
+// A release of another engine that names nobody (its waiter is
+// background: no successor is named) lands between a waiter's two reads:
+// the one read of the data shows it changed, and the waiter lists again
+// before its take instead of sending a take the version refuses. Ping-pong
+// across two engines, releasing the moment the waiter's child exists.
+func TestReviewMidviewRemoteReleaseNamesNobody(t *testing.T) {
+	root := testRoot(t, zkServer)
+	es := []*lock.Engine{newEngine(t, zkServer.Servers(), root, midviewNative), newEngine(t, zkServer.Servers(), root, midviewNative)}
+	conn := rawConn(t, zkServer.Servers())
+	const rounds = 40
+	var chk overlapChecker
+	held := acquire(t, es[0], "rn", lock.Background, lock.AcquireOptions{})
+	chk.enter(held.Token())
+	refused := func() int64 { return es[0].RefusedTakes() + es[1].RefusedTakes() }
+	r0 := refused()
+	for i := range rounds {
+		ch := make(chan *lock.Grant, 1)
+		go func() {
+			g, err := es[(i+1)%2].Acquire(context.Background(), "rn", lock.Background, lock.AcquireOptions{Wait: time.Minute})
+			if err != nil {
+				t.Error(err)
+			}
+			ch <- g
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for len(children(t, conn, root, "rn")) < 3 {
+			if time.Now().After(deadline) {
+				t.Fatal("the waiter never queued")
+			}
+		}
+		chk.leave()
+		release(t, held)
+		held = <-ch
+		if held == nil {
+			t.FailNow()
+		}
+		chk.enter(held.Token())
+	}
+	chk.leave()
+	release(t, held)
+	n := refused() - r0
+	t.Logf("%d handoffs naming nobody across two engines: %d takes refused", rounds, n)
+	if chk.overlaps != 0 || chk.badToken != 0 || chk.grants != rounds+1 {
+		t.Errorf("overlaps=%d non-increasing tokens=%d grants=%d", chk.overlaps, chk.badToken, chk.grants)
+	}
+	if n > rounds/20 {
+		t.Errorf("%d of %d handoffs sent a take that the release's write refused", n, rounds)
+	}
+}
