@@ -879,6 +879,10 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 			}
 			w, err := n.readData(ctx)
 			if err != nil {
+				if errors.Is(err, zk.ErrNoNode) { // our node went with its parent (an operator's deleteall)
+					n.node = ""
+					continue
+				}
 				if err := again(err); err != nil {
 					return nil, n.fail(ctx, err)
 				}
@@ -990,6 +994,10 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 		// One read: handed to us?
 		w, err := n.readData(ctx)
 		if err != nil {
+			if errors.Is(err, zk.ErrNoNode) { // our node went with its parent
+				n.node = ""
+				continue
+			}
 			if err := again(err); err != nil {
 				return nil, n.fail(ctx, err)
 			}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/batonhq/baton/lock"
 )
 
@@ -157,7 +159,7 @@ func TestReviewMidviewVanishedHolderWaitsDelay(t *testing.T) {
 // the release ends (lost: its child was gone) and the waiter is granted
 // after it, with a greater token.
 func TestReviewMidviewWaitsForLocalRelease(t *testing.T) {
-	for _, c := range []string{"ctx-ends", "release-ends"} {
+	for _, c := range []string{"ctx-ends", "release-ends", "object-deleted"} {
 		t.Run(c, func(t *testing.T) {
 			root := testRoot(t, zkServer)
 			e := newEngine(t, zkServer.Servers(), root, midviewNative)
@@ -239,6 +241,12 @@ func TestReviewMidviewWaitsForLocalRelease(t *testing.T) {
 				release()
 				<-rerr
 				return
+			}
+			if c == "object-deleted" {
+				// an operator's deleteall meanwhile: the waiter queues
+				// again (the object made anew), as when its listing
+				// finds the object gone
+				midviewDeleteAll(t, conn, obj)
 			}
 			release()
 			if err := <-rerr; err == nil {
@@ -431,4 +439,59 @@ func TestReviewMidviewRemoteReleaseNamesNobody(t *testing.T) {
 	if n > rounds/20 {
 		t.Errorf("%d of %d handoffs sent a take that the release's write refused", n, rounds)
 	}
+}
+
+// An operator deletes the object (deleteall) while a waiter watches its
+// holder's child: the waiter queues again (the object made anew) and is
+// granted, as when its listing finds the object gone; not an acquire
+// failing with ZooKeeper's NoNode.
+func TestReviewMidviewObjectDeletedWhileWatching(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root, midviewNative)
+	conn := rawConn(t, zkServer.Servers())
+	obj := midviewPath(t, root, "od")
+	g := acquire(t, e, "od", lock.Foreground, lock.AcquireOptions{})
+	defer g.Release(context.Background())
+	wch := make(chan error, 1)
+	var w *lock.Grant
+	go func() {
+		var err error
+		w, err = e.Acquire(context.Background(), "od", lock.Foreground, lock.AcquireOptions{Wait: 15 * time.Second})
+		wch <- err
+	}()
+	waitFor(t, 10*time.Second, "queued", func() bool { return len(children(t, conn, root, "od")) == 3 })
+	time.Sleep(300 * time.Millisecond)
+	midviewDeleteAll(t, conn, obj)
+	if err := <-wch; err != nil {
+		t.Fatalf("waiter after the object was deleted: %v", err)
+	}
+	release(t, w)
+}
+
+// midviewDeleteAll deletes the object node and all under it in one multi
+// (an operator's deleteall, atomic: the engine may create meanwhile).
+func midviewDeleteAll(t *testing.T, conn *zk.Conn, obj string) {
+	t.Helper()
+	for range 20 {
+		var ops []any
+		kids, _, err := conn.Children(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range kids {
+			sub, _, err := conn.Children(obj + "/" + k)
+			if err != nil {
+				continue
+			}
+			for _, s := range sub {
+				ops = append(ops, &zk.DeleteRequest{Path: obj + "/" + k + "/" + s, Version: -1})
+			}
+			ops = append(ops, &zk.DeleteRequest{Path: obj + "/" + k, Version: -1})
+		}
+		ops = append(ops, &zk.DeleteRequest{Path: obj, Version: -1})
+		if _, err := conn.Multi(ops...); err == nil {
+			return
+		}
+	}
+	t.Fatalf("could not delete %s", obj)
 }
