@@ -6,6 +6,7 @@ package lock_test
 
 import (
 	"context"
+	"errors"
 	"path"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/batonhq/baton/lock"
+	"github.com/batonhq/baton/testenv"
 )
 
 func midviewNative(o *lock.Options) {
@@ -494,4 +496,94 @@ func midviewDeleteAll(t *testing.T, conn *zk.Conn, obj string) {
 		}
 	}
 	t.Fatalf("could not delete %s", obj)
+}
+
+// The connection is cut while a waiter waits for its engine's releasing
+// holder (localRelease) and the release is on its way: the release ends,
+// the waiter is not stuck on it, and it is granted after the holder or
+// fails with the session — never beside it. (Here the release waits for
+// its learnNative listing in flight, answered by nothing: both end with
+// the session, ~3 s after the cut with a 4 s timeout.)
+func TestReviewMidviewConnectionCutDuringLocalRelease(t *testing.T) {
+	root := testRoot(t, zkServer)
+	p := testenv.ProxyT(t, zkServer.Addr(1))
+	e := newEngine(t, []string{p.Addr()}, root, midviewNative, func(o *lock.Options) { o.SessionTimeout = 4 * time.Second })
+	conn := rawConn(t, zkServer.Servers())
+	obj := midviewPath(t, root, "cc")
+	h0 := acquire(t, e, "cc", lock.Foreground, lock.AcquireOptions{})
+	inHook, unblock := make(chan struct{}, 8), make(chan struct{})
+	restore := lock.SetLearnListHook(func() {
+		inHook <- struct{}{}
+		<-unblock
+	})
+	defer restore()
+	unblocked := false
+	defer func() {
+		if !unblocked {
+			close(unblock)
+		}
+	}()
+	gch := make(chan *lock.Grant, 1)
+	go func() {
+		g, err := e.Acquire(context.Background(), "cc", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		gch <- g
+	}()
+	waitFor(t, 10*time.Second, "g queued", func() bool { return len(children(t, conn, root, "cc")) == 3 })
+	release(t, h0)
+	g := <-gch
+	if g == nil {
+		t.FailNow()
+	}
+	<-inHook
+	if err := conn.Delete(obj+"/"+g.Node(), -1); err != nil {
+		t.Fatal(err)
+	}
+	rerr := make(chan error, 1)
+	go func() { rerr <- g.Release(context.Background()) }()
+	waitFor(t, 10*time.Second, "g releasing", g.Releasing)
+	l0 := e.Listings()
+	wch := make(chan error, 1)
+	var w *lock.Grant
+	go func() {
+		var err error
+		w, err = e.Acquire(context.Background(), "cc", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+		wch <- err
+	}()
+	waitFor(t, 10*time.Second, "the waiter's view", func() bool { return e.Listings() > l0 })
+	time.Sleep(200 * time.Millisecond) // a likelihood, not a bound
+	p.BlackHole()
+	unblocked = true
+	close(unblock)
+	select {
+	case <-rerr:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the release never ended with the connection cut")
+	}
+	p.Heal()
+	p.ResetConnections()
+	select {
+	case err := <-wch:
+		if err != nil {
+			t.Logf("waiter: %v", err)
+			if !errors.Is(err, lock.ErrSessionLost) {
+				t.Errorf("waiter failed with %v; want granted, or the session lost", err)
+			}
+			return
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatal("the waiter is stuck")
+	}
+	if g.State() == lock.Held {
+		t.Errorf("waiter granted while g holds")
+	}
+	if w.Token() <= g.Token() {
+		t.Errorf("token %d after g's %d", w.Token(), g.Token())
+	}
+	if cur, _, err := e.Check(context.Background(), "cc", w.Token()); err != nil || !cur {
+		t.Errorf("waiter's token %d not current: %v %v", w.Token(), cur, err)
+	}
+	release(t, w)
 }
