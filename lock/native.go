@@ -464,8 +464,12 @@ func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
 		// then would name nobody, and its successor would take with a
 		// second write and again follow nothing: a run of two-write
 		// handoffs (TestNativeReleaseMidViewNoRefusedTake, one engine).
-		// Not a first touch (no object node yet): W3's thousand new
-		// objects would each list twice for nothing.
+		// Not when nothing was seen here: the object node missing (a first
+		// acquire of the object) or only a lock-delay sending every acquire
+		// this way; a grant that follows arrivals lists the object twice
+		// (TestReviewMidviewUncontendedNoLearning; W3's thousand new
+		// objects). A queue met later counts below (not eligible, or not
+		// alone when taking).
 		n.waited = contended
 		g, err = n.slow(ctx)
 	}
@@ -946,6 +950,10 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 			}
 			w, err := n.readData(ctx)
 			if err != nil {
+				if errors.Is(err, zk.ErrNoNode) { // our node went with its parent (an operator's deleteall)
+					n.node = ""
+					continue
+				}
 				if err := again(err); err != nil {
 					return nil, n.fail(ctx, err)
 				}
@@ -1034,9 +1042,12 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 			return nil, n.fail(ctx, ctx.Err())
 		}
 		// The watch fires before the holder's multi is answered: a holder
-		// of this engine tells us in process whether it named us.
+		// of this engine tells us in process whether it named us. Only one
+		// releasing: a holder whose child someone else deleted holds on
+		// (until its watch sees another named) and would keep us waiting
+		// for as long (TestReviewMidviewDeletedHolderChildNoHang).
 		if c, ok := n.e.parseNative(t); ok {
-			if hv, ok := n.e.natHeld.Load(c.req); ok {
+			if hv, ok := n.e.natHeld.Load(c.req); ok && hv.(*Grant).isReleasing() {
 				select {
 				case <-hv.(*Grant).Done():
 				case <-ctx.Done():
@@ -1054,6 +1065,10 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 		// One read: handed to us?
 		w, err := n.readData(ctx)
 		if err != nil {
+			if errors.Is(err, zk.ErrNoNode) { // our node went with its parent
+				n.node = ""
+				continue
+			}
 			if err := again(err); err != nil {
 				return nil, n.fail(ctx, err)
 			}
