@@ -1,0 +1,445 @@
+package lock_test
+
+// Independent review of the native first touch, turns between engines and
+// the check after a one-write grant (commits 8e0c547, 74b4ecb: the multi
+// that creates a missing object node, the one-write grant with seq -1 and
+// its one-listing check (readAfter), a refused prediction (missed)).
+// Interleavings are forced by a dialer that runs the test's own actions
+// just before chosen requests of an engine reach ZooKeeper; each test
+// counts things or checks order, never times them.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/batonhq/baton/lock"
+)
+
+// stepDialer runs hook before each request frame an engine sends (the
+// connect request aside), on the connection's send loop: whatever the hook
+// does to ZooKeeper lands before that request. A hook returning true cuts
+// the connection right after the request is written (applied, reply lost).
+type stepDialer struct {
+	mu   sync.Mutex
+	hook func(op int32, p string) bool
+}
+
+func (g *stepDialer) set(f func(op int32, p string) bool) { g.mu.Lock(); g.hook = f; g.mu.Unlock() }
+
+// once runs act before the first request for which match holds, then
+// stops; the returned channel closes once act has run.
+func (g *stepDialer) once(match func(op int32, p string) bool, act func() bool) <-chan struct{} {
+	done := make(chan struct{})
+	var fired atomic.Bool
+	g.set(func(op int32, p string) bool {
+		if !match(op, p) || !fired.CompareAndSwap(false, true) {
+			return false
+		}
+		g.set(nil)
+		defer close(done)
+		return act()
+	})
+	return done
+}
+
+func (g *stepDialer) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	nc, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &stepGateConn{Conn: nc, g: g}, nil
+}
+
+type stepGateConn struct {
+	net.Conn
+	g      *stepDialer
+	frames int
+	dead   atomic.Bool
+}
+
+func (c *stepGateConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.dead.Load() {
+		return 0, errors.New("stepGateConn: connection cut")
+	}
+	return n, err
+}
+
+func (c *stepGateConn) Write(p []byte) (int, error) {
+	c.frames++
+	if c.frames == 1 || c.dead.Load() {
+		return c.Conn.Write(p)
+	}
+	c.g.mu.Lock()
+	hook := c.g.hook
+	c.g.mu.Unlock()
+	op, pth, ok := requestPath(p)
+	if !ok || hook == nil || !hook(op, pth) {
+		return c.Conn.Write(p)
+	}
+	c.dead.Store(true)
+	n, err := c.Conn.Write(p)
+	time.Sleep(30 * time.Millisecond) // the server applies it; its reply is never read
+	c.Conn.Close()
+	return n, err
+}
+
+// Request matchers (op codes as in opNames).
+func isGrantMulti(objPath string) func(int32, string) bool { // a multi whose first op creates a child of the object
+	return func(op int32, p string) bool {
+		return op == 14 && path.Dir(p) == objPath && path.Base(p) != "privateLock"
+	}
+}
+
+func isObjectCreate(objPath string) func(int32, string) bool { // the first touch's multi
+	return func(op int32, p string) bool { return op == 14 && p == objPath }
+}
+
+func isDataRead(objPath string) func(int32, string) bool {
+	return func(op int32, p string) bool { return op == 4 && p == objPath }
+}
+
+func isListing(objPath string) func(int32, string) bool {
+	return func(op int32, p string) bool { return (op == 12 || op == 8) && p == objPath }
+}
+
+// nth matches the n-th request (1-based) that m matches.
+func nth(n int, m func(int32, string) bool) func(int32, string) bool {
+	var k atomic.Int32
+	return func(op int32, p string) bool { return m(op, p) && int(k.Add(1)) == n }
+}
+
+func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s never happened", what)
+	}
+}
+
+// childCzxid returns the creation zxid of the object's child node.
+func childCzxid(t *testing.T, conn *zk.Conn, objPath, node string) int64 {
+	t.Helper()
+	ok, st, err := conn.Exists(objPath + "/" + node)
+	if err != nil || !ok {
+		t.Fatalf("child %s of %s: %v, exists %v", node, objPath, err, ok)
+	}
+	return st.Czxid
+}
+
+// namesIn reports whether the object's data names req (a substring of a
+// holder's request id) as a holder.
+func namesIn(t *testing.T, conn *zk.Conn, objPath, req string) bool {
+	t.Helper()
+	b, _, err := conn.Get(objPath)
+	if err != nil {
+		t.Fatalf("get %s: %v", objPath, err)
+	}
+	var d struct {
+		H []struct {
+			R string `json:"r"`
+		} `json:"h"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("data of %s: %v (%q)", objPath, err, b)
+	}
+	for _, h := range d.H {
+		if strings.Contains(h.R, req) {
+			return true
+		}
+	}
+	return false
+}
+
+// Several engines first-touch the same new objects at once (no object node
+// yet: each one's first look is the creating multi): every request is
+// granted, one at a time per object, with increasing tokens, and each
+// object is left with its sentinel only.
+func TestReviewFirstTouchRace(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	const engines, objects, rounds = 3, 6, 3
+	es := make([]*lock.Engine, engines)
+	for i := range es {
+		es[i] = newEngine(t, zkServer.Servers(), root, native, noAudit)
+	}
+	// the root exists (its creation is not the race under test)
+	release(t, acquire(t, es[0], "warm", lock.Foreground, lock.AcquireOptions{}))
+	var refused int64
+	for r := range rounds {
+		chks := make([]overlapChecker, objects)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for o := range objects {
+			obj := fmt.Sprintf("r%d-o%d", r, o)
+			for i, e := range es {
+				typ := lock.Foreground
+				if (i+o)%3 == 2 {
+					typ = lock.Background
+				}
+				wg.Go(func() {
+					<-start
+					g, err := e.Acquire(context.Background(), obj, typ, lock.AcquireOptions{Wait: 30 * time.Second})
+					if err != nil {
+						t.Errorf("%s on engine %d: %v", obj, i, err)
+						return
+					}
+					chks[o].enter(g.Token())
+					time.Sleep(2 * time.Millisecond) // a holder that stays a moment: not a condition of the test
+					chks[o].leave()
+					if err := g.Release(context.Background()); err != nil {
+						t.Errorf("release %s: %v", obj, err)
+					}
+				})
+			}
+		}
+		close(start)
+		wg.Wait()
+		for o := range chks {
+			c := &chks[o]
+			if c.grants != engines || c.overlaps != 0 || c.badToken != 0 {
+				t.Errorf("round %d object %d: %d grants (want %d), %d overlaps, %d tokens not increasing", r, o, c.grants, engines, c.overlaps, c.badToken)
+			}
+			if k := children(t, conn, root, fmt.Sprintf("r%d-o%d", r, o)); len(k) != 1 || k[0] != "privateLock" {
+				t.Errorf("round %d object %d left %v; want the sentinel only", r, o, k)
+			}
+		}
+	}
+	for _, e := range es {
+		refused += e.RefusedTakes()
+	}
+	t.Logf("%d rounds of %d objects first-touched by %d engines; %d refused takes", rounds, objects, engines, refused)
+}
+
+// predicted leaves engine a with a prediction on obj (its own clean
+// release, alone): missed, after another engine's turn refused one (the
+// engine then reads before using its prediction). It returns the object
+// node's data, creation zxid and version that release left, and the
+// sequence number it predicts.
+func predicted(t *testing.T, a, b *lock.Engine, obs *countObserver, conn *zk.Conn, objPath, obj string, missed bool) (data []byte, czxid int64, version int32, seq int64) {
+	t.Helper()
+	var g *lock.Grant
+	for range 3 {
+		g = acquire(t, a, obj, lock.Foreground, lock.AcquireOptions{})
+		release(t, g)
+	}
+	if missed {
+		release(t, acquire(t, b, obj, lock.Foreground, lock.AcquireOptions{}))
+		m0 := obs.misses.Load()
+		g = acquire(t, a, obj, lock.Foreground, lock.AcquireOptions{}) // refused, read, one write
+		release(t, g)
+		if obs.misses.Load() != m0+1 {
+			t.Fatalf("after another engine's turn: %d refused predictions, want 1", obs.misses.Load()-m0)
+		}
+	}
+	data, st, err := conn.Get(objPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.LastIndexByte(g.Node(), '_')
+	var s int64
+	if _, err := fmt.Sscan(g.Node()[i+1:], &s); err != nil {
+		t.Fatalf("node %q: %v", g.Node(), err)
+	}
+	return data, st.Czxid, st.Version, s + 1
+}
+
+// recreate replaces the object node as an operator could (deleteall, then
+// a new incarnation with the native layout) with the given free data at
+// data version version, a foreground waiter made by hand on wconn, and the
+// next sequence number seq: what a's prediction expects, but for the
+// object node's creation zxid. It returns the waiter's path.
+func recreate(t *testing.T, conn, wconn *zk.Conn, objPath string, data []byte, version int32, seq int64) string {
+	t.Helper()
+	acl := zk.WorldACL(zk.PermAll)
+	deleteTree(t, conn, objPath)
+	if _, err := conn.Multi(
+		&zk.CreateRequest{Path: objPath, Data: data, Acl: acl},
+		&zk.CreateRequest{Path: objPath + "/privateLock", Data: data, Acl: acl},
+		&zk.CreateRequest{Path: objPath + "/privateLock/native", Acl: acl},
+	); err != nil {
+		t.Fatal(err)
+	}
+	w, err := wconn.Create(objPath+"/A_x_byhand_", nil, zk.FlagEphemeralSequential, acl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := int64(-1); k < seq-1; {
+		p, err := conn.Create(objPath+"/pad-", nil, zk.FlagSequence, acl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Sscan(p[len(p)-10:], &k)
+		if err := conn.Delete(p, -1); err != nil {
+			t.Fatal(err)
+		}
+		if k > seq-1 {
+			t.Fatalf("setup: sequence %d already past the prediction's %d", k, seq)
+		}
+	}
+	for v := int32(0); v < version; v++ {
+		if _, err := conn.Set(objPath, data, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, st, err := conn.Get(objPath); err != nil || st.Version != version {
+		t.Fatalf("setup: version %v, %v; want %d", st, err, version)
+	}
+	return w
+}
+
+// queuedOrGranted waits until the acquire is either granted (its result
+// arrives) or queued: a child of reqID under the object and the data not
+// naming it. true: granted.
+func queuedOrGranted(t *testing.T, conn *zk.Conn, ch <-chan asyncResult, objPath, reqID string) (asyncResult, bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case r := <-ch:
+			return r, true
+		default:
+		}
+		kids, _, err := conn.Children(objPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mine := false
+		for _, k := range kids {
+			mine = mine || strings.Contains(k, "_"+reqID+"~")
+		}
+		if mine && !namesIn(t, conn, objPath, reqID+"~") {
+			// and again: a grant in flight may have landed just now
+			select {
+			case r := <-ch:
+				return r, true
+			case <-time.After(50 * time.Millisecond):
+			}
+			if namesIn(t, conn, objPath, reqID+"~") {
+				continue
+			}
+			return asyncResult{}, false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("acquire %s neither granted nor queued", reqID)
+	return asyncResult{}, false
+}
+
+// A prediction whose data version and sequence number both match, on an
+// object node an operator deleted and re-created (another creation zxid)
+// with a foreground waiter that is first in line: the request must not be
+// granted ahead of that waiter. Without the miss the predicted write goes
+// first; after one (missed) the engine reads first and finds the creation
+// zxid changed.
+func TestReviewFirstPredictionRecreated(t *testing.T) {
+	for _, missed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("missed=%v", missed), func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			conn := rawConn(t, zkServer.Servers())
+			wconn := rawConn(t, zkServer.Servers())
+			obs := &countObserver{}
+			eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Observer = obs })
+			eB := newEngine(t, zkServer.Servers(), root, native, noAudit)
+			objPath := root + "/pr"
+			data, czxid, version, seq := predicted(t, eA, eB, obs, conn, objPath, "pr", missed)
+			w := recreate(t, conn, wconn, objPath, data, version, seq)
+			if _, st, _ := conn.Get(objPath); st.Czxid == czxid {
+				t.Fatal("setup: same creation zxid")
+			}
+			m0 := obs.misses.Load()
+			ch := grantAsync(context.Background(), eA, "pr", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, RequestID: "rqA"})
+			r, granted := queuedOrGranted(t, conn, ch, objPath, "rqA")
+			if granted {
+				if r.err == nil {
+					release(t, r.g)
+				}
+				t.Fatalf("granted (token %d, %v) ahead of the waiter %s on a re-created object node (prediction: version %d, sequence %d)", r.g.Token(), r.err, path.Base(w), version, seq)
+			}
+			if !missed && obs.misses.Load() != m0+1 {
+				t.Errorf("%d predicted writes not granted; want 1 (the write this test aims at)", obs.misses.Load()-m0)
+			}
+			if err := wconn.Delete(w, -1); err != nil {
+				t.Fatal(err)
+			}
+			r = <-ch
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			release(t, r.g)
+		})
+	}
+}
+
+// The prediction held for the data version but a waiter created a child
+// since: still there, it is first in line and the request queues behind
+// it; created and deleted again (it gave up), the request is granted in
+// its one write. Either way after a miss (read first) or not.
+func TestReviewFirstPredictionWaiterBetween(t *testing.T) {
+	for _, missed := range []bool{false, true} {
+		for _, stays := range []bool{true, false} {
+			t.Run(fmt.Sprintf("missed=%v/stays=%v", missed, stays), func(t *testing.T) {
+				root := testRoot(t, zkServer)
+				conn := rawConn(t, zkServer.Servers())
+				wconn := rawConn(t, zkServer.Servers())
+				obs := &countObserver{}
+				eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Observer = obs })
+				eB := newEngine(t, zkServer.Servers(), root, native, noAudit)
+				objPath := root + "/pw"
+				predicted(t, eA, eB, obs, conn, objPath, "pw", missed)
+				w, err := wconn.Create(objPath+"/A_x_byhand_", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !stays {
+					if err := wconn.Delete(w, -1); err != nil {
+						t.Fatal(err)
+					}
+				}
+				h0 := obs.hits.Load()
+				ch := grantAsync(context.Background(), eA, "pw", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, RequestID: "rqA"})
+				if !stays {
+					r := <-ch
+					if r.err != nil {
+						t.Fatal(r.err)
+					}
+					if c := childCzxid(t, conn, objPath, r.g.Node()); c != r.g.Token() {
+						t.Errorf("token %d, its child created at %d: not granted in its one write", r.g.Token(), c)
+					}
+					if obs.hits.Load() != h0 {
+						t.Errorf("granted without the check (a predicted hit) though a child was created since")
+					}
+					release(t, r.g)
+					return
+				}
+				r, granted := queuedOrGranted(t, conn, ch, objPath, "rqA")
+				if granted {
+					if r.err == nil {
+						release(t, r.g)
+					}
+					t.Fatalf("granted (%v) ahead of the waiter %s created since the prediction", r.err, path.Base(w))
+				}
+				if err := wconn.Delete(w, -1); err != nil {
+					t.Fatal(err)
+				}
+				r = <-ch
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				release(t, r.g)
+			})
+		}
+	}
+}
