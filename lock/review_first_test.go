@@ -443,3 +443,131 @@ func TestReviewFirstPredictionWaiterBetween(t *testing.T) {
 		}
 	}
 }
+
+// A shared first touch: a shared request of another participant created
+// its child just before our one write and joined as a holder (its own
+// guarded write) just before our check's listing. The listing's stat shows
+// the data changed, so the check reads it: the other is a holder, not a
+// waiter ahead, and our grant stands (its token the write that created our
+// child). Taking the data we wrote as current would see a waiter ahead and
+// give the lock back.
+func TestReviewFirstSharedJoinsBeforeCheck(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	bconn := rawConn(t, zkServer.Servers())
+	gate := &stepDialer{}
+	eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Dialer = gate.dial; o.HolderWatchDelay = time.Minute })
+	release(t, acquire(t, eA, "warm", lock.Foreground, lock.AcquireOptions{}))
+	objPath := root + "/sj"
+	var bnode string
+	joined := make(chan struct{})
+	gate.once(isGrantMulti(objPath), func() bool {
+		p, err := bconn.Create(objPath+"/A_s_rawB_", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
+		if err != nil {
+			t.Error(err)
+			return false
+		}
+		bnode = p
+		gate.once(isListing(objPath), func() bool { // B's take: itself added to the holders
+			defer close(joined)
+			b, st, err := conn.Get(objPath)
+			if err != nil {
+				t.Error(err)
+				return false
+			}
+			var d map[string]any
+			if err := json.Unmarshal(b, &d); err != nil {
+				t.Error(err)
+				return false
+			}
+			h, _ := d["h"].([]any)
+			d["h"] = append(h, map[string]any{"r": "rawB", "s": true})
+			nb, _ := json.Marshal(d)
+			if _, err := conn.Set(objPath, nb, st.Version); err != nil {
+				t.Error(err)
+			}
+			return false
+		})
+		return false
+	})
+	g, err := eA.Acquire(context.Background(), "sj", lock.Foreground, lock.AcquireOptions{Shared: true, Wait: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, joined, "B's join before A's check")
+	if c := childCzxid(t, conn, objPath, g.Node()); c != g.Token() {
+		t.Errorf("token %d, its child created at %d: the one-write grant was given back though B holds (shared), not waits", g.Token(), c)
+	}
+	if !namesIn(t, conn, objPath, "rawB") || !namesIn(t, conn, objPath, g.RequestID()) {
+		t.Errorf("the data after A's grant does not name both shared holders")
+	}
+	release(t, g)
+	if err := bconn.Delete(bnode, -1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Two engines take turns on objects (each refuses the other's prediction
+// once), then one engine alone: a refused prediction is one refused write
+// per object and engine, never one per turn, no take is refused, and once
+// alone the miss clears: the first cycle alone reads (the other's write
+// moved the version), writes once and lists (four requests with the
+// release), the second's read shows its prediction held (three), and from
+// then on a cycle is the one predicted write and the release (two), not a
+// read first every time.
+func TestReviewFirstMissedClears(t *testing.T) {
+	root := testRoot(t, zkServer)
+	obsA, obsB := &countObserver{}, &countObserver{}
+	set := func(obs *countObserver) func(*lock.Options) {
+		return func(o *lock.Options) {
+			o.Protocol, o.AuditInterval, o.HolderWatchDelay, o.Observer = lock.Native, -1, time.Minute, obs
+		}
+	}
+	eA := newEngine(t, zkServer.Servers(), root, set(obsA))
+	eB := newEngine(t, zkServer.Servers(), root, set(obsB))
+	const objects, rounds, alone = 3, 6, 10
+	var chk overlapChecker
+	cycle := func(e *lock.Engine, obj string) {
+		t.Helper()
+		g := acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{})
+		chk.enter(g.Token())
+		chk.leave()
+		release(t, g)
+	}
+	for i := range objects { // first touches and a prediction each
+		cycle(eA, fmt.Sprintf("o%d", i))
+		cycle(eB, fmt.Sprintf("o%d", i))
+	}
+	for range rounds {
+		for i := range objects {
+			cycle(eA, fmt.Sprintf("o%d", i))
+			cycle(eB, fmt.Sprintf("o%d", i))
+		}
+	}
+	if ma, mb := obsA.misses.Load(), obsB.misses.Load(); ma > objects || mb > objects {
+		t.Errorf("refused predictions over %d turns each: A %d, B %d; want at most one per object and engine (%d)", rounds*objects, ma, mb, objects)
+	}
+	if r := eA.RefusedTakes() + eB.RefusedTakes(); r != 0 {
+		t.Errorf("%d refused takes", r)
+	}
+	sid := eA.Health().SessionID
+	p0, s0, t0, h0 := packets(t, sid), eA.Health().Syncs, time.Now(), obsA.hits.Load()
+	for range alone {
+		for i := range objects {
+			cycle(eA, fmt.Sprintf("o%d", i))
+		}
+	}
+	pk := packets(t, sid) - p0 - (eA.Health().Syncs - s0)
+	pings := 1 + int64(time.Since(t0)/(eA.Health().Timeout/3))
+	n := int64(alone * objects)
+	t.Logf("alone after turns: %d requests for %d cycles (up to %d pings), %d predicted grants", pk, n, pings, obsA.hits.Load()-h0)
+	if want := 2*n + 3*objects + pings; pk > want {
+		t.Errorf("%d requests for %d cycles alone, want at most %d (two each; per object a read and a listing first, and the read that clears the miss)", pk, n, want)
+	}
+	if h := obsA.hits.Load() - h0; h < n-objects {
+		t.Errorf("%d of %d cycles alone granted on the prediction, want all but the first per object", h, n)
+	}
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("%d overlaps, %d tokens not increasing", chk.overlaps, chk.badToken)
+	}
+}
