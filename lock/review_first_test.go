@@ -571,3 +571,182 @@ func TestReviewFirstMissedClears(t *testing.T) {
 		t.Errorf("%d overlaps, %d tokens not increasing", chk.overlaps, chk.badToken)
 	}
 }
+
+// pluginKeptOut runs the original plugin's algorithm on objPath for a
+// moment: it must not be granted (the sentinel is in place).
+func pluginKeptOut(t *testing.T, objPath string) {
+	t.Helper()
+	pl := &pluginLock{conn: rawConn(t, zkServer.Servers()), objPath: objPath}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if tok, err := pl.lock(ctx, "A"); err == nil {
+		_ = pl.unlock()
+		t.Errorf("the plugin was granted (token %d) beside the native holder", tok)
+	}
+}
+
+// A participant of the original plugin under a native root during a first
+// touch: it takes the object (plain object node, ephemeral privateLock)
+// just before the creating multi; or it queues (its "A-" child) just
+// before the one-write grant. The native request fails with ErrForeignNode
+// naming the root, never granted beside it, and leaves nothing.
+func TestReviewFirstPluginDuringFirstTouch(t *testing.T) {
+	for _, at := range []string{"create", "grant"} {
+		t.Run(at, func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			conn := rawConn(t, zkServer.Servers())
+			gate := &stepDialer{}
+			eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Dialer = gate.dial })
+			release(t, acquire(t, eA, "warm", lock.Foreground, lock.AcquireOptions{}))
+			objPath := root + "/pf"
+			pl := &pluginLock{conn: rawConn(t, zkServer.Servers()), objPath: objPath}
+			pctx, pcancel := context.WithCancel(context.Background())
+			defer pcancel()
+			type plRes struct {
+				tok int64
+				err error
+			}
+			pch := make(chan plRes, 1)
+			var fired <-chan struct{}
+			if at == "create" {
+				fired = gate.once(isObjectCreate(objPath), func() bool {
+					tok, err := pl.lock(pctx, "A")
+					pch <- plRes{tok, err}
+					return false
+				})
+			} else {
+				fired = gate.once(isGrantMulti(objPath), func() bool {
+					go func() { tok, err := pl.lock(pctx, "A"); pch <- plRes{tok, err} }()
+					waitFor(t, 10*time.Second, "the plugin's child", func() bool {
+						for _, k := range children(t, conn, root, "pf") {
+							if strings.HasPrefix(k, "A-") {
+								return true
+							}
+						}
+						return false
+					})
+					return false
+				})
+			}
+			g, err := eA.Acquire(context.Background(), "pf", lock.Foreground, lock.AcquireOptions{Wait: 5 * time.Second})
+			waitClosed(t, fired, "the plugin's move")
+			if err == nil {
+				release(t, g)
+				t.Fatalf("granted (token %d) with a plugin participant on the object", g.Token())
+			}
+			if !errors.Is(err, lock.ErrForeignNode) || !strings.Contains(err.Error(), root) {
+				t.Errorf("acquire beside a plugin participant: %v; want ErrForeignNode naming %s", err, root)
+			}
+			if at == "create" {
+				r := <-pch
+				if r.err != nil {
+					t.Fatalf("the plugin before the create: %v", r.err)
+				}
+				if err := pl.unlock(); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			pcancel()
+			if r := <-pch; r.err == nil {
+				_ = pl.unlock()
+				t.Errorf("the plugin was granted (token %d) on a native object", r.tok)
+			}
+		})
+	}
+}
+
+// An operator deletes the object node (deleteall) or the sentinel during a
+// first touch: after the creating multi, before the read of the new node;
+// before the one-write grant (with another engine first-touching the new
+// incarnation and holding it, or with a hand-made waiter first in line on
+// it); before the check's listing. The request is granted only when
+// nobody holds or waits ahead, with the sentinel in place again (the
+// original plugin is kept out), and increasing tokens.
+func TestReviewFirstOperatorDeletes(t *testing.T) {
+	cases := []struct {
+		name  string
+		match func(objPath string) func(int32, string) bool
+		// act runs before the matched request; it may return a hand-made
+		// waiter's path or another engine's grant, ahead of A
+		act func(t *testing.T, conn, wconn *zk.Conn, eB *lock.Engine, objPath string) (string, *lock.Grant)
+	}{
+		{"tree-before-read", func(p string) func(int32, string) bool { return nth(2, isDataRead(p)) },
+			func(t *testing.T, conn, _ *zk.Conn, _ *lock.Engine, p string) (string, *lock.Grant) {
+				deleteTree(t, conn, p)
+				return "", nil
+			}},
+		{"sentinel-before-grant", isGrantMulti,
+			func(t *testing.T, conn, _ *zk.Conn, _ *lock.Engine, p string) (string, *lock.Grant) {
+				deleteTree(t, conn, p+"/privateLock")
+				return "", nil
+			}},
+		{"tree-before-grant-other-holds", isGrantMulti,
+			func(t *testing.T, conn, _ *zk.Conn, eB *lock.Engine, p string) (string, *lock.Grant) {
+				deleteTree(t, conn, p)
+				return "", acquire(t, eB, path.Base(p), lock.Foreground, lock.AcquireOptions{})
+			}},
+		{"tree-before-grant-waiter", isGrantMulti,
+			func(t *testing.T, conn, wconn *zk.Conn, _ *lock.Engine, p string) (string, *lock.Grant) {
+				b, _, err := conn.Get(p)
+				if err != nil {
+					t.Error(err)
+					return "", nil
+				}
+				return recreate(t, conn, wconn, p, b, 0, 0), nil
+			}},
+		{"tree-before-check", isListing,
+			func(t *testing.T, conn, _ *zk.Conn, _ *lock.Engine, p string) (string, *lock.Grant) {
+				deleteTree(t, conn, p)
+				return "", nil
+			}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			conn := rawConn(t, zkServer.Servers())
+			wconn := rawConn(t, zkServer.Servers())
+			gate := &stepDialer{}
+			eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Dialer = gate.dial })
+			eB := newEngine(t, zkServer.Servers(), root, native, noAudit)
+			release(t, acquire(t, eA, "warm", lock.Foreground, lock.AcquireOptions{}))
+			objPath := root + "/od"
+			var waiter string
+			var other *lock.Grant
+			fired := gate.once(c.match(objPath), func() bool {
+				waiter, other = c.act(t, conn, wconn, eB, objPath)
+				return false
+			})
+			ch := grantAsync(context.Background(), eA, "od", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, RequestID: "rqA"})
+			waitClosed(t, fired, "the operator's deletion")
+			if waiter != "" || other != nil {
+				if r, granted := queuedOrGranted(t, conn, ch, objPath, "rqA"); granted {
+					if r.err == nil {
+						release(t, r.g)
+					}
+					t.Fatalf("granted (%v) ahead of the waiter %q or beside the holder %v", r.err, waiter, other != nil)
+				}
+				if waiter != "" {
+					if err := wconn.Delete(waiter, -1); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if other != nil {
+					release(t, other)
+				}
+			}
+			r := <-ch
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if other != nil && r.g.Token() <= other.Token() {
+				t.Errorf("token %d after %d", r.g.Token(), other.Token())
+			}
+			if ok, _, err := conn.Exists(objPath + "/privateLock/native"); err != nil || !ok {
+				t.Errorf("granted without the sentinel's mark in place (%v)", err)
+			}
+			pluginKeptOut(t, objPath)
+			release(t, r.g)
+		})
+	}
+}
