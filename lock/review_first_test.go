@@ -750,3 +750,95 @@ func TestReviewFirstOperatorDeletes(t *testing.T) {
 		})
 	}
 }
+
+// After a refused prediction, the one-write grant's multi is applied and
+// its reply lost (the connection cut): the request gives it back once
+// reconnected and queues. Another engine's request, with a lock-delay, is
+// granted without one (nobody vanished); no overlap, tokens increase,
+// nothing is left.
+func TestReviewFirstMissedCut(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	gate := &stepDialer{}
+	obs := &countObserver{}
+	eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Dialer = gate.dial; o.Observer = obs })
+	eB := newEngine(t, zkServer.Servers(), root, native, noAudit)
+	eC := newEngine(t, zkServer.Servers(), root, native, noAudit)
+	objPath := root + "/mc"
+	predicted(t, eA, eB, obs, conn, objPath, "mc", false)
+	b := acquire(t, eB, "mc", lock.Foreground, lock.AcquireOptions{}) // moves the version A predicted
+	release(t, b)
+	m0 := obs.misses.Load()
+	// the predicted write (refused), then the one-write grant: cut
+	cut := gate.once(nth(2, isGrantMulti(objPath)), func() bool { return true })
+	bg := context.Background()
+	ach := grantAsync(bg, eA, "mc", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
+	waitClosed(t, cut, "the cut of the one-write grant")
+	if obs.misses.Load() != m0+1 {
+		t.Errorf("%d refused predictions before the cut, want 1", obs.misses.Load()-m0)
+	}
+	cch := grantAsync(bg, eC, "mc", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, LockDelay: time.Minute})
+	chk := overlapChecker{last: b.Token()}
+	for range 2 {
+		var r asyncResult
+		select {
+		case r = <-ach:
+		case r = <-cch:
+		case <-time.After(40 * time.Second):
+			t.Fatal("stuck")
+		}
+		if r.err != nil {
+			t.Fatalf("%v (lock-delays %d)", r.err, eC.Health().LockDelays)
+		}
+		chk.enter(r.g.Token())
+		time.Sleep(10 * time.Millisecond) // a holder that stays a moment: not a condition of the test
+		chk.leave()
+		release(t, r.g)
+	}
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("%d overlaps, %d tokens not increasing", chk.overlaps, chk.badToken)
+	}
+	if d := eC.Health().LockDelays; d != 0 {
+		t.Errorf("%d lock-delays after a given-back grant (nobody vanished)", d)
+	}
+}
+
+// While the engine reads first (missed), a holder of another engine
+// vanishes (its engine closes) or abandons its grant: a request with a
+// lock-delay waits it out, however free the data looks; a clean release
+// delays nobody.
+func TestReviewFirstMissedLockDelay(t *testing.T) {
+	for _, how := range []string{"release", "abandon", "close"} {
+		t.Run(how, func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			conn := rawConn(t, zkServer.Servers())
+			obs := &countObserver{}
+			eW := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Observer = obs })
+			eB := newEngine(t, zkServer.Servers(), root, native, noAudit)
+			eV := newEngine(t, zkServer.Servers(), root, native, noAudit)
+			objPath := root + "/ld"
+			predicted(t, eW, eB, obs, conn, objPath, "ld", true)
+			g := acquire(t, eV, "ld", lock.Foreground, lock.AcquireOptions{})
+			switch how {
+			case "release":
+				release(t, g)
+			case "abandon":
+				if err := g.Abandon(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			case "close":
+				eV.Close()
+			}
+			d0 := eW.Health().LockDelays
+			w := acquire(t, eW, "ld", lock.Foreground, lock.AcquireOptions{LockDelay: 200 * time.Millisecond})
+			if w.Token() <= g.Token() {
+				t.Errorf("token %d after %d", w.Token(), g.Token())
+			}
+			delayed := eW.Health().LockDelays - d0
+			if want := int64(map[bool]int{true: 1}[how != "release"]); delayed != want {
+				t.Errorf("%d lock-delays after a %s, want %d", delayed, how, want)
+			}
+			release(t, w)
+		})
+	}
+}
