@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"path"
 	"strings"
@@ -960,4 +961,68 @@ func TestReviewFirstTouchTwoEngines(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Three engines take new objects by turns and at once, exclusive and
+// shared, foreground and background (predictions refused, the one-write
+// grant with its check, first touches): exclusive holders are alone,
+// shared ones only with shared ones, exclusive tokens increase, nothing is
+// left.
+func TestReviewFirstTurnsFuzz(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	const engines, workers, iters, objects = 3, 2, 25, 4
+	es := make([]*lock.Engine, engines)
+	for i := range es {
+		es[i] = newEngine(t, zkServer.Servers(), root, native, noAudit)
+	}
+	chks := make([]rwChecker, objects)
+	var wg sync.WaitGroup
+	for i, e := range es {
+		for w := range workers {
+			rng := rand.New(rand.NewPCG(uint64(i), uint64(w)))
+			wg.Go(func() {
+				for range iters {
+					o := rng.IntN(objects)
+					shared := rng.IntN(10) < 3
+					typ := lock.Foreground
+					if rng.IntN(10) < 3 {
+						typ = lock.Background
+					}
+					g, err := e.Acquire(context.Background(), fmt.Sprintf("f%d", o), typ, lock.AcquireOptions{Shared: shared, Wait: 30 * time.Second})
+					if err != nil {
+						t.Errorf("engine %d: %v", i, err)
+						return
+					}
+					chks[o].enter(shared, g.Token())
+					if rng.IntN(2) == 0 {
+						time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
+					}
+					chks[o].leave(shared)
+					if err := g.Release(context.Background()); err != nil {
+						t.Errorf("release: %v", err)
+						return
+					}
+					if rng.IntN(3) == 0 { // a pause: turns rather than contention
+						time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for o := range chks {
+		c := &chks[o]
+		if c.violations != 0 || c.badToken != 0 {
+			t.Errorf("object f%d: %d violations, %d exclusive tokens not increasing (%d grants)", o, c.violations, c.badToken, c.grants)
+		}
+		if k := children(t, conn, root, fmt.Sprintf("f%d", o)); len(k) > 1 {
+			t.Errorf("object f%d left %v", o, k)
+		}
+	}
+	var refused int64
+	for _, e := range es {
+		refused += e.RefusedTakes()
+	}
+	t.Logf("%d acquires on %d objects, %d refused takes", engines*workers*iters, objects, refused)
 }
