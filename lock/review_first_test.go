@@ -1026,3 +1026,25 @@ func TestReviewFirstTurnsFuzz(t *testing.T) {
 	}
 	t.Logf("%d acquires on %d objects, %d refused takes", engines*workers*iters, objects, refused)
 }
+
+// A first touch that will queue anyway (a lock-delay asked: the one-write
+// grant is not for it) sends no read of the node it just created: the
+// read missing the node, the creating multi, the child's create, the
+// view's two reads, the take and the release (seven requests a cycle).
+func TestReviewFirstTouchQueueingNoExtraRead(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.HolderWatchDelay = time.Minute })
+	release(t, acquire(t, e, "warm", lock.Foreground, lock.AcquireOptions{}))
+	sid := e.Health().SessionID
+	const n = 10
+	p0, s0, t0 := packets(t, sid), e.Health().Syncs, time.Now()
+	for i := range n {
+		release(t, acquire(t, e, fmt.Sprintf("q%d", i), lock.Foreground, lock.AcquireOptions{LockDelay: time.Second}))
+	}
+	pk := packets(t, sid) - p0 - (e.Health().Syncs - s0)
+	pings := 1 + int64(time.Since(t0)/(e.Health().Timeout/3))
+	t.Logf("%d first touches with a lock-delay: %d requests (up to %d pings)", n, pk, pings)
+	if want := 7*int64(n) + pings; pk > want {
+		t.Errorf("%d requests for %d first touches that queue, want at most %d (7 each)", pk, n, want)
+	}
+}
