@@ -392,10 +392,12 @@ func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
 		for v == nil || v.d.V != 1 {
 			created, err := n.e.ensureNativeFrom(ctx, n.s, n.name, n.objPath, missing)
 			if err == nil {
-				if created && v == nil {
+				if created && v == nil && !p.contended && n.delay <= 0 {
 					// Ours, just made: its holders (none) and version, for
 					// the one-write grant below (a first touch was eight
-					// requests and three writes through the queue).
+					// requests and three writes through the queue). Not
+					// for a request that queues anyway (contended, or a
+					// lock-delay: the view reads the data).
 					if w, err := n.readData(ctx); err == nil && w.d.V == 1 {
 						v = w
 					}
