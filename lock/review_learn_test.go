@@ -131,7 +131,10 @@ func TestReviewLearnReleaseJoinsListingInFlight(t *testing.T) {
 	b := newEngine(t, zkServer.Servers(), root, learnSet)
 	c := newEngine(t, zkServer.Servers(), root, learnSet)
 	conn := rawConn(t, zkServer.Servers())
-	for round := range 3 {
+	for round, tries := 0, 0; round < 3; tries++ {
+		if tries == 12 {
+			t.Fatalf("%d of 12 rounds had the holder's listing in flight when w queued", round)
+		}
 		h := learningGrant(t, a, b, "j", conn, root)
 		var timedOut atomic.Bool
 		gate.set(func() {
@@ -142,7 +145,20 @@ func TestReviewLearnReleaseJoinsListingInFlight(t *testing.T) {
 		e0 := gate.entered.Load()
 		w := acquireAsync(t, context.Background(), c, "j", lock.Foreground, false)
 		waitFor(t, 10*time.Second, "w queued", func() bool { return len(children(t, conn, root, "j")) == 3 })
-		waitFor(t, 10*time.Second, "the holder's listing held in flight", func() bool { return gate.entered.Load() > e0 })
+		waitFor(t, 10*time.Second, "the holder's listing held in flight, or w known", func() bool {
+			return gate.entered.Load() > e0 || len(h.KnownNext()) > 0
+		})
+		if gate.entered.Load() == e0 {
+			// w queued before the holder's first listing (at its grant)
+			// was answered: that listing named w, and no arrival is left
+			// to list. Not this test's case: again.
+			gate.open()
+			release(t, h)
+			if g := <-w; g != nil {
+				release(t, g)
+			}
+			continue
+		}
 		_, st0 := readObj(t, conn, root, "j")
 		l0 := b.ReleaseListings()
 		release(t, h)
@@ -162,6 +178,7 @@ func TestReviewLearnReleaseJoinsListingInFlight(t *testing.T) {
 			t.Errorf("round %d: the handoff took %d writes of the object's data, want 1 (the release naming the waiter)", round, d)
 		}
 		release(t, g)
+		round++
 	}
 }
 
