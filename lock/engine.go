@@ -134,6 +134,7 @@ type objState struct {
 	sentinel  bool                 // native: the object's sentinel is known to exist (ensureNative)
 	nq        []nchild             // native: the children in grant order, as this engine last listed them (topUp)
 	missed    bool                 // native: another engine's write refused our last predicted one: read first
+	learnList chan struct{}        // native: a local holder's listing of arrivals in flight (learnNative)
 
 	// behind (plugin protocol): local waiters offered a handoff, by the
 	// child each watches (handoff.go).

@@ -473,6 +473,21 @@ func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
 		// objects). A queue met later counts below (not eligible, or not
 		// alone when taking).
 		n.waited = contended
+		// A holder of this engine listing the object (learnNative, at its
+		// grant): our create after that listing's answer fires its watch,
+		// and the listing that follows names us before its release. A
+		// create inside it was missed by it, and a release coming just
+		// after our create listed the object itself. Briefly: an
+		// optimisation, never a wait on a stalled connection.
+		if l := n.e.objLearning(n.name); l != nil {
+			t := time.NewTimer(learnWaitMax)
+			select {
+			case <-l:
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
 		g, err = n.slow(ctx)
 	}
 	if err != nil && !n.registered {
@@ -1854,6 +1869,32 @@ func sentinelGone(res []zk.MultiResponse, i int) bool {
 	return i < len(res) && errors.Is(res[i].Error, zk.ErrNoNode)
 }
 
+// learnWaitMax bounds how long a request waits for a local holder's
+// listing in flight before creating its child (a round trip is well under).
+const learnWaitMax = 20 * time.Millisecond
+
+// objLearnList records the listing in flight of a holder of this engine
+// learning arrivals on the object (set: done non-nil; cleared: only if it
+// is still was).
+func (e *Engine) objLearnList(name string, done, was chan struct{}) {
+	e.objMu.Lock()
+	defer e.objMu.Unlock()
+	if st := e.objs[name]; st != nil && (done != nil || st.learnList == was) {
+		st.learnList = done
+	}
+}
+
+// objLearning returns the listing in flight of a holder of this engine
+// learning arrivals on the object, or nil.
+func (e *Engine) objLearning(name string) chan struct{} {
+	e.objMu.Lock()
+	defer e.objMu.Unlock()
+	if st := e.objs[name]; st != nil {
+		return st.learnList
+	}
+	return nil
+}
+
 // objSentinelKnown reports whether the engine knows the object's sentinel.
 func (e *Engine) objSentinelKnown(name string) bool {
 	e.objMu.Lock()
@@ -1949,7 +1990,14 @@ func (g *Grant) learnBeforeRelease(ctx context.Context) {
 	if !unknown {
 		return
 	}
-	if list != nil {
+	// A listing sent before the arrival the caller knows of can still be
+	// in flight (the grant's first, when the waiter's create came right
+	// after the grant): its watch fired on that arrival, and the listing
+	// that follows names it. Join that one too (at most a few).
+	for range 4 {
+		if list == nil {
+			break
+		}
 		select {
 		case <-list:
 		case <-ctx.Done():
@@ -1957,9 +2005,14 @@ func (g *Grant) learnBeforeRelease(ctx context.Context) {
 		}
 		g.mu.Lock()
 		unknown = len(g.native.next) == 0
+		prev := list
+		list = g.native.learnList
 		g.mu.Unlock()
 		if !unknown {
 			return
+		}
+		if list == prev {
+			break
 		}
 	}
 	g.e.relLists.Add(1)
@@ -1996,6 +2049,7 @@ func (g *Grant) learnNative() {
 		g.mu.Lock()
 		g.native.learnList = done
 		g.mu.Unlock()
+		g.e.objLearnList(g.name, done, nil)
 		g.e.learnLists.Add(1)
 		if f := learnListHook.Load(); f != nil {
 			(*f)()
@@ -2009,6 +2063,7 @@ func (g *Grant) learnNative() {
 		g.mu.Lock()
 		g.native.learnList = nil
 		g.mu.Unlock()
+		g.e.objLearnList(g.name, nil, done)
 		close(done)
 		if err != nil {
 			return
