@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -294,4 +295,90 @@ func TestReviewAuditNativeUnaffected(t *testing.T) {
 		t.Errorf("the audit deleted %v", d)
 	}
 	idleNames(t, e)
+}
+
+// The same through the engine's own renewal near the sequence limit: a
+// request whose child landed past the refusal point deletes it and waits
+// for the object node to be renewed (drainWait), then queues and is
+// granted in the new one. Its first child's name must not keep an orphan
+// of the session that gets that name in the new object node.
+func TestReviewAuditOrphanAtDrainedName(t *testing.T) {
+	defer lock.SetSeqLimits(6, 12)()
+	root := testRoot(t, zkServer)
+	obs := &orphanObserver{}
+	const period = 200 * time.Millisecond
+	e := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.AuditInterval = period; o.Observer = obs })
+	other := newEngine(t, zkServer.Servers(), root, noAudit)
+	conn := rawConn(t, zkServer.Servers())
+	const obj = "DR"
+	objPath := root + "/" + obj
+
+	h := acquire(t, other, obj, lock.Foreground, lock.AcquireOptions{})
+	seq := func(p string) int {
+		n, err := strconv.Atoi(p[len(p)-10:])
+		if err != nil {
+			t.Fatalf("sequence of %s: %v", p, err)
+		}
+		return n
+	}
+	last := 0
+	for range 12 { // past the refusal point
+		n, err := conn.Create(objPath+"/B-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = seq(n)
+		if err := conn.Delete(n, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := last + 1
+	old := fmt.Sprintf("A-%010d", want) // the name the waiter's create gets
+	_, st, err := conn.Exists(objPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan *lock.Grant, 1)
+	go func() {
+		g, err := e.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		res <- g
+	}()
+	waitFor(t, 10*time.Second, "the waiter's create past the refusal point", func() bool {
+		_, st2, err := conn.Exists(objPath)
+		return err == nil && st2.Cversion >= st.Cversion+2 // its child created and deleted
+	})
+	release(t, h)
+	g := <-res
+	if g == nil {
+		t.FailNow()
+	}
+	defer release(t, g)
+	// Raw nodes move the new object node's counter to just before the old name.
+	var pads []string
+	defer func() {
+		for _, p := range pads {
+			_ = conn.Delete(p, -1)
+		}
+	}()
+	for len(pads) == 0 || seq(pads[len(pads)-1]) < want-1 {
+		p, err := conn.Create(objPath+"/B-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pads = append(pads, p)
+	}
+	planted, err := lock.PlantOrphan(context.Background(), e, obj, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the waiter's first child %s, its grant's %s, the orphan %s", old, g.Node(), planted)
+	if planted != old {
+		t.Fatalf("the orphan is %s, not the waiter's first name %s: the test did not exercise a repeated name", planted, old)
+	}
+	waitFor(t, 20*period, "the audit to delete the orphan while the grant is held", func() bool {
+		return slices.Contains(obs.list(), obj+"/"+planted)
+	})
 }
