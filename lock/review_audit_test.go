@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"slices"
 	"strconv"
 	"sync"
@@ -30,12 +31,26 @@ func TestReviewAuditOrphanAtRenewedName(t *testing.T) {
 	obs := &orphanObserver{}
 	const period = 200 * time.Millisecond
 	e := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.AuditInterval = period; o.Observer = obs })
-	other := newEngine(t, zkServer.Servers(), root, noAudit)
 	conn := rawConn(t, zkServer.Servers())
-	const obj = "RN"
+	obj := fmt.Sprintf("RN-%d", time.Now().UnixNano()) // a container of an earlier run may linger
 	objPath := root + "/" + obj
 
-	h := acquire(t, other, obj, lock.Foreground, lock.AcquireOptions{})
+	// A holder outside any engine (a raw client: no release of its own
+	// after the object node is gone): its child and privateLock.
+	if _, err := lock.PlantOrphan(context.Background(), e, "RN-root", true); err != nil { // creates the root
+		t.Fatal(err)
+	}
+	acl := zk.WorldACL(zk.PermAll)
+	if _, err := conn.CreateContainer(objPath, nil, zk.FlagContainer, acl); err != nil {
+		t.Fatal(err)
+	}
+	hn, err := conn.Create(objPath+"/A-", nil, zk.FlagEphemeralSequential, acl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Create(objPath+"/privateLock", nil, zk.FlagEphemeral, acl); err != nil {
+		t.Fatal(err)
+	}
 	res := make(chan *lock.Grant, 1)
 	go func() {
 		g, err := e.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
@@ -48,7 +63,7 @@ func TestReviewAuditOrphanAtRenewedName(t *testing.T) {
 	kids := children(t, conn, root, obj)
 	old := ""
 	for _, k := range kids {
-		if k != h.Node() && k != "privateLock" {
+		if k != path.Base(hn) && k != "privateLock" {
 			old = k
 		}
 	}
@@ -67,7 +82,6 @@ func TestReviewAuditOrphanAtRenewedName(t *testing.T) {
 		t.FailNow()
 	}
 	defer release(t, g)
-	_ = h.Release(context.Background()) // lost with the object node
 
 	// A node of the session that nothing owns, created in the new object
 	// node, gets the waiter's old name (as a bug would leave it).
@@ -82,8 +96,8 @@ func TestReviewAuditOrphanAtRenewedName(t *testing.T) {
 	waitFor(t, 20*period, "the audit to delete the orphan while the grant is held", func() bool {
 		return slices.Contains(obs.list(), obj+"/"+planted)
 	})
-	if got := obs.list(); len(got) != 1 {
-		t.Errorf("the audit deleted %v, want only %s/%s", got, obj, planted)
+	if got := obs.list(); len(got) != 2 {
+		t.Errorf("the audit deleted %v, want only the orphan planted in RN-root and %s/%s", got, obj, planted)
 	}
 	if g.State() != lock.Held {
 		t.Errorf("the grant is %v", g.State())
