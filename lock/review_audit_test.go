@@ -396,3 +396,39 @@ func TestReviewAuditOrphanAtDrainedName(t *testing.T) {
 		return slices.Contains(obs.list(), obj+"/"+planted)
 	})
 }
+
+// Outside the audit (found while writing the renewed-name test): a holder
+// whose object node was deleted under it (an operator's deleteall) and
+// renewed by another engine's acquire releases with a multi guarded by the
+// object node's data version and its child's name, both of which repeat in
+// the renewed object node: the release deletes the new holder's
+// privateLock and child. Skipped: not fixed here (grant.go's release).
+func TestReviewAuditReleaseAfterRenewal(t *testing.T) {
+	t.Skip("finding outside the audit, left to the lead: a release after a renewal deletes the new grant's nodes")
+	root := testRoot(t, zkServer)
+	old := newEngine(t, zkServer.Servers(), root, noAudit, func(o *lock.Options) { o.HolderWatchDelay = time.Minute })
+	e := newEngine(t, zkServer.Servers(), root, noAudit)
+	conn := rawConn(t, zkServer.Servers())
+	obj := fmt.Sprintf("RR-%d", time.Now().UnixNano())
+	objPath := root + "/" + obj
+	h := acquire(t, old, obj, lock.Foreground, lock.AcquireOptions{})
+	ops := []any{}
+	for _, k := range children(t, conn, root, obj) {
+		ops = append(ops, &zk.DeleteRequest{Path: objPath + "/" + k, Version: -1})
+	}
+	if _, err := conn.Multi(append(ops, &zk.DeleteRequest{Path: objPath, Version: -1})...); err != nil {
+		t.Fatalf("deleteall: %v", err)
+	}
+	g := acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{})
+	t.Logf("old holder's child %s, new holder's %s", h.Node(), g.Node())
+	err := h.Release(context.Background())
+	t.Logf("the old holder's release: %v", err)
+	if got := children(t, conn, root, obj); !equalSet(got, []string{g.Node(), "privateLock"}) {
+		t.Errorf("after the old holder's release the children are %v, want the new holder's %s and privateLock", got, g.Node())
+	}
+	if o, err := newEngine(t, zkServer.Servers(), root, noAudit).Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{TryOnce: true}); err == nil {
+		t.Errorf("a third engine was granted %s while the new holder's grant is %v", obj, g.State())
+		_ = o.Release(context.Background())
+	}
+	_ = g.Release(context.Background())
+}
