@@ -181,7 +181,7 @@ func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool
 			r.e.log.Debug("fast path off: sequence mismatch or object renewed", "object", r.object, "want", p.seq, "got", seq)
 		}
 		r.node, r.seq, r.objCzxid, r.listAfter = child, seq, obj.Czxid, time.Now()
-		r.s.own.name(r.objPath, r.node, r.reqID)
+		r.s.own.name(r.objPath, r.node, r.reqID, obj.Czxid)
 		// Verify: is anyone ahead of us now?
 		l, err := r.e.listShared(ctx, r.s, r.name, r.objPath, r.listAfter)
 		if err == nil {
@@ -295,6 +295,9 @@ func (r *request) slow(ctx context.Context) (*Grant, error) {
 			}
 		}
 		idx := slices.Index(queue, r.node)
+		if idx >= 0 { // the audit leaves it unread (the object node's czxid: names repeat in a renewed one)
+			r.s.own.name(r.objPath, r.node, r.reqID, l.czxid)
+		}
 		if idx < 0 { // our node was deleted by someone else: queue again
 			r.e.log.Warn("our lock node vanished; queueing again", "object", r.object, "node", r.node)
 			r.node = ""
@@ -496,7 +499,6 @@ func (r *request) createChild(ctx context.Context) error {
 		case err == nil:
 			r.node = path.Base(p)
 			r.seq, _ = seqOf(r.node)
-			r.s.own.name(r.objPath, r.node, r.reqID)
 			r.listAfter = time.Now()
 			if r.seq >= seqRefuse {
 				if err := r.drainWait(ctx); !errors.Is(err, errRecreate) {
@@ -734,7 +736,6 @@ func (r *request) recoverOrphans(ctx context.Context) error {
 	}
 	if adopt != "" {
 		r.node = adopt
-		r.s.own.name(r.objPath, r.node, r.reqID)
 		r.seq, _ = seqOf(adopt)
 		r.listAfter = time.Now()
 	}

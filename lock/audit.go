@@ -45,11 +45,22 @@ type owners struct {
 	reserved map[string]chan struct{} // request ids the audit is deleting a node of; closed when done
 	objects  map[string]*touched      // object path → use by this session; nil: no audit, not tracked
 	// names: the plugin protocol's children of live requests (object
-	// path/child → request id), so that the audit leaves them unread (a
-	// plugin child's name does not carry its request id); byReq: each
-	// request's, dropped when it stops being live.
-	names map[string]string
+	// path/child → request id, and the creation zxid of the object node
+	// they were seen in), so that the audit leaves them unread (a plugin
+	// child's name does not carry its request id); byReq: each request's,
+	// dropped when it stops being live.
+	names map[string]nameRec
 	byReq map[string][]string
+}
+
+// nameRec: a child's name stands for the request's node only in the object
+// node it was seen in. Names repeat when the object node is renewed (an
+// operator's deleteall, a reaped container, the renewal near the sequence
+// limit); a request live across a renewal keeps its old name, which a node
+// of the new object node may carry (TestReviewAuditOrphanAtRenewedName).
+type nameRec struct {
+	req      string
+	objCzxid int64
 }
 
 type touched struct {
@@ -59,7 +70,7 @@ type touched struct {
 
 // newOwners tracks the objects touched only for an audit (audit true).
 func newOwners(audit bool) *owners {
-	o := &owners{live: make(map[string]int), reserved: make(map[string]chan struct{}), names: make(map[string]string), byReq: make(map[string][]string)}
+	o := &owners{live: make(map[string]int), reserved: make(map[string]chan struct{}), names: make(map[string]nameRec), byReq: make(map[string][]string)}
 	if audit {
 		o.objects = make(map[string]*touched)
 	}
@@ -102,7 +113,7 @@ func (o *owners) leave(objPath, reqID string) {
 	if o.live[reqID]--; o.live[reqID] <= 0 {
 		delete(o.live, reqID)
 		for _, p := range o.byReq[reqID] {
-			if o.names[p] == reqID {
+			if o.names[p].req == reqID {
 				delete(o.names, p)
 			}
 		}
@@ -114,25 +125,30 @@ func (o *owners) leave(objPath, reqID string) {
 }
 
 // name records node, a child of objPath that live request reqID created
-// (the plugin protocol), until reqID stops being live.
-func (o *owners) name(objPath, node, reqID string) {
+// (the plugin protocol), seen in the object node created at objCzxid, until
+// reqID stops being live.
+func (o *owners) name(objPath, node, reqID string, objCzxid int64) {
 	p := objPath + "/" + node
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.live[reqID] > 0 && o.names[p] != reqID {
-		o.names[p] = reqID
+	if o.live[reqID] <= 0 {
+		return
+	}
+	if o.names[p].req != reqID {
 		o.byReq[reqID] = append(o.byReq[reqID], p)
 	}
+	o.names[p] = nameRec{reqID, objCzxid}
 }
 
-// liveNode reports whether the child at p was created by a request that is
-// still live (name): the audit would read it only to find that request's
-// id in its data, and leave it.
-func (o *owners) liveNode(p string) bool {
+// liveNode reports whether the child at p, listed in the object node
+// created at objCzxid, was created there by a request that is still live
+// (name): the audit would read it only to find that request's id in its
+// data, and leave it.
+func (o *owners) liveNode(p string, objCzxid int64) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	req, ok := o.names[p]
-	return ok && o.live[req] > 0
+	rec, ok := o.names[p]
+	return ok && rec.objCzxid == objCzxid && o.live[rec.req] > 0
 }
 
 // reserve reports whether reqID is not live, and if so keeps it from
@@ -238,7 +254,7 @@ func (s *session) audit() {
 // auditObject deletes the nodes of session sid under objPath that no live
 // request id owns. found reports whether any node of the session was there.
 func (s *session) auditObject(objPath string, sid int64) (found bool, err error) {
-	kids, _, err := s.conn.Children(objPath)
+	kids, ost, err := s.conn.Children(objPath)
 	if errors.Is(err, zk.ErrNoNode) {
 		return false, nil
 	}
@@ -254,7 +270,7 @@ func (s *session) auditObject(objPath string, sid int64) (found bool, err error)
 		if !s.connected() { // cut mid-audit: stop, the reconnect audits again
 			return found, zk.ErrConnectionClosed
 		}
-		if s.liveNative(k) || s.own.liveNode(objPath+"/"+k) {
+		if s.liveNative(k) || s.own.liveNode(objPath+"/"+k, ost.Czxid) {
 			found = true
 			continue
 		}

@@ -108,7 +108,10 @@
 // acquire in progress nor a grant held (a create in flight is owned by its
 // live request). A child that a live request of the session created (its
 // name kept with the request, or, native, its request id in its name) is
-// left unread: the audit would read it only to find that live id. Inspect
+// left unread: the audit would read it only to find that live id. A
+// plugin child's name is kept with the creation zxid of the object node the
+// request created it or listed it in, and leaves it unread only in that
+// object node: names repeat when the object node is renewed. Inspect
 // shows a Baton privateLock without its holder's child as an orphan;
 // Engine.FreeOrphan deletes one from any engine.
 //
