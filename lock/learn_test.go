@@ -32,34 +32,19 @@ func TestNativeReleaseJoinsHolderListing(t *testing.T) {
 	chk.enter(held.Token())
 	l0 := es[0].ReleaseListings() + es[1].ReleaseListings()
 	lone := 0 // grants that neither know nor follow the queue behind them
-	for i := range rounds {
-		ch := make(chan *lock.Grant, 1)
-		go func() {
-			g, err := es[(i+1)%2].Acquire(context.Background(), "pp", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
-			if err != nil {
-				t.Error(err)
-			}
-			ch <- g
-		}()
+	queued := func() {
 		waitFor(t, 10*time.Second, "the other queued", func() bool { return len(children(t, conn, root, "pp")) == 3 })
-		chk.leave()
-		release(t, held)
-		held = <-ch
-		if held == nil {
-			t.FailNow()
-		}
-		chk.enter(held.Token())
+	}
+	pingPong(t, es, "pp", rounds, held, &chk, queued, func(i int, g *lock.Grant) {
 		// The first holder was uncontended and follows nothing; the
 		// first grant after it may not either (that release can land
 		// before the waiter's first read), but none after that: before
 		// the fix such a grant seeded a run of them (rounds 1–7 in one
 		// of 6 runs).
-		if i >= 1 && !held.FollowsQueue() {
+		if i >= 1 && !g.FollowsQueue() {
 			lone++
 		}
-	}
-	chk.leave()
-	release(t, held)
+	})
 	n := es[0].ReleaseListings() + es[1].ReleaseListings() - l0
 	t.Logf("%d handoffs across sessions: %d releases listed the object themselves", rounds, n)
 	if chk.overlaps != 0 || chk.badToken != 0 {
@@ -109,32 +94,16 @@ func TestNativeReleaseMidViewNoRefusedTake(t *testing.T) {
 				return n
 			}
 			r0, l0 := refused(), es[0].LocalHandoffs()
-			for i := range rounds {
-				ch := make(chan *lock.Grant, 1)
-				go func() {
-					g, err := es[(i+1)%engines].Acquire(context.Background(), "mv", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
-					if err != nil {
-						t.Error(err)
-					}
-					ch <- g
-				}()
-				// release the moment the waiter's child exists: into its reads
+			// release the moment the waiter's child exists: into its reads
+			queued := func() {
 				deadline := time.Now().Add(10 * time.Second)
 				for len(children(t, conn, root, "mv")) < 3 {
 					if time.Now().After(deadline) {
 						t.Fatal("the waiter never queued")
 					}
 				}
-				chk.leave()
-				release(t, held)
-				held = <-ch
-				if held == nil {
-					t.FailNow()
-				}
-				chk.enter(held.Token())
 			}
-			chk.leave()
-			release(t, held)
+			pingPong(t, es, "mv", rounds, held, &chk, queued, nil)
 			n, local := refused()-r0, es[0].LocalHandoffs()-l0
 			t.Logf("%d handoffs on %d engine(s): %d takes refused by the data version, %d handed over in process", rounds, engines, n, local)
 			if chk.overlaps != 0 || chk.badToken != 0 || chk.grants != rounds+1 {
@@ -171,26 +140,10 @@ func TestNativeContendedQueuesAtOnce(t *testing.T) {
 	held := acquire(t, es[0], "cq", lock.Foreground, lock.AcquireOptions{})
 	chk.enter(held.Token())
 	r0 := es[0].PreReads() + es[1].PreReads()
-	for i := range rounds {
-		ch := make(chan *lock.Grant, 1)
-		go func() {
-			g, err := es[(i+1)%2].Acquire(context.Background(), "cq", lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
-			if err != nil {
-				t.Error(err)
-			}
-			ch <- g
-		}()
+	queued := func() {
 		waitFor(t, 10*time.Second, "the other queued", func() bool { return len(children(t, conn, root, "cq")) == 3 })
-		chk.leave()
-		release(t, held)
-		held = <-ch
-		if held == nil {
-			t.FailNow()
-		}
-		chk.enter(held.Token())
 	}
-	chk.leave()
-	release(t, held)
+	pingPong(t, es, "cq", rounds, held, &chk, queued, nil)
 	n := es[0].PreReads() + es[1].PreReads() - r0
 	t.Logf("%d contended acquires: %d read the holders before queueing", rounds, n)
 	if chk.overlaps != 0 || chk.badToken != 0 || chk.grants != rounds+1 {
@@ -200,4 +153,35 @@ func TestNativeContendedQueuesAtOnce(t *testing.T) {
 	if n > 2 {
 		t.Errorf("%d of %d contended acquires read the holders before queueing", n, rounds)
 	}
+}
+
+// pingPong hands obj's lock between the engines rounds times, starting
+// from held (entered in chk): in round i a foreground request of
+// es[(i+1)%len(es)] queues, queued returns once it has, and the holder
+// releases; after (if set) sees each new grant. The last grant is
+// released at the end.
+func pingPong(t *testing.T, es []*lock.Engine, obj string, rounds int, held *lock.Grant, chk *overlapChecker, queued func(), after func(i int, g *lock.Grant)) {
+	t.Helper()
+	for i := range rounds {
+		ch := make(chan *lock.Grant, 1)
+		go func() {
+			g, err := es[(i+1)%len(es)].Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+			if err != nil {
+				t.Error(err)
+			}
+			ch <- g
+		}()
+		queued()
+		chk.leave()
+		release(t, held)
+		if held = <-ch; held == nil {
+			t.FailNow()
+		}
+		chk.enter(held.Token())
+		if after != nil {
+			after(i, held)
+		}
+	}
+	chk.leave()
+	release(t, held)
 }
