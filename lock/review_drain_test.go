@@ -118,6 +118,7 @@ func TestReviewDrainOrder(t *testing.T) {
 
 	r := rand.New(rand.NewPCG(7, 11))
 	var (
+		closing         atomic.Bool // the third engine is closing
 		wg              sync.WaitGroup
 		mu              sync.Mutex
 		granted, failed int
@@ -144,7 +145,9 @@ func TestReviewDrainOrder(t *testing.T) {
 			chk.enter(shared, g.Token())
 			log.note(t, conn, objPath, g, engine, i)
 			chk.leave(shared)
-			if err := g.Release(context.Background()); err != nil {
+			// (the third engine's grant may end with the engine: closed
+			// between its grant and its release, it is lost, not released)
+			if err := g.Release(context.Background()); err != nil && !(engine == 2 && closing.Load()) {
 				t.Errorf("release %s: %v", g.Node(), err)
 			}
 			mu.Lock()
@@ -211,6 +214,7 @@ func TestReviewDrainOrder(t *testing.T) {
 				cancels[j]()
 			}
 		case n == 60:
+			closing.Store(true)
 			es[2].Close()
 		}
 	}
