@@ -959,7 +959,11 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 			// release of this engine tells us in process; any other, one
 			// read of the data (a holder that truly vanished leaves it as
 			// it was: on to lock-delay and take).
-			if h, ok := n.localRelease(ctx, v, handed); ok {
+			dead := make([]string, len(v.dead))
+			for i, d := range v.dead {
+				dead[i] = d.R
+			}
+			if h, ok := n.localRelease(ctx, handed, dead...); ok {
 				return n.granted(ctx, h.st.Mzxid, h.st, h.d, h.d.N, -1)
 			}
 			if ctx.Err() != nil {
@@ -1045,11 +1049,10 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 			continue
 		}
 		n.waited = true
-		local := func(h nativeHandoff) bool { return h.s == n.s && h.node == n.node }
 		select {
 		case <-ev:
 		case h := <-handed:
-			if local(h) {
+			if n.mine(h) {
 				return n.granted(ctx, h.st.Mzxid, h.st, h.d, h.d.N, -1)
 			}
 			continue
@@ -1059,25 +1062,16 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 			return nil, n.fail(ctx, ctx.Err())
 		}
 		// The watch fires before the holder's multi is answered: a holder
-		// of this engine tells us in process whether it named us. Only one
-		// releasing: a holder whose child someone else deleted holds on
-		// (until its watch sees another named) and would keep us waiting
-		// for as long (TestReviewMidviewDeletedHolderChildNoHang).
+		// of this engine tells us in process whether it named us.
 		if c, ok := n.e.parseNative(t); ok {
-			if hv, ok := n.e.natHeld.Load(c.req); ok && hv.(*Grant).isReleasing() {
-				select {
-				case <-hv.(*Grant).Done():
-				case <-ctx.Done():
-					return nil, n.fail(ctx, ctx.Err())
-				}
-			}
-		}
-		select {
-		case h := <-handed:
-			if local(h) {
+			if h, ok := n.localRelease(ctx, handed, c.req); ok {
 				return n.granted(ctx, h.st.Mzxid, h.st, h.d, h.d.N, -1)
 			}
-		default:
+		} else if h, ok := n.handedNow(handed); ok {
+			return n.granted(ctx, h.st.Mzxid, h.st, h.d, h.d.N, -1)
+		}
+		if ctx.Err() != nil {
+			return nil, n.fail(ctx, ctx.Err())
 		}
 		// One read: handed to us?
 		w, err := n.readData(ctx)
@@ -1098,14 +1092,16 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 	}
 }
 
-// localRelease waits for the releases of this engine's grants that v
-// names as holders with their children gone (their multis landed before
-// our listing; their answers are on the way), and reports the in-process
-// handoff if one named us. A grant of this engine that is not releasing
-// (its child deleted by someone else) is not waited for.
-func (n *nreq) localRelease(ctx context.Context, v *nativeView, handed chan nativeHandoff) (nativeHandoff, bool) {
-	for _, d := range v.dead {
-		hv, ok := n.e.natHeld.Load(d.R)
+// localRelease waits for the releases under way of this engine's grants
+// with the given request ids (their multis landed: a watch fired, or a
+// listing shows their children gone; their answers are on the way), and
+// reports the in-process handoff if one named us. A grant that is not
+// releasing is not waited for: one whose child someone else deleted holds
+// on (until its watch sees another named) and would keep us waiting for as
+// long (TestReviewMidviewDeletedHolderChildNoHang). ctx ending: no handoff.
+func (n *nreq) localRelease(ctx context.Context, handed chan nativeHandoff, reqs ...string) (nativeHandoff, bool) {
+	for _, r := range reqs {
+		hv, ok := n.e.natHeld.Load(r)
 		if !ok {
 			continue // ended already: its handoff, if any, is in handed
 		}
@@ -1119,15 +1115,24 @@ func (n *nreq) localRelease(ctx context.Context, v *nativeView, handed chan nati
 			return nativeHandoff{}, false
 		}
 	}
+	return n.handedNow(handed)
+}
+
+// handedNow takes an in-process handoff already sent to us, if any.
+func (n *nreq) handedNow(handed chan nativeHandoff) (nativeHandoff, bool) {
 	select {
 	case h := <-handed:
-		if h.s == n.s && h.node == n.node {
+		if n.mine(h) {
 			return h, true
 		}
 	default:
 	}
 	return nativeHandoff{}, false
 }
+
+// mine reports whether h names this request's current child on its session
+// (a message for an earlier child, or an earlier session, is stale).
+func (n *nreq) mine(h nativeHandoff) bool { return h.s == n.s && h.node == n.node }
 
 func filledToken(h nativeHolder, st *zk.Stat) int64 {
 	if h.T == 0 {
