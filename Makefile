@@ -40,7 +40,7 @@ test: deps ## vet + every test with -race against real ZooKeeper and the in-proc
 	@echo "test: go vet of every package (the first run compiles every dependency: 1-3 min idle, longer loaded)"
 	@bash .ci/alive.sh "go vet" $(GO) vet $(PKGS)
 	@echo "test: go test -race of every package against real ZooKeeper and kfake (3-5 min idle); a line per package as it ends"
-	@bash .ci/alive.sh "go test" $(GO) test -race -count=1 -timeout $(GOTEST_TIMEOUT) $(PKGS)
+	@bash .ci/alive.sh "go test" $(GO) test -race -count=1 -parallel 8 -timeout $(GOTEST_TIMEOUT) $(PKGS)
 
 test-short: ## the quick tests (skips ensembles and long fault tests)
 	$(GO) test -race -short -count=1 $(PKGS)

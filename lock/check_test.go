@@ -102,6 +102,7 @@ func TestCheckLaggingFollower(t *testing.T) {
 	if testing.Short() {
 		t.Skip("ensemble")
 	}
+	t.Parallel()
 	z := testenv.ZooKeeperT(t, testenv.ZKOptions{Nodes: 3, ExtraConfig: []string{"syncLimit=20"}})
 	leader, err := z.Leader()
 	if err != nil {

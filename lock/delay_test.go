@@ -20,6 +20,7 @@ import (
 // InstanceLockError; a request that turns the delay off (negative) is not
 // delayed. The checker sees no overlap and increasing tokens.
 func TestLockDelayBlackHoledHolder(t *testing.T) {
+	t.Parallel()
 	root := testRoot(t, zkServer)
 	const delay = 2 * time.Second
 	waiter := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.LockDelay = delay })

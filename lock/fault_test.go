@@ -92,6 +92,7 @@ func TestEnsembleLeaderKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node ensemble")
 	}
+	t.Parallel()
 	z := testenv.ZooKeeperT(t, testenv.ZKOptions{Nodes: 3})
 	root := testRoot(t, z)
 	var es []*lock.Engine

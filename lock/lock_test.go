@@ -21,6 +21,7 @@ import (
 // one object; the overlap detector must see one holder at a time and tokens
 // must strictly increase.
 func TestMutualExclusion(t *testing.T) {
+	t.Parallel()
 	root := testRoot(t, zkServer)
 	const engines, total = 8, 1600
 	var es []*lock.Engine

@@ -21,6 +21,13 @@ import (
 
 // zkServer is the package's shared standalone ZooKeeper; fault tests start
 // their own.
+//
+// The long tests that mostly wait (cuts, reconnects, session expiry,
+// lock-delay) call t.Parallel: they run together after the others, which
+// halves the package's time (make test passes -parallel 8). Such a test
+// uses its own root and engines, sets no package-level hook (SetLearnListHook,
+// SetHandoffHook, SetSeqLimits, SetLearnPause) and reads no server-wide
+// counter of zkServer (mntr; Received counts given sessions only).
 var zkServer *testenv.ZooKeeper
 
 func TestMain(m *testing.M) {

@@ -226,6 +226,7 @@ func TestTwoCutSweep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a few hundred cut-and-reconnect cycles")
 	}
+	t.Parallel()
 	type scenario struct {
 		name    string
 		tweak   func(*lock.Options)

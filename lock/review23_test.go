@@ -225,6 +225,7 @@ func TestReview23FuzzCutsAuditFreeOrphan(t *testing.T) {
 	if testing.Short() {
 		t.Skip("random cuts")
 	}
+	t.Parallel()
 	// Acquisitions per worker: 14 keeps the package within make test's
 	// budget (20 took 131 s of its ~650 under -race); REVIEW23_CYCLES
 	// runs more.
@@ -430,6 +431,7 @@ func TestReview23FuzzCutsAuditFreeOrphan(t *testing.T) {
 // engine must open a new session, and nothing of the old one may block the
 // object.
 func TestReview23SessionExpiresDuringRecovery(t *testing.T) {
+	t.Parallel()
 	root := testRoot(t, zkServer)
 	p := testenv.ProxyT(t, zkServer.Addr(1))
 	cutter := &stepCutter{}
@@ -539,6 +541,7 @@ func TestReview23FreeOrphanRefusesLiveHolders(t *testing.T) {
 // must finish the job, the object must be free, and the orphan must be
 // counted once (baton_orphans_deleted_total) however the cut fell.
 func TestReview23AuditCut(t *testing.T) {
+	t.Parallel()
 	for k := 1; k <= 4; k++ {
 		t.Run(fmt.Sprintf("cut after request %d", k), func(t *testing.T) {
 			root := testRoot(t, zkServer)
@@ -643,6 +646,7 @@ func (c *recConn) Write(p []byte) (int, error) {
 // must not leave requests of the audit (exists on a child: only the audit
 // sends it) to be written before the reconnect's setWatches.
 func TestReview23AuditWaitsForSettledConnection(t *testing.T) {
+	t.Parallel()
 	root := testRoot(t, zkServer)
 	p := testenv.ProxyT(t, zkServer.Addr(1))
 	rec := &frameRecorder{early: map[string]int{}}

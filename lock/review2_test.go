@@ -26,6 +26,7 @@ import (
 // test checks — abandoned and closed holders, the node surviving the
 // reaper's interval, the next request waiting the delay out.
 func TestReview2LockDelayAfterReap(t *testing.T) {
+	t.Parallel()
 	root := testRoot(t, zkServer)
 	const delay = 5 * time.Second
 	conn := rawConn(t, zkServer.Servers())
@@ -174,6 +175,7 @@ func TestReview2AgedBackgroundYieldsGate(t *testing.T) {
 // skips the check. Failed before the fix (the predicted multi of a request
 // with a delay requires the object node's version its release left).
 func TestReview2LockDelayStalePrediction(t *testing.T) {
+	t.Parallel()
 	root := testRoot(t, zkServer)
 	const delay = 5 * time.Second
 	const obj = "R2-stale"
@@ -220,6 +222,7 @@ func TestReview2LockDelayStalePrediction(t *testing.T) {
 // of a privateLock whose grant multi was not version-guarded writes no
 // release record).
 func TestReview2LockDelayGiveBackMasksVanish(t *testing.T) {
+	t.Parallel()
 	root := testRoot(t, zkServer)
 	const delay = 5 * time.Second
 	const obj = "R2-mask"

@@ -562,6 +562,7 @@ func TestReviewBurstOrderBehindSlots(t *testing.T) {
 // (before the fix, up to 10 times in a row: the acquire failed with "holders
 // kept changing", 5-26 of 114 in 2 of 3 runs). Three rounds.
 func TestReviewBurstCutWithCreatesInFlight(t *testing.T) {
+	t.Parallel()
 	for _, proto := range burstProtos {
 		t.Run(proto.name, func(t *testing.T) {
 			root := testRoot(t, zkServer)
@@ -641,6 +642,7 @@ func TestReviewBurstCutWithCreatesInFlight(t *testing.T) {
 // wait; the new session queues 100 waiters at once and grants them in turn;
 // nothing is left.
 func TestReviewBurstSessionLostWithCreatesInFlight(t *testing.T) {
+	t.Parallel()
 	for _, proto := range burstProtos {
 		t.Run(proto.name, func(t *testing.T) {
 			root := testRoot(t, zkServer)
@@ -732,6 +734,7 @@ func TestReviewBurstSessionLostWithCreatesInFlight(t *testing.T) {
 // multi went around the bound; and the plugin's container object nodes,
 // reaped once empty, are created again first). Every acquire is granted.
 func TestReviewBurstDistinctObjectsBounded(t *testing.T) {
+	t.Parallel()
 	for _, proto := range burstProtos {
 		t.Run(proto.name, func(t *testing.T) {
 			root := testRoot(t, zkServer)

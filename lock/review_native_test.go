@@ -399,6 +399,7 @@ func TestReviewNativeFuzzCutsCancels(t *testing.T) {
 	if testing.Short() {
 		t.Skip("random cuts")
 	}
+	t.Parallel()
 	root := testRoot(t, zkServer)
 	const obj = "fz"
 	objPath := root + "/" + obj

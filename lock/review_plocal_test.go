@@ -29,6 +29,7 @@ func TestReviewPlocalFuzzCuts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("random cuts")
 	}
+	t.Parallel()
 	root := testRoot(t, zkServer)
 	const obj = "PF"
 	objPath := path.Join(root, obj)
@@ -227,6 +228,7 @@ func TestReviewPlocalFencingSeenElsewhere(t *testing.T) {
 // may have applied, and another engine is granted once the session's
 // nodes are gone, with a token above both.
 func TestReviewPlocalHandoffReplyLostSessionExpires(t *testing.T) {
+	t.Parallel()
 	root := testRoot(t, zkServer)
 	d := newCutDialer()
 	e := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) {
@@ -365,6 +367,7 @@ func TestReviewNativeSharedViewsFuzz(t *testing.T) {
 	if testing.Short() {
 		t.Skip("random cuts")
 	}
+	t.Parallel()
 	root := testRoot(t, zkServer)
 	const obj = "sv"
 	objPath := root + "/" + obj

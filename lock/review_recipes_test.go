@@ -490,6 +490,7 @@ func TestReviewRecipesCancelEverywhere(t *testing.T) {
 // and give back permits of a semaphore of 2. At most 2 hold at once, each
 // permit's tokens strictly increase, and nothing is left behind.
 func TestReviewRecipesCutsDuringPermitWaits(t *testing.T) {
+	t.Parallel()
 	root := testRoot(t, zkServer)
 	cd := newCutDialer()
 	es := []*lock.Engine{
@@ -678,6 +679,7 @@ func TestReviewRecipesWriteErrorIsALostConnection(t *testing.T) {
 // out, as an InstanceLockError: an engine with waiters but no grant does
 // not declare its session lost while it cannot reach ZooKeeper).
 func TestReviewRecipesDeadHolderPermitAfterValidity(t *testing.T) {
+	t.Parallel()
 	root := testRoot(t, zkServer)
 	p1 := testenv.ProxyT(t, zkServer.Addr(1))
 	p3 := testenv.ProxyT(t, zkServer.Addr(1))

@@ -17,6 +17,7 @@ import (
 // else deleteOwnPL) then deletes e2's privateLock, and a waiting e3 is
 // granted while e2 holds.
 func TestReviewLostReleaseReplyRenewedContainer(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		typ2 lock.Type // e2's type: same prefix as e1's child name or not
@@ -105,6 +106,7 @@ func TestReviewLostReleaseReplyRenewedContainer(t *testing.T) {
 // A TickTime above the negotiated timeout (e.g. a server whose
 // maxSessionTimeout is below TickTime + margin) makes every grant hit it.
 func TestReviewNoValidityGrantAccounting(t *testing.T) {
+	t.Parallel()
 	root := testRoot(t, zkServer)
 	e := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) {
 		o.SessionTimeout = 2 * time.Second

@@ -337,6 +337,7 @@ func TestReleaseAfterForeignDeletion(t *testing.T) {
 // session (which lives on) must delete what the request created: no bare
 // privateLock, no orphan child first in the queue.
 func TestHalfCreatedNodesDeletedAfterLongReconnect(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		op      int32
@@ -403,6 +404,7 @@ func TestHalfCreatedNodesDeletedAfterLongReconnect(t *testing.T) {
 // Issue 8.4: persistent object nodes (the mixed-fleet mode) must not
 // accumulate server-side watches with nothing held.
 func TestPersistentObjectsLeaveNoWatches(t *testing.T) {
+	t.Parallel()
 	z := testenv.ZooKeeperT(t, testenv.ZKOptions{})
 	root := testRoot(t, z)
 	e := newEngine(t, z.Servers(), root, func(o *lock.Options) { o.ObjectNode = lock.Persistent })
@@ -564,6 +566,7 @@ func TestKeeperQuietWhileWritesFlow(t *testing.T) {
 // back and wait, never be granted ahead of it; once the foreground node goes,
 // it is granted.
 func TestVerifyNeverGrantsAheadOfWaiter(t *testing.T) {
+	t.Parallel()
 	root := testRoot(t, zkServer)
 	e := newEngine(t, zkServer.Servers(), root)
 	conn := rawConn(t, zkServer.Servers())
