@@ -35,6 +35,7 @@ type Proxy struct {
 	mu       sync.Mutex
 	holeUp   bool             // drop client->server bytes
 	holeDown bool             // drop server->client bytes
+	holdUp   bool             // hold client->server bytes until Heal (then delivered, in order)
 	latency  time.Duration    // added to each direction
 	changed  notify.Broadcast // every fault change
 	conns    map[*proxyConn]struct{}
@@ -84,13 +85,42 @@ func (p *Proxy) BlackHoleDownstream() { p.setHoles(false, true) }
 // BlackHoleUpstream swallows client->server bytes and passes server->client bytes.
 func (p *Proxy) BlackHoleUpstream() { p.setHoles(true, false) }
 
-// Heal removes all faults (black holes and latency). Bytes dropped while
-// black-holed stay dropped; connections whose peer closed meanwhile are closed now.
+// HoldUpstream holds client->server bytes until Heal, which delivers them
+// in order: a request that is slow to reach the server, not a lost one.
+// Server->client bytes still pass.
+func (p *Proxy) HoldUpstream() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.holdUp = true
+	p.changed.Notify()
+}
+
+// Heal removes all faults (black holes, holds and latency). Bytes dropped
+// while black-holed stay dropped; held bytes are delivered now; connections
+// whose peer closed meanwhile are closed now.
 func (p *Proxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.holeUp, p.holeDown, p.latency = false, false, 0
+	p.holeUp, p.holeDown, p.holdUp, p.latency = false, false, false, 0
 	p.changed.Notify()
+}
+
+// waitUnheld returns once client->server bytes are no longer held (or the
+// connection is done).
+func (c *proxyConn) waitUnheld() {
+	for {
+		c.p.mu.Lock()
+		held, changed := c.p.holdUp, c.p.changed.Wait()
+		c.p.mu.Unlock()
+		if !held {
+			return
+		}
+		select {
+		case <-changed:
+		case <-c.done:
+			return
+		}
+	}
 }
 
 // SetLatency delays every chunk of bytes by d in each direction (so a
@@ -309,6 +339,9 @@ func (c *proxyConn) write(dst net.Conn, ch <-chan chunk, up bool) {
 			case <-c.done:
 				return
 			}
+		}
+		if up {
+			c.waitUnheld()
 		}
 		if hole, _, _ := c.p.fault(up); hole {
 			continue

@@ -181,6 +181,30 @@ func TestProxyBlackHole(t *testing.T) {
 	}
 }
 
+// TestProxyHoldUpstream: held client->server bytes reach the server only on
+// Heal, in order and whole (not dropped, unlike a black hole); replies still
+// pass meanwhile.
+func TestProxyHoldUpstream(t *testing.T) {
+	t.Parallel()
+	e := startEcho(t)
+	p := ProxyT(t, e.ln.Addr().String())
+	c := dial(t, p.Addr())
+	send(t, c, "warm")
+	expect(t, c, "warm", 10*time.Second)
+	e.received(t, "warm")
+
+	p.HoldUpstream()
+	send(t, c, "one")
+	e.nothingReceived(t, 300*time.Millisecond)
+	expectSilence(t, c, 100*time.Millisecond)
+	p.Heal()
+	e.received(t, "one")
+	expect(t, c, "one", 10*time.Second)
+	send(t, c, "two")
+	e.received(t, "two")
+	expect(t, c, "two", 10*time.Second)
+}
+
 func TestProxyLatency(t *testing.T) {
 	t.Parallel()
 	e := startEcho(t)
