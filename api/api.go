@@ -326,10 +326,15 @@ type DrainResponse struct {
 
 // ReleaseResponse is the answer of DELETE /v1/leases/{id}.
 type ReleaseResponse struct {
-	Released bool   `json:"released"` // the lock was freed (no holds left)
-	Object   string `json:"object"`
-	Token    int64  `json:"token,string"`
-	Holds    int    `json:"holds"` // holds left on a re-entered lease; 0 when freed
+	Released bool `json:"released"` // the lock was freed (no holds left)
+	// Releasing: DELETE ?wait=false answered (202) before the release's
+	// ZooKeeper write landed. The lease has ended; the lock is freed when
+	// that write lands (nobody is granted before), and an acquire of the
+	// same object on this sidecar is granted only after it.
+	Releasing bool   `json:"releasing,omitempty"`
+	Object    string `json:"object"`
+	Token     int64  `json:"token,string"`
+	Holds     int    `json:"holds"` // holds left on a re-entered lease; 0 when freed
 }
 
 // Holder is the holder of an object as found in ZooKeeper. Nodes Baton did

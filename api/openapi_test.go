@@ -680,6 +680,11 @@ func TestOpenAPIAnswers(t *testing.T) {
 	call("GET", "/v1/leases/"+l.LeaseID, "", 404, true)
 	call("DELETE", "/v1/leases/"+l.LeaseID, "", 404, true)
 	call("POST", "/v1/leases/"+l.LeaseID+"/renew", "", 404, true)
+	// A release that answers before its write lands (SPEC §5's mode).
+	nw := lease(call("POST", "/v1/locks/doc-nw/acquire", `{"lease_ms":60000}`, 200, true))
+	call("DELETE", "/v1/leases/"+nw.LeaseID+"?wait=maybe", "", 400, false)
+	call("DELETE", "/v1/leases/"+nw.LeaseID+"?wait=false", "", 202, true)
+	call("DELETE", "/v1/leases/"+nw.LeaseID+"?wait=true", "", 404, true)
 	// Re-entry and revocation.
 	re := lease(call("POST", "/v1/locks/doc-4/acquire", `{"lease_ms":60000,"wait_ms":60000}`, 200, true))
 	call("POST", "/v1/locks/doc-4/acquire", `{"lease_id":"`+re.LeaseID+`"}`, 200, true)

@@ -50,6 +50,41 @@ func TestAcquireRelease(t *testing.T) {
 	}
 }
 
+// TestReleaseNoWait: the answer-first release ends the lease (a second
+// release is ErrNoNode, renewals stop, Lost does not fire), and the next
+// acquire of the object through the same sidecar is granted after it with
+// a greater token.
+func TestReleaseNoWait(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "nowait")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ReleaseNoWait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l.State() != api.StateReleased || l.ValidFor() != 0 || l.Err() != nil {
+		t.Errorf("after ReleaseNoWait: state %s, ValidFor %v, Err %v", l.State(), l.ValidFor(), l.Err())
+	}
+	if err := l.Release(ctx); !errors.Is(err, client.ErrNoNode) {
+		t.Errorf("Release after ReleaseNoWait = %v, want ErrNoNode", err)
+	}
+	next, err := c.Acquire(ctx, "nowait", client.WithWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release(ctx)
+	if next.Token() <= l.Token() {
+		t.Errorf("next grant's token %d, not above the released %d", next.Token(), l.Token())
+	}
+	select {
+	case <-l.Lost():
+		t.Errorf("Lost fired after ReleaseNoWait")
+	default:
+	}
+}
+
 func TestInstanceLockError(t *testing.T) {
 	c := newClient(t)
 	ctx := context.Background()

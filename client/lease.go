@@ -280,9 +280,22 @@ func (l *Lease) Renew(ctx context.Context) error {
 // error wrapping ErrLockLost if the lock was lost before, ErrNoNode if the
 // lease was already released.
 func (l *Lease) Release(ctx context.Context) error {
+	return l.release(ctx, "")
+}
+
+// ReleaseNoWait is Release in the sidecar's explicit answer-first mode
+// (DELETE ?wait=false): it returns before ZooKeeper has the release's
+// write. The lease has ended when it returns nil; the lock is freed when
+// that write lands, and nobody is granted it before then (an acquire of
+// the same object through the same sidecar is granted after it).
+func (l *Lease) ReleaseNoWait(ctx context.Context) error {
+	return l.release(ctx, "?wait=false")
+}
+
+func (l *Lease) release(ctx context.Context, query string) error {
 	l.stopBackground()
 	var v api.ReleaseResponse
-	_, err := l.c.send(ctx, http.MethodDelete, "/v1/leases/"+url.PathEscape(l.id), nil, &v)
+	_, err := l.c.send(ctx, http.MethodDelete, "/v1/leases/"+url.PathEscape(l.id)+query, nil, &v)
 	if err != nil {
 		if errors.Is(err, ErrLockLost) {
 			l.markLost(err)

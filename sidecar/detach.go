@@ -200,7 +200,7 @@ func (d *detachState) answer(s *Server, c net.Conn) {
 	if _, err := c.Write(d.rec.response()); err != nil {
 		if l := d.grant.l.Load(); l != nil {
 			s.log.Info("the caller left as its acquire was granted; lease released", "lease", logID(l.id), "object", l.g.Object(), "err", err)
-			_, _ = s.leases.release(context.Background(), l)
+			_, _ = s.leases.release(context.Background(), l, true)
 		}
 	}
 }

@@ -17,7 +17,7 @@ func SplitRelease(s *Server, id string) func() {
 	if _, done, _ := s.leases.releaseHold(l); done {
 		panic("releaseHold answered")
 	}
-	return func() { _, _ = s.leases.releaseLast(context.Background(), l) }
+	return func() { _, _ = s.leases.releaseLast(context.Background(), l, true) }
 }
 
 // SetDetach sets, before Run, from how many acquires in flight and after

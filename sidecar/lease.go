@@ -333,8 +333,14 @@ func (t *leaseTable) endedErr(l *lease) error {
 	return lockLost(reason, "lease %s on %q is lost: %s", l.id, l.g.Object(), reason)
 }
 
-// release is the holder's DELETE.
-func (t *leaseTable) release(ctx context.Context, l *lease) (api.ReleaseResponse, error) {
+// release is the holder's DELETE. With wait false (DELETE ?wait=false,
+// SPEC §5's explicit mode) the last hold's release answers before its
+// ZooKeeper write lands: the lease ends now, the grant is freed in the
+// background, and the answer says so (released false, releasing true).
+// The lock stays held in ZooKeeper until that write lands, so nobody can
+// be granted before it, and an acquire of the same object on this sidecar
+// queues behind it like any other.
+func (t *leaseTable) release(ctx context.Context, l *lease, wait bool) (api.ReleaseResponse, error) {
 	g := l.g
 	if err := g.Err(); err != nil {
 		t.endLost(l, err)
@@ -343,11 +349,11 @@ func (t *leaseTable) release(ctx context.Context, l *lease) (api.ReleaseResponse
 	if res, done, err := t.releaseHold(l); done {
 		return res, err
 	}
-	return t.releaseLast(ctx, l)
+	return t.releaseLast(ctx, l, wait)
 }
 
 // releaseLast ends l on the release of its last hold and frees its grant.
-func (t *leaseTable) releaseLast(ctx context.Context, l *lease) (api.ReleaseResponse, error) {
+func (t *leaseTable) releaseLast(ctx context.Context, l *lease, wait bool) (api.ReleaseResponse, error) {
 	g := l.g
 	// The last hold ends the lease in the same section of l.mu that checks
 	// it is the last: a re-entry that added a hold meanwhile (and was told
@@ -360,6 +366,27 @@ func (t *leaseTable) releaseLast(ctx context.Context, l *lease) (api.ReleaseResp
 			return api.ReleaseResponse{}, t.endedErr(l)
 		}
 	}
+	if !wait {
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			if err := t.free(context.Background(), l); err != nil {
+				t.log.Info("a release answered before its write found the lock already lost", "lease", logID(l.id), "object", g.Object(), "err", err)
+			}
+		}()
+		return api.ReleaseResponse{Releasing: true, Object: g.Object(), Token: g.Token()}, nil
+	}
+	if err := t.free(ctx, l); err != nil {
+		return api.ReleaseResponse{}, err
+	}
+	return api.ReleaseResponse{Released: true, Object: g.Object(), Token: g.Token()}, nil
+}
+
+// free frees the grant of the ended lease l: nil once freed or handed to
+// retryRelease (the grant is still ours in the engine), the 410 error if
+// the grant was lost before its release (recorded as the lease's tomb).
+func (t *leaseTable) free(ctx context.Context, l *lease) error {
+	g := l.g
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	err := g.Release(rctx)
@@ -368,14 +395,14 @@ func (t *leaseTable) releaseLast(ctx context.Context, l *lease) (api.ReleaseResp
 	case errors.Is(err, lock.ErrLockLost):
 		reason := lostReason(err)
 		t.addTomb(l.id, tomb{reason: reason, object: g.Object(), msg: err.Error(), until: time.Now().Add(TombstoneTTL)})
-		return api.ReleaseResponse{}, lockLost(reason, "lease %s on %q was lost before the release: %v", l.id, g.Object(), err)
+		return lockLost(reason, "lease %s on %q was lost before the release: %v", l.id, g.Object(), err)
 	default:
 		// The grant is still ours in the engine: keep trying in the background.
 		t.log.Warn("release failed; retrying in the background", "lease", logID(l.id), "object", g.Object(), "err", err)
 		t.wg.Add(1)
 		go t.retryRelease(g)
 	}
-	return api.ReleaseResponse{Released: true, Object: g.Object(), Token: g.Token()}, nil
+	return nil
 }
 
 func (t *leaseTable) retryRelease(g holding) {

@@ -68,9 +68,19 @@ func (s *Server) renewLease(w http.ResponseWriter, r *http.Request) error {
 }
 
 // deleteLease is DELETE /v1/leases/{id}: the holder's release of one hold.
+// ?wait=false answers 202 before the release's write lands (leaseTable.release).
 func (s *Server) deleteLease(w http.ResponseWriter, r *http.Request) error {
-	if _, err := queryParams(r); err != nil {
+	q, err := queryParams(r, "wait")
+	if err != nil {
 		return err
+	}
+	wait := true
+	switch v := q.Get("wait"); {
+	case !q.Has("wait"), v == "true":
+	case v == "false":
+		wait = false
+	default:
+		return badRequest("wait", "%q is not true or false (false: answer before the release's ZooKeeper write lands)", v)
 	}
 	l, err := s.leases.lookup(r.PathValue("id"))
 	if err != nil {
@@ -79,11 +89,15 @@ func (s *Server) deleteLease(w http.ResponseWriter, r *http.Request) error {
 	if err := s.auth.checkOwner(r, l, actRelease); err != nil {
 		return err
 	}
-	res, err := s.leases.release(r.Context(), l)
+	res, err := s.leases.release(r.Context(), l, wait)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, res)
+	status := http.StatusOK
+	if res.Releasing {
+		status = http.StatusAccepted
+	}
+	writeJSON(w, status, res)
 	return nil
 }
 

@@ -71,6 +71,7 @@ type config struct {
 	clients, ops, objects, waiters, warmup int
 	protocol                               string // zookeeper.lock.protocol: plugin or native ("": plugin)
 	settle                                 time.Duration
+	releaseWait                            bool // false: the process impls release with DELETE ?wait=false (SPEC §5's mode)
 }
 
 // proto is the lock protocol, plugin unless given.
@@ -131,6 +132,7 @@ func main() {
 	fs.IntVar(&cfg.objects, "objects", 1000, "objects for W3")
 	fs.IntVar(&cfg.waiters, "waiters", 64, "waiters for W5")
 	fs.IntVar(&cfg.warmup, "warmup", 0, "unmeasured operations first")
+	fs.BoolVar(&cfg.releaseWait, "release-wait", true, "process impls: false releases with DELETE ?wait=false, answered before the release's ZooKeeper write lands (the impl is reported as <impl>-nowait)")
 	fs.DurationVar(&cfg.settle, "settle", 0, "W4, not the harness's contract (diagnosis): the holder waits this long after the other is queued before t0 and its release")
 	_ = fs.Parse(os.Args[2:])
 	if f := os.Getenv("BATON_BENCH_TRACE"); f != "" { // execution trace for latency work
@@ -143,6 +145,9 @@ func main() {
 	res.Impl, res.Workload, res.Warmup = cfg.impl, cfg.workload, cfg.warmup
 	if cfg.protocol == "native" {
 		res.Impl += "-native"
+	}
+	if !cfg.releaseWait {
+		res.Impl += "-nowait"
 	}
 	if err != nil {
 		res.Error = err.Error()
@@ -298,9 +303,10 @@ func (s *sidecarSession) close() {
 }
 
 type clientLocker struct {
-	c   *client.Client
-	obj string
-	l   *client.Lease
+	c      *client.Client
+	obj    string
+	l      *client.Lease
+	noWait bool
 }
 
 // Lock acquires through the socket. Renewal is off: the hold is ~0, so the
@@ -309,7 +315,12 @@ func (l *clientLocker) Lock() (err error) {
 	l.l, err = l.c.Acquire(context.Background(), l.obj, client.WithWait(time.Minute), client.WithoutRenewal())
 	return err
 }
-func (l *clientLocker) Unlock() error { return l.l.Release(context.Background()) }
+func (l *clientLocker) Unlock() error {
+	if l.noWait {
+		return l.l.ReleaseNoWait(context.Background())
+	}
+	return l.l.Release(context.Background())
+}
 
 func run(cfg config) (result, error) {
 	if cfg.impl != "baton" && cfg.impl != "baton-engine" && !processImpl(cfg.impl) {

@@ -15,6 +15,8 @@
 #   BATON_IMPLS="http client" cmd/baton-bench/peers.sh   # a subset of Baton's
 #   BATON_IMPLS="http shared http:native shared:native" ...  # :native = zookeeper.lock.protocol=native
 #                  (reported as baton-<impl>-native)
+#   BATON_IMPLS="client client:nowait http:native:nowait" ...  # :nowait (last) = releases with
+#                  DELETE ?wait=false, answered before the write lands (reported as ...-nowait)
 # Env as run_all.sh (REPS, WORKLOADS, PARAMS, ZK_PORT); OUT defaults to
 # ./bench-results/<time>; BATON_SRC builds baton and baton-bench from
 # another tree (e.g. a `git archive HEAD` export).
@@ -43,13 +45,14 @@ go build -C "$src" -o "$work/baton/baton" ./cmd/baton
 baton_impls=""
 for b in ${BATON_IMPLS:-inproc engine http client shared http:native client:native shared:native}; do
   if [[ $b = inproc ]]; then baton_impls="$baton_impls $work/baton/baton-bench"; continue; fi
-  proto=plugin
+  proto=plugin wait=true
+  if [[ $b = *:nowait ]]; then wait=false; b=${b%:nowait}; fi
   if [[ $b = *:native ]]; then proto=native; b=${b%:native}; fi
   impl=baton-$b
-  wrapper=$work/baton/$b-$proto
+  wrapper=$work/baton/$b-$proto-$wait
   cat >"$wrapper" <<SH
 #!/usr/bin/env bash
-w=\$1; shift; exec "\$(dirname "\$0")/baton-bench" "\$w" --impl $impl --protocol $proto --baton "\$(dirname "\$0")/baton" "\$@"
+w=\$1; shift; exec "\$(dirname "\$0")/baton-bench" "\$w" --impl $impl --protocol $proto --release-wait=$wait --baton "\$(dirname "\$0")/baton" "\$@"
 SH
   chmod +x "$wrapper"
   baton_impls="$baton_impls $wrapper"

@@ -208,10 +208,11 @@ func (e *env) sidecarProps() map[string]string {
 // procSession is one client of its own `baton serve` process (or, for
 // baton-shared, of the one shared process: then it does not own it).
 type procSession struct {
-	sc   *sidecarProc
-	own  bool
-	c    *client.Client // baton-client, baton-shared
-	http *http.Client   // baton-http
+	sc     *sidecarProc
+	own    bool
+	c      *client.Client // baton-client, baton-shared
+	http   *http.Client   // baton-http
+	noWait bool           // --release-wait=false: DELETE ?wait=false
 }
 
 func (e *env) newProcSession(i int64) (session, error) {
@@ -233,7 +234,7 @@ func (e *env) newProcSession(i int64) (session, error) {
 		}
 		sc = e.shared
 	}
-	s := &procSession{sc: sc, own: own}
+	s := &procSession{sc: sc, own: own, noWait: !e.cfg.releaseWait}
 	if e.cfg.impl == "baton-http" {
 		s.http = unixHTTPClient(sc.socket)
 	} else {
@@ -258,9 +259,9 @@ func unixHTTPClient(sock string) *http.Client {
 
 func (s *procSession) locker(obj string) locker {
 	if s.http != nil {
-		return &httpLocker{c: s.http, obj: obj}
+		return &httpLocker{c: s.http, obj: obj, noWait: s.noWait}
 	}
-	return &clientLocker{c: s.c, obj: obj}
+	return &clientLocker{c: s.c, obj: obj, noWait: s.noWait}
 }
 
 func (s *procSession) close() {
@@ -278,9 +279,10 @@ func (s *procSession) close() {
 // httpLocker speaks the HTTP API with net/http: POST
 // /v1/locks/{object}/acquire, DELETE /v1/leases/{id}.
 type httpLocker struct {
-	c     *http.Client
-	obj   string
-	lease string
+	c      *http.Client
+	obj    string
+	lease  string
+	noWait bool
 }
 
 var acquireBody = []byte(`{"wait_ms":60000}`)
@@ -301,7 +303,17 @@ func (l *httpLocker) Lock() error {
 
 func (l *httpLocker) Unlock() error {
 	var v struct {
-		Released bool `json:"released"`
+		Released  bool `json:"released"`
+		Releasing bool `json:"releasing"`
+	}
+	if l.noWait {
+		if err := httpDo(l.c, http.MethodDelete, "/v1/leases/"+url.PathEscape(l.lease)+"?wait=false", nil, &v); err != nil {
+			return err
+		}
+		if !v.Releasing {
+			return errors.New("release ?wait=false: releasing is false")
+		}
+		return nil
 	}
 	if err := httpDo(l.c, http.MethodDelete, "/v1/leases/"+url.PathEscape(l.lease), nil, &v); err != nil {
 		return err
@@ -312,7 +324,7 @@ func (l *httpLocker) Unlock() error {
 	return nil
 }
 
-// httpDo sends one request and decodes a 200 answer into out.
+// httpDo sends one request and decodes a 200 (or 202) answer into out.
 func httpDo(c *http.Client, method, path string, body []byte, out any) error {
 	var rd io.Reader
 	if body != nil {
@@ -334,7 +346,7 @@ func httpDo(c *http.Client, method, path string, body []byte, out any) error {
 	if err != nil {
 		return err
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
 		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(b))
 	}
 	if out != nil {
