@@ -367,9 +367,14 @@ func (t *leaseTable) releaseLast(ctx context.Context, l *lease, wait bool) (api.
 		}
 	}
 	if !wait {
+		end := func() {}
+		if _, single := g.(*lock.Grant); single && !g.Shared() {
+			end = t.freeingStart(g.Object())
+		}
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
+			defer end()
 			if err := t.free(context.Background(), l); err != nil {
 				t.log.Info("a release answered before its write found the lock already lost", "lease", logID(l.id), "object", g.Object(), "err", err)
 			}

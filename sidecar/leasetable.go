@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,14 +65,64 @@ type leaseTable struct {
 	deliveries int                  // op deliveries among leases (reentry.go)
 	ended      chan struct{}        // closed and replaced whenever a lease ends
 	closed     bool
+	freeing    map[string]*freeing // objects with an exclusive no-wait release in flight (freeingStart)
+	nfreeing   atomic.Int32        // len(freeing): the acquire path reads it without mu
+}
+
+// freeing is an object's no-wait releases in flight: done is closed when
+// the last of them has ended.
+type freeing struct {
+	n    int
+	done chan struct{}
 }
 
 func newLeaseTable(s *Server) *leaseTable {
 	return &leaseTable{
 		inc: s.inc, log: s.log, m: s.m, revokes: newRevokeMetric(), caps: s.caps, drain: s.drain, cfg: s.config, wg: &s.wg,
 		leases: map[string]*lease{}, tombs: map[string]tomb{}, pids: map[int32]*pidWatch{}, revoked: map[*lease]time.Time{},
-		ended: make(chan struct{}),
+		ended: make(chan struct{}), freeing: map[string]*freeing{},
 	}
+}
+
+// freeingStart records that the release of an exclusive grant of object
+// answered before its write (release with wait false) and is in flight;
+// the returned func ends the record once the write has landed or failed.
+// An acquire of object on this sidecar waits for it (freeingOf), so that
+// it is granted after it in one write rather than queueing a node behind
+// it: the order is the same, the cost is not.
+func (t *leaseTable) freeingStart(object string) (end func()) {
+	t.mu.Lock()
+	f := t.freeing[object]
+	if f == nil {
+		f = &freeing{done: make(chan struct{})}
+		t.freeing[object] = f
+		t.nfreeing.Add(1)
+	}
+	f.n++
+	t.mu.Unlock()
+	return func() {
+		t.mu.Lock()
+		if f.n--; f.n == 0 {
+			delete(t.freeing, object)
+			t.nfreeing.Add(-1)
+			close(f.done)
+		}
+		t.mu.Unlock()
+	}
+}
+
+// freeingOf returns a channel closed when no no-wait release of object is
+// in flight any more, nil if none is now.
+func (t *leaseTable) freeingOf(object string) <-chan struct{} {
+	if t.nfreeing.Load() == 0 {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if f := t.freeing[object]; f != nil {
+		return f.done
+	}
+	return nil
 }
 
 func (t *leaseTable) newID() string {

@@ -2,9 +2,11 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/lock"
@@ -119,11 +121,41 @@ func (a *acquisition) take(ctx context.Context, opts lock.AcquireOptions) (holdi
 		}
 		return g, nil
 	}
+	var before time.Duration
+	if ch := a.s.leases.freeingOf(sp.object); ch != nil && !opts.TryOnce {
+		opts, before = afterFreeing(ctx, ch, opts)
+	}
 	g, err := e.Acquire(ctx, sp.object, sp.typ, opts)
 	if err != nil {
+		if ile, ok := errors.AsType[*lock.InstanceLockError](err); ok {
+			ile.Waited += before
+		}
 		return nil, err
 	}
 	return g, nil
+}
+
+// afterFreeing waits, within the acquire's wait, until the no-wait
+// release of the object in flight on this sidecar has landed (done), and
+// returns the options with what is left of the wait (try once if nothing
+// is) and the time it waited. The engine would grant the acquire after
+// that release anyway; it would first queue a node behind it.
+func afterFreeing(ctx context.Context, done <-chan struct{}, opts lock.AcquireOptions) (lock.AcquireOptions, time.Duration) {
+	t0 := time.Now()
+	timer := time.NewTimer(opts.Wait)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	case <-timer.C:
+	}
+	waited := time.Since(t0)
+	if left := opts.Wait - waited; left > 0 {
+		opts.Wait = left
+	} else {
+		opts.Wait, opts.TryOnce = 0, true
+	}
+	return opts, waited
 }
 
 // semaphore is GET /v1/semaphores/{name}: the held permits (the objects
