@@ -33,6 +33,15 @@
 // before it, and shutdown waits for it. A lease not renewed by
 // lease_expires_at is released; a lost lease answers 410 for 15 minutes.
 //
+// # Releases that answer first
+//
+// DELETE /v1/leases/{id}?wait=false (an explicit mode) answers 202
+// {"released":false,"releasing":true} once the lease has ended, before the
+// release's ZooKeeper write lands (leaseTable.release). The lock stays held
+// in ZooKeeper until then, so nobody is granted before it; an acquire of
+// the same object on this sidecar waits for the write (freeingOf) and is
+// then granted as after a waited release.
+//
 // # Long-polls
 //
 // GET /v1/leases/{id}?wait=lost&timeout_ms=N returns when the lease is lost
