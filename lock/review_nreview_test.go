@@ -203,26 +203,43 @@ func nrObjPath(t *testing.T, root, obj string) string {
 	return path.Join(root, name)
 }
 
-// nrContend leaves b knowing obj contended lately and its sentinel: a
-// holds, b queues behind it and is handed the lock, and releases.
+// nrContend leaves b knowing obj contended lately and its sentinel, with
+// no fast-path prediction (the state in which its next acquire queues
+// without reading the holders): a holds, b queues behind it and a second
+// request of a behind b; b takes the lock (not alone: no prediction) and
+// hands it to a's second request.
 func nrContend(t *testing.T, conn *zk.Conn, root string, a, b *lock.Engine, obj string) {
 	t.Helper()
 	ga := acquire(t, a, obj, lock.Foreground, lock.AcquireOptions{})
-	ch := make(chan *lock.Grant, 1)
-	go func() {
-		g, err := b.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
-		if err != nil {
-			t.Error(err)
-		}
-		ch <- g
-	}()
+	async := func(e *lock.Engine) chan *lock.Grant {
+		ch := make(chan *lock.Grant, 1)
+		go func() {
+			g, err := e.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
+			if err != nil {
+				t.Error(err)
+			}
+			ch <- g
+		}()
+		return ch
+	}
+	bch := async(b)
 	waitFor(t, 10*time.Second, "b queued", func() bool { return len(children(t, conn, root, obj)) == 3 })
+	ach := async(a)
+	waitFor(t, 10*time.Second, "a queued behind b", func() bool { return len(children(t, conn, root, obj)) == 4 })
 	release(t, ga)
-	gb := <-ch
+	gb := <-bch
 	if gb == nil {
 		t.FailNow()
 	}
 	release(t, gb)
+	ga = <-ach
+	if ga == nil {
+		t.FailNow()
+	}
+	release(t, ga)
+	if c, s, p := b.NreviewObjState(obj); !c || !s || p >= 0 {
+		t.Fatalf("b's knowledge of %s: contended %v, sentinel %v, prediction %d; want contended, sentinel, none", obj, c, s, p)
+	}
 }
 
 // ---- 30253f6: no read of the holders before queueing under contention ----
@@ -289,7 +306,7 @@ func TestNreviewQueueAtOnceChecksAfterCreate(t *testing.T) {
 			if !errors.Is(err, lock.ErrForeignNode) || !strings.Contains(err.Error(), root) || !strings.Contains(err.Error(), c.names) {
 				t.Fatalf("acquire beside a foreign node: %v; want ErrForeignNode naming %s and %q", err, root, c.names)
 			}
-			if n := b.PreReads() - pre; n != 0 && c.name != "recreated-plugin-holder" {
+			if n := b.PreReads() - pre; n != 0 {
 				t.Errorf("the acquire read the holders first (%d): the path under review was not taken", n)
 			}
 			// our child went with the refusal (no node leaked)
@@ -337,7 +354,11 @@ func TestNreviewQueueAtOnceChecksAfterCreate(t *testing.T) {
 			if _, st, err := conn.Get(objPath); err == nil {
 				last = st.Mzxid
 			}
+			pre := b.PreReads()
 			g := acquire(t, b, "q", lock.Foreground, lock.AcquireOptions{Wait: 5 * time.Second})
+			if n := b.PreReads() - pre; n != 0 {
+				t.Errorf("the acquire read the holders first (%d): the path under review was not taken", n)
+			}
 			if g.Token() <= last {
 				t.Errorf("token %d not above the object's last write %d", g.Token(), last)
 			}
