@@ -203,6 +203,22 @@ func nrObjPath(t *testing.T, root, obj string) string {
 	return path.Join(root, name)
 }
 
+// nrRelease releases g, failing the test (not hanging it) if the release
+// does not return.
+func nrRelease(t *testing.T, g *lock.Grant) {
+	t.Helper()
+	ch := make(chan error, 1)
+	go func() { ch <- g.Release(context.Background()) }()
+	select {
+	case err := <-ch:
+		if err != nil {
+			t.Fatalf("Release(%q): %v", g.Object(), err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("Release(%q) never returned", g.Object())
+	}
+}
+
 // nrContend leaves b knowing obj contended lately and its sentinel, with
 // no fast-path prediction (the state in which its next acquire queues
 // without reading the holders): a holds, b queues behind it and a second
@@ -839,7 +855,7 @@ func nrLearningHolder(t *testing.T, conn *zk.Conn, root string, other, e *lock.E
 		ch <- g
 	}()
 	waitFor(t, 10*time.Second, "holder queued", func() bool { return len(children(t, conn, root, obj)) == 3 })
-	release(t, g0)
+	nrRelease(t, g0)
 	g := <-ch
 	if g == nil {
 		t.FailNow()
@@ -902,14 +918,14 @@ func TestNreviewLearnWaitBounded(t *testing.T) {
 	})
 	open()
 	chk.leave()
-	release(t, h)
+	nrRelease(t, h)
 	w := <-ch
 	if w == nil {
 		t.FailNow()
 	}
 	chk.enter(w.Token())
 	chk.leave()
-	release(t, w)
+	nrRelease(t, w)
 	if chk.overlaps != 0 || chk.badToken != 0 || chk.grants != 2 {
 		t.Errorf("overlaps=%d non-increasing tokens=%d grants=%d", chk.overlaps, chk.badToken, chk.grants)
 	}
@@ -952,7 +968,7 @@ func TestNreviewLearnListingFails(t *testing.T) {
 			}()
 			waitFor(t, 10*time.Second, "holder queued", func() bool { return len(children(t, conn, root, "lf")) == 3 })
 			armed.Store(true)
-			release(t, g0)
+			nrRelease(t, g0)
 			h := <-ch
 			if h == nil {
 				t.FailNow()
@@ -979,18 +995,59 @@ func TestNreviewLearnListingFails(t *testing.T) {
 			}()
 			waitFor(t, 10*time.Second, "waiter queued", func() bool { return len(children(t, conn, root, "lf")) == 3 })
 			chk.leave()
-			release(t, h)
+			nrRelease(t, h)
 			w := <-wch
 			if w == nil {
 				t.FailNow()
 			}
 			chk.enter(w.Token())
 			chk.leave()
-			release(t, w)
+			nrRelease(t, w)
 			t.Logf("release listings: %d", e.ReleaseListings()-r0)
 			if chk.overlaps != 0 || chk.badToken != 0 || chk.grants != 2 {
 				t.Errorf("overlaps=%d non-increasing tokens=%d grants=%d", chk.overlaps, chk.badToken, chk.grants)
 			}
 		})
 	}
+}
+
+// The engine closes while a request of it may be waiting for its holder's
+// listing in flight (held): the request ends (unavailable), neither
+// granted nor hanging, and the holder is lost with the session; nothing
+// is left under the object.
+func TestNreviewLearnWaitEngineClosed(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	other := newEngine(t, zkServer.Servers(), root, nrNative)
+	e := newEngine(t, zkServer.Servers(), root, nrNative)
+	h, open := nrLearningHolder(t, conn, root, other, e, "lc")
+	res := make(chan error, 1)
+	go func() {
+		g, err := e.Acquire(context.Background(), "lc", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
+		if err == nil {
+			t.Errorf("granted (token %d) beside the holder (token %d)", g.Token(), h.Token())
+		}
+		res <- err
+	}()
+	closed := make(chan struct{})
+	go func() { e.Close(); close(closed) }()
+	select {
+	case err := <-res:
+		if !errors.Is(err, lock.ErrUnavailable) && !errors.Is(err, lock.ErrClosed) {
+			t.Errorf("request of a closed engine: %v; want unavailable", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("a request of a closed engine still waits")
+	}
+	open() // the held listing (a goroutine of the engine) may end now
+	select {
+	case <-closed:
+	case <-time.After(15 * time.Second):
+		t.Fatal("Close never returned")
+	}
+	if h.State() != lock.Lost {
+		t.Errorf("holder %v after its engine closed", h.State())
+	}
+	// the other engine takes the object (nothing of e's is left)
+	nrRelease(t, acquire(t, other, "lc", lock.Foreground, lock.AcquireOptions{Wait: 10 * time.Second}))
 }
