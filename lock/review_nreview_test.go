@@ -1120,3 +1120,118 @@ func TestNreviewViewCutsAcrossEngines(t *testing.T) {
 		t.Errorf("no view was cut: the case under test did not happen")
 	}
 }
+
+// The case 735f8ba is about: a local request's create lands inside the
+// holder's first listing of arrivals (sent before the create, answered
+// after it: the listing misses it), and the holder's release begins while
+// that listing's answer is on its way. Forced on one connection: the
+// replies are held from the listing's send until the release has begun,
+// so the request's wait for the listing (at most 20 ms) runs out and its
+// create follows the listing. The release must still name the request
+// (one write of the object's data: the handoff) after at most
+// one listing besides the holder's first, whoever sends it (and the
+// request's own grant's first listing of arrivals).
+func TestNreviewReleaseAfterListingMissedArrival(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	d := newNrDialer()
+	other := newEngine(t, zkServer.Servers(), root, nrNative)
+	e := newEngine(t, zkServer.Servers(), root, nrNative, func(o *lock.Options) { o.Dialer = d.dial })
+	objPath := nrObjPath(t, root, "ma")
+	g0 := acquire(t, other, "ma", lock.Foreground, lock.AcquireOptions{})
+	var (
+		state    atomic.Int32 // 1: armed; 2: replies held (listing sent); 3: request's create sent
+		openGate = make(chan struct{})
+		created  = make(chan struct{})
+	)
+	gate := func() {
+		if state.Load() >= 2 {
+			select {
+			case <-openGate:
+			case <-time.After(10 * time.Second):
+			}
+		}
+	}
+	d.readGate.Store(&gate)
+	d.set(func(r nrReq) int {
+		switch state.Load() {
+		case 1: // the holder's first listing of arrivals
+			if r.op == 12 && r.watch && r.path == objPath {
+				state.Store(2)
+			}
+		case 2: // the request's create, after it
+			if (r.op == 1 || r.op == 15) && path.Dir(r.path) == objPath {
+				state.Store(3)
+				close(created)
+			}
+		}
+		return nrPass
+	})
+	hch := make(chan *lock.Grant, 1)
+	go func() {
+		g, err := e.Acquire(context.Background(), "ma", lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		hch <- g
+	}()
+	waitFor(t, 10*time.Second, "holder queued", func() bool { return len(children(t, conn, root, "ma")) == 3 })
+	state.Store(1)
+	nrRelease(t, g0)
+	h := <-hch
+	if h == nil {
+		t.FailNow()
+	}
+	var chk overlapChecker
+	chk.enter(h.Token())
+	waitFor(t, 10*time.Second, "holder's listing sent", func() bool { return state.Load() >= 2 })
+	l0, r0, loc0 := e.LearnListings(), e.ReleaseListings(), e.LocalHandoffs()
+	wch := make(chan *lock.Grant, 1)
+	go func() {
+		g, err := e.Acquire(context.Background(), "ma", lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		wch <- g
+	}()
+	waitClosed(t, created, "the request's create")
+	_, st0, err := conn.Get(objPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := make(chan error, 1)
+	chk.leave()
+	go func() { rel <- h.Release(context.Background()) }()
+	waitFor(t, 10*time.Second, "release begun", h.Releasing)
+	close(openGate)
+	d.readGate.Store(nil)
+	if err := <-rel; err != nil {
+		t.Fatal(err)
+	}
+	w := <-wch
+	if w == nil {
+		t.FailNow()
+	}
+	chk.enter(w.Token())
+	_, st1, err := conn.Get(objPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	learn, relList, local := e.LearnListings()-l0, e.ReleaseListings()-r0, e.LocalHandoffs()-loc0
+	chk.leave()
+	nrRelease(t, w)
+	t.Logf("after the holder's first listing: %d holder's listings, %d release listings; %d local handoffs; %d writes of the data", learn, relList, local, st1.Version-st0.Version)
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("overlaps=%d non-increasing tokens=%d", chk.overlaps, chk.badToken)
+	}
+	// (in process, or found in the request's own view when that view
+	// came after the release's write)
+	if st1.Version-st0.Version != 1 {
+		t.Errorf("handoff: %d writes of the object's data (%d in process); want 1 (the release named the request)", st1.Version-st0.Version, local)
+	}
+	// one to find the request (the holder's next, or the release's own)
+	// and the request's grant's first listing of arrivals (it waited)
+	if learn+relList > 2 {
+		t.Errorf("%d listings besides the holder's first (%d of holders, %d of the release); want at most 2", learn+relList, learn, relList)
+	}
+}
