@@ -322,10 +322,24 @@ public final class Lease implements AutoCloseable {
      * was already released.
      */
     public void release() throws IOException {
+        release("");
+    }
+
+    /**
+     * {@link #release()} in the sidecar's answer-first mode ({@code DELETE ?wait=false}): it returns
+     * before ZooKeeper has the release's write. The lease has ended when it returns; the lock is
+     * freed when that write lands, and nobody is granted it before (an acquire of the same object
+     * through the same sidecar is granted after it).
+     */
+    public void releaseNoWait() throws IOException {
+        release("?wait=false");
+    }
+
+    private void release(String query) throws IOException {
         stopBackground();
         UnixHttp.Response r;
         try {
-            r = c.send("DELETE", "/v1/leases/" + BatonClient.escape(id), null, BatonClient.REQUEST_TIMEOUT_MS);
+            r = c.send("DELETE", "/v1/leases/" + BatonClient.escape(id) + query, null, BatonClient.REQUEST_TIMEOUT_MS);
         } catch (IOException e) {
             LockLostException l = lostCause();
             if (l != null) throw l; // the loss says more than the failed release

@@ -98,8 +98,8 @@ public final class IntegrationTest {
     /**
      * n rounds of: take the lock (alternately through BatonClient and the plugin's
      * ZkBlockingWriteLock), create dir/inside exclusively (an existing file means someone else is
-     * inside: overlap), append the token to dir/tokens.log, leave, release. A Go holder does the same
-     * at the same time.
+     * inside: overlap), append the token to dir/tokens.log, leave, release (every other
+     * BatonClient lease with releaseNoWait). A Go holder does the same at the same time.
      */
     static void exclusion(String object, int n, Path dir) throws Exception {
         Path inside = dir.resolve("inside");
@@ -130,7 +130,11 @@ public final class IntegrationTest {
             Files.delete(inside);
             if (lease != null) {
                 if (lease.validFor().isZero()) fail("lease not valid at the end of the critical section");
-                lease.close();
+                if (i % 4 == 0) {
+                    lease.releaseNoWait(); // answered before its write lands: nobody is granted before it
+                } else {
+                    lease.close();
+                }
             } else {
                 if (w.validFor().isZero()) fail("lock not valid at the end of the critical section");
                 w.unlock();
