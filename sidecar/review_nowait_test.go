@@ -1,0 +1,401 @@
+package sidecar_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"path"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/testenv"
+)
+
+// Review of the answer-first release (DELETE /v1/leases/{id}?wait=false,
+// commit 7dbc9b0): what it claims beyond TestReleaseNoWait, where its write
+// meets the sidecar's shutdown, a loss of the grant, a re-entry, a
+// preemption or a revocation, and many releases and re-acquires at once.
+
+// nowaitRelease sends DELETE ?wait=false and wants the 202 answer for the
+// lease l.
+func nowaitRelease(t *testing.T, s *sc, l api.Lease) {
+	t.Helper()
+	r := decodeRelease(t, s.mustCall(202, "DELETE", "/v1/leases/"+l.LeaseID+"?wait=false", ""))
+	if r.Released || !r.Releasing || r.Object != l.Object || r.Token != l.Token || r.Holds != 0 {
+		t.Fatalf("release ?wait=false = %+v, want released false, releasing true, object %s, token %d", r, l.Object, l.Token)
+	}
+}
+
+// kidsOf lists the children of p ("" on a missing node).
+func kidsOf(t *testing.T, conn *zk.Conn, p string) []string {
+	t.Helper()
+	kids, _, err := conn.Children(p)
+	if err != nil && err != zk.ErrNoNode {
+		t.Fatalf("children of %s: %v", p, err)
+	}
+	return kids
+}
+
+// TestReviewNowaitShutdownInFlight: the sidecar is shut down (Run's
+// context cancelled: the SIGTERM drain) right after a no-wait release whose
+// write cannot reach ZooKeeper (the proxy holds it). The drain has no lease
+// left to wait for; Run must still return nil (the background release does
+// not hang it, nor leak: goleak runs in TestMain), and the lock is freed
+// when the write lands or the session ends: another sidecar's waiter is
+// granted then, never while the released holder's node is there, with a
+// greater token. On both protocols.
+func TestReviewNowaitShutdownInFlight(t *testing.T) {
+	for _, proto := range []string{"plugin", "native"} {
+		t.Run(proto, func(t *testing.T) {
+			root := testRoot(t)
+			conn := rawConn(t)
+			p := testenv.ProxyT(t, zkServer.Addr(1))
+			cfg := testConfig(t, root, "sd-a")
+			cfg.ZKServers = []string{p.Addr()}
+			cfg.LockProtocol = proto
+			a := start(t, cfg)
+			bcfg := testConfig(t, root, "sd-b")
+			bcfg.LockProtocol = proto
+			b := start(t, bcfg)
+			objPath := path.Join(root, "sd")
+
+			l := a.acquire("sd", `{"lease_ms":60000}`)
+			before := len(kidsOf(t, conn, objPath))
+			other := acquireAsync(b, "sd", `{"wait_ms":30000}`)
+			waitFor(t, 10*time.Second, "sd-b queued", func() bool { return len(kidsOf(t, conn, objPath)) > before })
+
+			p.HoldUpstream()
+			nowaitRelease(t, a, l)
+			a.cancel() // the drain: no lease left to wait for
+			select {
+			case err := <-a.done:
+				a.done <- err // for the cleanup's stop
+				if err != nil {
+					t.Fatalf("Run returned %v after a shutdown with a release in flight, want nil", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("Run did not return within 30 s of the cancel with a no-wait release in flight")
+			}
+			select {
+			case g := <-other:
+				t.Fatalf("sd-b answered before the held release could land or the session end: %d %s", g.status, g.body)
+			default:
+			}
+			p.Heal()
+			var g acquired
+			select {
+			case g = <-other:
+			case <-time.After(30 * time.Second):
+				t.Fatal("sd-b not granted within 30 s of the heal: the lock of the shut-down sidecar was never freed")
+			}
+			if g.status != 200 {
+				t.Fatalf("sd-b after the shutdown: %d %s", g.status, g.body)
+			}
+			gl := decodeLease(t, g.body)
+			if gl.Token <= l.Token {
+				t.Errorf("sd-b granted token %d, not above the released %d", gl.Token, l.Token)
+			}
+			if kids := kidsOf(t, conn, objPath); slices.Contains(kids, l.Node) {
+				t.Errorf("sd-b granted while the released holder's node %s is still there: %v", l.Node, kids)
+			}
+			b.release(gl.LeaseID)
+		})
+	}
+}
+
+// TestReviewNowaitLostInFlight: the grant is lost (an operator deletes its
+// privateLock) while a no-wait release's write is held back. When the
+// write lands and finds the lock gone, the lease id has already been
+// answered "ended" (202): it must go on answering as a released lease
+// (404 NoNode on GET, renew and DELETE, as the README says), not turn into
+// a lost one afterwards; and the holder's node is cleaned up (nothing
+// left in ZooKeeper).
+func TestReviewNowaitLostInFlight(t *testing.T) {
+	root := testRoot(t)
+	conn := rawConn(t)
+	p := testenv.ProxyT(t, zkServer.Addr(1))
+	cfg := testConfig(t, root, "lost-a")
+	cfg.ZKServers = []string{p.Addr()}
+	var lb logBuf
+	a := start(t, cfg, withLog(&lb))
+	t.Cleanup(func() { assertNoLeftovers(t, conn, root) })
+	objPath := path.Join(root, "lf")
+
+	l := a.acquire("lf", `{"lease_ms":60000}`)
+	time.Sleep(100 * time.Millisecond) // past the holder watch's arming delay
+	p.HoldUpstream()
+	nowaitRelease(t, a, l)
+	if err := conn.Delete(objPath+"/privateLock", -1); err != nil { // the operator
+		t.Fatalf("delete privateLock: %v", err)
+	}
+	p.Heal()
+	// The background release has found the lock lost (its own log line):
+	// whatever it does to the lease id is done.
+	waitFor(t, 10*time.Second, "the background release done", func() bool {
+		return len(lb.lines("a release answered before its write found the lock already lost")) > 0
+	})
+	for _, c := range []struct{ method, suffix, body string }{
+		{"GET", "", ""}, {"POST", "/renew", "{}"}, {"DELETE", "", ""}, {"DELETE", "?wait=false", ""},
+	} {
+		st, raw := a.call(c.method, "/v1/leases/"+l.LeaseID+c.suffix, c.body)
+		if st != 404 || decodeError(t, raw).Kind != api.NoNode {
+			t.Errorf("%s of the lease answered 202 (released), after its write found the lock lost: %d %s, want 404 NoNode",
+				c.method+" "+c.suffix, st, raw)
+		}
+	}
+	waitFor(t, 10*time.Second, "the holder's node cleaned up", func() bool { return !slices.Contains(kidsOf(t, conn, objPath), l.Node) })
+	if n := a.metric("baton_leases_total", "result=released"); n != 1 {
+		t.Errorf("baton_leases_total{result=released} = %v, want 1", n)
+	}
+}
+
+// TestReviewNowaitReentryRace: a no-wait release of a lease's only hold
+// races a re-entry of the same lease, many times. Either the re-entry came
+// first (200, holds 2; the release then counts one down: 200, holds 1,
+// not releasing, and the lease stays held) or the release did (202; the
+// re-entry is refused and the lease is gone). Never both: a re-entered
+// holder must not be told it holds a lease whose lock is being freed. The
+// next grant of the object always has a greater token.
+func TestReviewNowaitReentryRace(t *testing.T) {
+	root := testRoot(t)
+	conn := rawConn(t)
+	a := start(t, testConfig(t, root, "re-a"))
+	t.Cleanup(func() { assertNoLeftovers(t, conn, root) })
+
+	var last int64
+	reentered, released := 0, 0
+	for i := range 30 {
+		l := a.acquire("rr", `{"lease_ms":60000,"wait_ms":10000}`)
+		if l.Token <= last {
+			t.Fatalf("round %d: token %d, not above %d", i, l.Token, last)
+		}
+		last = l.Token
+		var wg sync.WaitGroup
+		var rst, dst int
+		var rraw, draw []byte
+		wg.Go(func() { rst, rraw = a.call("POST", "/v1/locks/rr/acquire", `{"lease_id":"`+l.LeaseID+`"}`) })
+		wg.Go(func() { dst, draw = a.call("DELETE", "/v1/leases/"+l.LeaseID+"?wait=false", "") })
+		wg.Wait()
+		switch {
+		case rst == 200:
+			reentered++
+			if rl := decodeLease(t, rraw); rl.Holds != 2 || rl.Token != l.Token {
+				t.Fatalf("round %d: re-entry = %+v, want holds 2, token %d", i, rl, l.Token)
+			}
+			if dst != 200 {
+				t.Fatalf("round %d: re-entered (200), and the release answered %d %s: want 200 holds 1", i, dst, draw)
+			}
+			if r := decodeRelease(t, draw); r.Released || r.Releasing || r.Holds != 1 {
+				t.Fatalf("round %d: release after the re-entry = %+v, want one hold counted down (holds 1, not releasing)", i, r)
+			}
+			if g := decodeLease(t, a.mustCall(200, "GET", "/v1/leases/"+l.LeaseID, "")); g.State != api.StateHeld || g.Holds != 1 {
+				t.Fatalf("round %d: the re-entered lease = %+v, want held, holds 1", i, g)
+			}
+			nowaitRelease(t, a, l)
+		case dst == 202:
+			released++
+			if rst == 200 || rst/100 != 4 {
+				t.Fatalf("round %d: released (202), and the re-entry answered %d %s: want a 4xx refusal", i, rst, rraw)
+			}
+			if e := decodeError(t, rraw); e.Kind != api.NoNode && e.Field != "lease_id" {
+				t.Fatalf("round %d: re-entry of the released lease: %+v, want NoNode or a 400 naming lease_id", i, e)
+			}
+			if st, raw := a.call("GET", "/v1/leases/"+l.LeaseID, ""); st != 404 {
+				t.Fatalf("round %d: the released lease: %d %s, want 404", i, st, raw)
+			}
+		default:
+			t.Fatalf("round %d: re-entry %d %s, release %d %s", i, rst, rraw, dst, draw)
+		}
+	}
+	t.Logf("re-entry first: %d, release first: %d", reentered, released)
+}
+
+// overlapChecker fails a grant of an object that someone holds (no two
+// holders at once) or whose token is not above every earlier grant's.
+type overlapChecker struct {
+	mu   sync.Mutex
+	in   map[string]int
+	last map[string]int64
+	node map[string]string // the node of the last grant of each object (released or not)
+	errs []string
+}
+
+func newOverlapChecker() *overlapChecker {
+	return &overlapChecker{in: map[string]int{}, last: map[string]int64{}, node: map[string]string{}}
+}
+
+// enter records a grant; kids is the object's children read once the
+// grant was answered: the previous holder's node must not be among them
+// (nobody is granted before the previous release's write landed).
+func (c *overlapChecker) enter(obj string, l api.Lease, kids []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.in[obj]++
+	if c.in[obj] > 1 {
+		c.errs = append(c.errs, fmt.Sprintf("%q granted (token %d) to %d holders at once", obj, l.Token, c.in[obj]))
+	}
+	if l.Token <= c.last[obj] {
+		c.errs = append(c.errs, fmt.Sprintf("%q granted token %d after token %d", obj, l.Token, c.last[obj]))
+	}
+	if prev := c.node[obj]; prev != "" && prev != l.Node && slices.Contains(kids, prev) {
+		c.errs = append(c.errs, fmt.Sprintf("%q granted (token %d) while the previous holder's node %s was still there: %v", obj, l.Token, prev, kids))
+	}
+	c.last[obj], c.node[obj] = l.Token, l.Node
+}
+
+func (c *overlapChecker) leave(obj string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.in[obj]--
+}
+
+// TestReviewNowaitChurn: goroutines on two sidecars acquire three objects
+// over and over and release each grant with ?wait=false at once, under the
+// overlap checker: no two holders at once, every token above the last one
+// granted for the object, and no grant while the previous holder's node is
+// still in ZooKeeper. Every acquire is granted (nothing lost or stuck
+// behind an answered release). On both protocols.
+func TestReviewNowaitChurn(t *testing.T) {
+	for _, proto := range []string{"plugin", "native"} {
+		t.Run(proto, func(t *testing.T) {
+			root := testRoot(t)
+			conn := rawConn(t)
+			var scs []*sc
+			for _, n := range []string{"ch-a", "ch-b"} {
+				cfg := testConfig(t, root, n)
+				cfg.LockProtocol = proto
+				scs = append(scs, start(t, cfg))
+			}
+			objs := []string{"c0", "c1", "c2"}
+			t.Cleanup(func() {
+				// nothing left but the native protocol's persistent privateLock
+				waitFor(t, 10*time.Second, "no node left", func() bool {
+					for _, o := range objs {
+						kids := kidsOf(t, conn, path.Join(root, o))
+						if proto == "plugin" || len(kids) != 1 {
+							if len(kids) > 0 {
+								return false
+							}
+							continue
+						}
+						ok, st, err := conn.Exists(path.Join(root, o, "privateLock"))
+						if err != nil || !ok || st.EphemeralOwner != 0 {
+							return false
+						}
+					}
+					return true
+				})
+			})
+			c := newOverlapChecker()
+			const workers, rounds = 3, 12
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			grants := 0
+			for _, s := range scs {
+				for w := range workers {
+					wg.Go(func() {
+						rng := rand.New(rand.NewPCG(uint64(w), uint64(len(s.cfg.NodeID))))
+						for range rounds {
+							obj := objs[rng.IntN(len(objs))]
+							st, raw := s.call("POST", "/v1/locks/"+obj+"/acquire", `{"lease_ms":60000,"wait_ms":30000}`)
+							if st != 200 {
+								t.Errorf("%s acquire %s: %d %s", s.cfg.NodeID, obj, st, raw)
+								return
+							}
+							l := decodeLease(t, raw)
+							kids, _, _ := conn.Children(path.Join(root, obj))
+							c.enter(obj, l, kids)
+							c.leave(obj) // before the release: the next holder may be granted once it lands
+							if st, raw := s.call("DELETE", "/v1/leases/"+l.LeaseID+"?wait=false", ""); st != 202 {
+								t.Errorf("%s release ?wait=false: %d %s", s.cfg.NodeID, st, raw)
+								return
+							}
+							mu.Lock()
+							grants++
+							mu.Unlock()
+						}
+					})
+				}
+			}
+			wg.Wait()
+			c.mu.Lock()
+			for _, e := range c.errs {
+				t.Error(e)
+			}
+			c.mu.Unlock()
+			if want := len(scs) * workers * rounds; grants != want {
+				t.Errorf("%d grants released, want %d", grants, want)
+			}
+		})
+	}
+}
+
+// TestReviewNowaitPreemptedAndRevoked: a preempted lease released with
+// ?wait=false answers 202, and the preempting requester on another
+// sidecar is granted after it with a greater token (never while the
+// holder's node is there); a revoked lease's ?wait=false answers 410
+// (revoked) and frees nothing early: the lock stays held until the
+// valid_until told to the holder has passed.
+func TestReviewNowaitPreemptedAndRevoked(t *testing.T) {
+	root := testRoot(t)
+	conn := rawConn(t)
+	a := start(t, testConfig(t, root, "pr-a"))
+	b := start(t, testConfig(t, root, "pr-b"))
+	t.Cleanup(func() { assertNoLeftovers(t, conn, root) })
+
+	t.Run("preempted", func(t *testing.T) {
+		h := a.acquire("pre", `{"preemptible":true,"cleanup_ms":5000,"lease_ms":60000}`)
+		time.Sleep(100 * time.Millisecond) // past the holder watch's arming delay
+		got := acquireAsync(b, "pre", `{"preempt":true,"wait_ms":20000}`)
+		waitFor(t, 10*time.Second, "the holder preempted", func() bool {
+			st, raw := a.call("GET", "/v1/leases/"+h.LeaseID, "")
+			return st == 200 && decodeLease(t, raw).State == api.StatePreempted
+		})
+		nowaitRelease(t, a, h)
+		var g acquired
+		select {
+		case g = <-got:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the preempting requester was not granted")
+		}
+		if g.status != 200 {
+			t.Fatalf("preempting acquire: %d %s", g.status, g.body)
+		}
+		gl := decodeLease(t, g.body)
+		if gl.Token <= h.Token {
+			t.Errorf("preempting requester granted token %d, not above %d", gl.Token, h.Token)
+		}
+		if kids := kidsOf(t, conn, path.Join(root, "pre")); slices.Contains(kids, h.Node) {
+			t.Errorf("granted while the preempted holder's node %s is still there: %v", h.Node, kids)
+		}
+		b.release(gl.LeaseID)
+	})
+
+	t.Run("revoked", func(t *testing.T) {
+		h := a.acquire("rev", `{"lease_ms":60000}`)
+		told := h.ValidUntil.Time
+		a.mustCall(202, "POST", "/v1/locks/rev/revoke", `{"reason":"review"}`)
+		st, raw := a.call("DELETE", "/v1/leases/"+h.LeaseID+"?wait=false", "")
+		if e := decodeError(t, raw); st != 410 || e.Kind != api.LockLost {
+			t.Fatalf("?wait=false of a revoked lease: %d %s, want 410 LockLost", st, raw)
+		}
+		ok, _, err := conn.Exists(path.Join(root, "rev", "privateLock"))
+		if checked := time.Now(); err == nil && !ok && checked.Before(told) {
+			t.Errorf("the revoked lock was freed %v before the valid_until told to its holder (the no-wait release freed it)", told.Sub(checked))
+		}
+		g := acquireAsync(b, "rev", `{"wait_ms":20000}`)
+		r := <-g
+		if r.status != 200 {
+			t.Fatalf("acquire after the revocation: %d %s", r.status, r.body)
+		}
+		gl := decodeLease(t, r.body)
+		if granted := time.Now(); granted.Before(told) {
+			t.Errorf("granted %v before the valid_until told to the revoked holder", told.Sub(granted))
+		}
+		b.release(gl.LeaseID)
+	})
+}
