@@ -231,20 +231,20 @@ func newOverlapChecker() *overlapChecker {
 // enter records a grant; kids is the object's children read once the
 // grant was answered: the previous holder's node must not be among them
 // (nobody is granted before the previous release's write landed).
-func (c *overlapChecker) enter(obj string, l api.Lease, kids []string) {
+func (c *overlapChecker) enter(obj string, token int64, node string, kids []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.in[obj]++
 	if c.in[obj] > 1 {
-		c.errs = append(c.errs, fmt.Sprintf("%q granted (token %d) to %d holders at once", obj, l.Token, c.in[obj]))
+		c.errs = append(c.errs, fmt.Sprintf("%q granted (token %d) to %d holders at once", obj, token, c.in[obj]))
 	}
-	if l.Token <= c.last[obj] {
-		c.errs = append(c.errs, fmt.Sprintf("%q granted token %d after token %d", obj, l.Token, c.last[obj]))
+	if token <= c.last[obj] {
+		c.errs = append(c.errs, fmt.Sprintf("%q granted token %d after token %d", obj, token, c.last[obj]))
 	}
-	if prev := c.node[obj]; prev != "" && prev != l.Node && slices.Contains(kids, prev) {
-		c.errs = append(c.errs, fmt.Sprintf("%q granted (token %d) while the previous holder's node %s was still there: %v", obj, l.Token, prev, kids))
+	if prev := c.node[obj]; prev != "" && prev != node && slices.Contains(kids, prev) {
+		c.errs = append(c.errs, fmt.Sprintf("%q granted (token %d) while the previous holder's node %s was still there: %v", obj, token, prev, kids))
 	}
-	c.last[obj], c.node[obj] = l.Token, l.Node
+	c.last[obj], c.node[obj] = token, node
 }
 
 func (c *overlapChecker) leave(obj string) {
@@ -254,7 +254,8 @@ func (c *overlapChecker) leave(obj string) {
 }
 
 // TestReviewNowaitChurn: goroutines on two sidecars acquire three objects
-// over and over and release each grant with ?wait=false at once, under the
+// (one at a time, or a set of two in one lease) over and over and release
+// each grant with ?wait=false at once, under the
 // overlap checker: no two holders at once, every token above the last one
 // granted for the object, and no grant while the previous holder's node is
 // still in ZooKeeper. Every acquire is granted (nothing lost or stuck
@@ -300,16 +301,28 @@ func TestReviewNowaitChurn(t *testing.T) {
 					wg.Go(func() {
 						rng := rand.New(rand.NewPCG(uint64(w), uint64(len(s.cfg.NodeID))))
 						for range rounds {
-							obj := objs[rng.IntN(len(objs))]
-							st, raw := s.call("POST", "/v1/locks/"+obj+"/acquire", `{"lease_ms":60000,"wait_ms":30000}`)
+							i := rng.IntN(len(objs))
+							url, body := "/v1/locks/"+objs[i]+"/acquire", `{"lease_ms":60000,"wait_ms":30000}`
+							if rng.IntN(4) == 0 { // a set of two objects: one lease, one release
+								url, body = "/v1/locks/acquire", `{"objects":["`+objs[i]+`","`+objs[(i+1)%len(objs)]+`"],"lease_ms":60000,"wait_ms":30000}`
+							}
+							st, raw := s.call("POST", url, body)
 							if st != 200 {
-								t.Errorf("%s acquire %s: %d %s", s.cfg.NodeID, obj, st, raw)
+								t.Errorf("%s %s %s: %d %s", s.cfg.NodeID, url, body, st, raw)
 								return
 							}
 							l := decodeLease(t, raw)
-							kids, _, _ := conn.Children(path.Join(root, obj))
-							c.enter(obj, l, kids)
-							c.leave(obj) // before the release: the next holder may be granted once it lands
+							held := l.Objects
+							if len(held) == 0 {
+								held = []api.LeaseObject{{Object: l.Object, Token: l.Token, Node: l.Node}}
+							}
+							for _, o := range held {
+								kids, _, _ := conn.Children(path.Join(root, o.Object))
+								c.enter(o.Object, o.Token, o.Node, kids)
+							}
+							for _, o := range held {
+								c.leave(o.Object) // before the release: the next holder may be granted once it lands
+							}
 							if st, raw := s.call("DELETE", "/v1/leases/"+l.LeaseID+"?wait=false", ""); st != 202 {
 								t.Errorf("%s release ?wait=false: %d %s", s.cfg.NodeID, st, raw)
 								return
