@@ -41,66 +41,110 @@ func kidsOf(t *testing.T, conn *zk.Conn, p string) []string {
 }
 
 // TestReviewNowaitShutdownInFlight: the sidecar is shut down (Run's
-// context cancelled: the SIGTERM drain) right after a no-wait release whose
-// write cannot reach ZooKeeper (the proxy holds it). The drain has no lease
-// left to wait for; Run must still return nil (the background release does
-// not hang it, nor leak: goleak runs in TestMain), and the lock is freed
-// when the write lands or the session ends: another sidecar's waiter is
-// granted then, never while the released holder's node is there, with a
-// greater token. On both protocols.
+// context cancelled: the SIGTERM drain) with a no-wait release whose write
+// cannot reach ZooKeeper (the proxy holds it): cancelled right after the
+// release ("release-then-stop"), or the holder releases during the drain
+// ("stop-then-release"). The drain has no lease left to wait for; Run must
+// still return nil (the background release neither hangs it nor leaks:
+// goleak runs in TestMain), and the lock is freed when the write lands or
+// the session ends: another sidecar's waiter is granted then, never while
+// the released holder's node is there, with a greater token. On both
+// protocols.
 func TestReviewNowaitShutdownInFlight(t *testing.T) {
+	for _, proto := range []string{"plugin", "native"} {
+		for _, order := range []string{"release-then-stop", "stop-then-release"} {
+			t.Run(proto+"/"+order, func(t *testing.T) {
+				root := testRoot(t)
+				conn := rawConn(t)
+				p := testenv.ProxyT(t, zkServer.Addr(1))
+				cfg := testConfig(t, root, "sd-a")
+				cfg.ZKServers = []string{p.Addr()}
+				cfg.LockProtocol = proto
+				a := start(t, cfg)
+				bcfg := testConfig(t, root, "sd-b")
+				bcfg.LockProtocol = proto
+				b := start(t, bcfg)
+				objPath := path.Join(root, "sd")
+
+				l := a.acquire("sd", `{"lease_ms":60000}`)
+				before := len(kidsOf(t, conn, objPath))
+				other := acquireAsync(b, "sd", `{"wait_ms":30000}`)
+				waitFor(t, 10*time.Second, "sd-b queued", func() bool { return len(kidsOf(t, conn, objPath)) > before })
+
+				if order == "stop-then-release" {
+					a.cancel() // the drain: it waits for the holder
+					waitFor(t, 10*time.Second, "the lease draining", func() bool {
+						st, raw := a.call("GET", "/v1/leases/"+l.LeaseID, "")
+						return st == 200 && decodeLease(t, raw).State == api.StateDraining
+					})
+				}
+				p.HoldUpstream()
+				nowaitRelease(t, a, l)
+				a.cancel()
+				select {
+				case err := <-a.done:
+					a.done <- err // for the cleanup's stop
+					if err != nil {
+						t.Fatalf("Run returned %v after a shutdown with a release in flight, want nil", err)
+					}
+				case <-time.After(30 * time.Second):
+					t.Fatal("Run did not return within 30 s of the cancel with a no-wait release in flight")
+				}
+				select {
+				case g := <-other:
+					t.Fatalf("sd-b answered before the held release could land or the session end: %d %s", g.status, g.body)
+				default:
+				}
+				p.Heal()
+				var g acquired
+				select {
+				case g = <-other:
+				case <-time.After(30 * time.Second):
+					t.Fatal("sd-b not granted within 30 s of the heal: the lock of the shut-down sidecar was never freed")
+				}
+				if g.status != 200 {
+					t.Fatalf("sd-b after the shutdown: %d %s", g.status, g.body)
+				}
+				gl := decodeLease(t, g.body)
+				if gl.Token <= l.Token {
+					t.Errorf("sd-b granted token %d, not above the released %d", gl.Token, l.Token)
+				}
+				if kids := kidsOf(t, conn, objPath); slices.Contains(kids, l.Node) {
+					t.Errorf("sd-b granted while the released holder's node %s is still there: %v", l.Node, kids)
+				}
+				b.release(gl.LeaseID)
+			})
+		}
+	}
+}
+
+// TestReviewNowaitIsARelease: the answer-first release is the holder's
+// release, not a vanish: a waiter on another sidecar with a lock-delay of
+// ten minutes (it waits that long after a holder that vanished without
+// releasing) is granted within its 8 s wait once the write lands, with a
+// greater token. On both protocols.
+func TestReviewNowaitIsARelease(t *testing.T) {
 	for _, proto := range []string{"plugin", "native"} {
 		t.Run(proto, func(t *testing.T) {
 			root := testRoot(t)
 			conn := rawConn(t)
-			p := testenv.ProxyT(t, zkServer.Addr(1))
-			cfg := testConfig(t, root, "sd-a")
-			cfg.ZKServers = []string{p.Addr()}
-			cfg.LockProtocol = proto
-			a := start(t, cfg)
-			bcfg := testConfig(t, root, "sd-b")
-			bcfg.LockProtocol = proto
-			b := start(t, bcfg)
-			objPath := path.Join(root, "sd")
+			acfg, bcfg := testConfig(t, root, "ir-a"), testConfig(t, root, "ir-b")
+			acfg.LockProtocol, bcfg.LockProtocol = proto, proto
+			a, b := start(t, acfg), start(t, bcfg)
+			objPath := path.Join(root, "ir")
 
-			l := a.acquire("sd", `{"lease_ms":60000}`)
+			l := a.acquire("ir", `{"lease_ms":60000}`)
 			before := len(kidsOf(t, conn, objPath))
-			other := acquireAsync(b, "sd", `{"wait_ms":30000}`)
-			waitFor(t, 10*time.Second, "sd-b queued", func() bool { return len(kidsOf(t, conn, objPath)) > before })
-
-			p.HoldUpstream()
+			other := acquireAsync(b, "ir", `{"wait_ms":8000,"lock_delay_ms":600000}`)
+			waitFor(t, 10*time.Second, "ir-b queued", func() bool { return len(kidsOf(t, conn, objPath)) > before })
 			nowaitRelease(t, a, l)
-			a.cancel() // the drain: no lease left to wait for
-			select {
-			case err := <-a.done:
-				a.done <- err // for the cleanup's stop
-				if err != nil {
-					t.Fatalf("Run returned %v after a shutdown with a release in flight, want nil", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("Run did not return within 30 s of the cancel with a no-wait release in flight")
-			}
-			select {
-			case g := <-other:
-				t.Fatalf("sd-b answered before the held release could land or the session end: %d %s", g.status, g.body)
-			default:
-			}
-			p.Heal()
-			var g acquired
-			select {
-			case g = <-other:
-			case <-time.After(30 * time.Second):
-				t.Fatal("sd-b not granted within 30 s of the heal: the lock of the shut-down sidecar was never freed")
-			}
+			g := <-other
 			if g.status != 200 {
-				t.Fatalf("sd-b after the shutdown: %d %s", g.status, g.body)
+				t.Fatalf("the waiter with a lock-delay after the no-wait release: %d %s, want 200 (a release, not a vanish)", g.status, g.body)
 			}
 			gl := decodeLease(t, g.body)
 			if gl.Token <= l.Token {
-				t.Errorf("sd-b granted token %d, not above the released %d", gl.Token, l.Token)
-			}
-			if kids := kidsOf(t, conn, objPath); slices.Contains(kids, l.Node) {
-				t.Errorf("sd-b granted while the released holder's node %s is still there: %v", l.Node, kids)
+				t.Errorf("granted token %d, not above the released %d", gl.Token, l.Token)
 			}
 			b.release(gl.LeaseID)
 		})
