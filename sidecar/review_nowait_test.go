@@ -272,21 +272,27 @@ func newOverlapChecker() *overlapChecker {
 	return &overlapChecker{in: map[string]int{}, last: map[string]int64{}, node: map[string]string{}}
 }
 
-// enter records a grant; kids is the object's children read once the
-// grant was answered: the previous holder's node must not be among them
-// (nobody is granted before the previous release's write landed).
-func (c *overlapChecker) enter(obj string, token int64, node string, kids []string) {
+// enter records a grant. stat reads a child of the object once the grant
+// was answered: the previous holder's node must be gone (nobody is granted
+// before the previous release's write landed). A child of that name
+// created after the previous grant's token is another node (the object
+// node was deleted and created again, and its sequence numbers with it).
+func (c *overlapChecker) enter(obj string, token int64, node string, stat func(name string) (czxid int64, ok bool)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.in[obj]++
 	if c.in[obj] > 1 {
 		c.errs = append(c.errs, fmt.Sprintf("%q granted (token %d) to %d holders at once", obj, token, c.in[obj]))
 	}
-	if token <= c.last[obj] {
-		c.errs = append(c.errs, fmt.Sprintf("%q granted token %d after token %d", obj, token, c.last[obj]))
+	prevToken := c.last[obj]
+	if token <= prevToken {
+		c.errs = append(c.errs, fmt.Sprintf("%q granted token %d after token %d", obj, token, prevToken))
 	}
-	if prev := c.node[obj]; prev != "" && prev != node && slices.Contains(kids, prev) {
-		c.errs = append(c.errs, fmt.Sprintf("%q granted (token %d) while the previous holder's node %s was still there: %v", obj, token, prev, kids))
+	if prev := c.node[obj]; prev != "" && prev != node {
+		if czxid, ok := stat(prev); ok && czxid <= prevToken {
+			c.errs = append(c.errs, fmt.Sprintf("%q granted (token %d) while the previous holder's node %s (created at %d, granted %d) was still there",
+				obj, token, prev, czxid, prevToken))
+		}
 	}
 	c.last[obj], c.node[obj] = token, node
 }
@@ -361,8 +367,13 @@ func TestReviewNowaitChurn(t *testing.T) {
 								held = []api.LeaseObject{{Object: l.Object, Token: l.Token, Node: l.Node}}
 							}
 							for _, o := range held {
-								kids, _, _ := conn.Children(path.Join(root, o.Object))
-								c.enter(o.Object, o.Token, o.Node, kids)
+								c.enter(o.Object, o.Token, o.Node, func(name string) (int64, bool) {
+									ok, st, err := conn.Exists(path.Join(root, o.Object, name))
+									if err != nil || !ok {
+										return 0, false
+									}
+									return st.Czxid, true
+								})
 							}
 							for _, o := range held {
 								c.leave(o.Object) // before the release: the next holder may be granted once it lands
