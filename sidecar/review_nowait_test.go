@@ -12,6 +12,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/sidecar"
 	"github.com/batonhq/baton/testenv"
 )
 
@@ -256,6 +257,42 @@ func TestReviewNowaitReentryRace(t *testing.T) {
 		}
 	}
 	t.Logf("re-entry first: %d, release first: %d", reentered, released)
+}
+
+// TestReviewNowaitReentryBetweenSteps: TestReviewNowaitReentryRace's
+// narrow interleaving made deterministic (SplitReleaseNoWait): the
+// DELETE ?wait=false's releaseHold sees one hold and drops l.mu; a
+// re-entry then gets 200, holds 2 and a valid_until; the rest of the
+// DELETE must count one hold down (200, holds 1, not releasing) and free
+// nothing: another sidecar's try-once acquire is refused, and the lease
+// is still held.
+func TestReviewNowaitReentryBetweenSteps(t *testing.T) {
+	root := testRoot(t)
+	conn := rawConn(t)
+	a := start(t, testConfig(t, root, "rs-a"))
+	b := start(t, testConfig(t, root, "rs-b"))
+	t.Cleanup(func() { assertNoLeftovers(t, conn, root) })
+
+	l := a.acquire("rs", `{"lease_ms":60000}`)
+	rest := sidecar.SplitReleaseNoWait(a.srv, l.LeaseID)
+	re := a.acquire("rs", `{"lease_id":"`+l.LeaseID+`"}`)
+	if re.Holds != 2 {
+		t.Fatalf("re-entry between the release's steps = %+v, want holds 2", re)
+	}
+	r, err := rest()
+	if err != nil || r.Released || r.Releasing || r.Holds != 1 {
+		t.Fatalf("the rest of the ?wait=false release after a re-entry = %+v, %v: want one hold counted down (holds 1, not releasing)", r, err)
+	}
+	if st, body := b.call("POST", "/v1/locks/rs/acquire", `{"wait_ms":0}`); st != 423 {
+		t.Errorf("another sidecar's try-once acquire while the re-entered hold lives: %d %s, want 423", st, body)
+		if st == 200 {
+			b.release(decodeLease(t, body).LeaseID)
+		}
+	}
+	if g := decodeLease(t, a.mustCall(200, "GET", "/v1/leases/"+l.LeaseID, "")); g.State != api.StateHeld || g.Holds != 1 {
+		t.Errorf("the re-entered lease = %+v, want held, holds 1", g)
+	}
+	nowaitRelease(t, a, l)
 }
 
 // overlapChecker fails a grant of an object that someone holds (no two
