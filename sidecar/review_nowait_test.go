@@ -1,8 +1,10 @@
 package sidecar_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os/exec"
 	"path"
 	"slices"
 	"sync"
@@ -293,6 +295,101 @@ func TestReviewNowaitReentryBetweenSteps(t *testing.T) {
 		t.Errorf("the re-entered lease = %+v, want held, holds 1", g)
 	}
 	nowaitRelease(t, a, l)
+}
+
+// boundNowaitCaller is a process P that, on one connection to the socket
+// (argv[1]), acquires "pb" bound to itself, re-enters it and releases one
+// hold with ?wait=false; acquires "pc" bound to itself and releases it
+// with ?wait=false; prints the answers as one JSON object and exits at
+// once.
+const boundNowaitCaller = `
+import http.client, json, os, socket, sys
+class C(http.client.HTTPConnection):
+    def __init__(self, p):
+        super().__init__("sidecar")
+        self.p = p
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(self.p)
+c = C(sys.argv[1])
+def call(m, u, b=None):
+    c.request(m, u, body=b)
+    r = c.getresponse()
+    return [r.status, json.loads(r.read() or b"null")]
+out = {}
+out["l1"] = call("POST", "/v1/locks/pb/acquire", '{"lease_ms":60000,"bind":"process"}')
+i1 = out["l1"][1]["lease_id"]
+out["re"] = call("POST", "/v1/locks/pb/acquire", '{"lease_id":"%s"}' % i1)
+out["d1"] = call("DELETE", "/v1/leases/%s?wait=false" % i1)
+out["l2"] = call("POST", "/v1/locks/pc/acquire", '{"lease_ms":60000,"bind":"process"}')
+out["d2"] = call("DELETE", "/v1/leases/%s?wait=false" % out["l2"][1]["lease_id"])
+sys.stdout.write(json.dumps(out))
+sys.stdout.flush()
+os._exit(0)
+`
+
+// TestReviewNowaitBoundCallerExits: a process-bound caller releases with
+// ?wait=false and exits at once. The lease released last (202) stays
+// released: 404, not 410 "process exited", whatever the exit watch does
+// while its write is on its way; the lease with a hold left after a
+// ?wait=false of one hold (200, holds 1) ends with the process (410
+// "process exited"). Both locks are then granted to another sidecar
+// with greater tokens, and nothing is left in ZooKeeper.
+func TestReviewNowaitBoundCallerExits(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	root := testRoot(t)
+	conn := rawConn(t)
+	a := start(t, testConfig(t, root, "pb-a"))
+	b := start(t, testConfig(t, root, "pb-b"))
+	t.Cleanup(func() { assertNoLeftovers(t, conn, root) })
+
+	raw, err := exec.Command(py, "-c", boundNowaitCaller, a.cfg.SocketPath).Output()
+	if err != nil {
+		t.Fatalf("python: %v %s", err, raw)
+	}
+	var out map[string][2]json.RawMessage
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("caller's answers: %s (%v)", raw, err)
+	}
+	status := func(k string) string { return string(out[k][0]) }
+	for k, want := range map[string]string{"l1": "200", "re": "200", "d1": "200", "l2": "200", "d2": "202"} {
+		if status(k) != want {
+			t.Fatalf("caller's %s: %s %s, want %s", k, status(k), out[k][1], want)
+		}
+	}
+	l1, l2 := decodeLease(t, out["l1"][1]), decodeLease(t, out["l2"][1])
+	if r := decodeRelease(t, out["d1"][1]); r.Released || r.Releasing || r.Holds != 1 {
+		t.Errorf("?wait=false of one of two holds = %+v, want holds 1, not releasing", r)
+	}
+	if r := decodeRelease(t, out["d2"][1]); !r.Releasing || r.Token != l2.Token {
+		t.Errorf("?wait=false of the last hold = %+v, want releasing, token %d", r, l2.Token)
+	}
+	waitFor(t, 10*time.Second, "the re-entered lease ended with its process", func() bool {
+		st, _ := a.call("GET", "/v1/leases/"+l1.LeaseID, "")
+		return st != 200
+	})
+	if st, body := a.call("GET", "/v1/leases/"+l1.LeaseID, ""); st != 410 || decodeError(t, body).Reason != api.ReasonProcessExited {
+		t.Errorf("the lease with a hold left after its process exited: %d %s, want 410 %q", st, body, api.ReasonProcessExited)
+	}
+	if st, body := a.call("GET", "/v1/leases/"+l2.LeaseID, ""); st != 404 || decodeError(t, body).Kind != api.NoNode {
+		t.Errorf("the lease released with ?wait=false, its process gone: %d %s, want 404 NoNode (released)", st, body)
+	}
+	for _, l := range []api.Lease{l1, l2} {
+		g := b.acquire(l.Object, `{"wait_ms":10000}`)
+		if g.Token <= l.Token {
+			t.Errorf("%s granted token %d after the bound caller's %d", l.Object, g.Token, l.Token)
+		}
+		b.release(g.LeaseID)
+	}
+	if v := a.metric("baton_leases_total", "result=process_exited"); v != 1 {
+		t.Errorf("baton_leases_total{result=process_exited} = %v, want 1", v)
+	}
+	if v := a.metric("baton_leases_total", "result=released"); v != 1 {
+		t.Errorf("baton_leases_total{result=released} = %v, want 1", v)
+	}
 }
 
 // overlapChecker fails a grant of an object that someone holds (no two
