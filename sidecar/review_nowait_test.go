@@ -230,8 +230,10 @@ func TestReviewNowaitReentryRace(t *testing.T) {
 		switch {
 		case rst == 200:
 			reentered++
-			if rl := decodeLease(t, rraw); rl.Holds != 2 || rl.Token != l.Token {
-				t.Fatalf("round %d: re-entry = %+v, want holds 2, token %d", i, rl, l.Token)
+			// holds 2, or 1 if the release counted one down before the
+			// re-entry's answer was rendered
+			if rl := decodeLease(t, rraw); rl.Holds < 1 || rl.Holds > 2 || rl.Token != l.Token || rl.State != api.StateHeld {
+				t.Fatalf("round %d: re-entry = %+v, want held, holds 2 (or 1), token %d", i, rl, l.Token)
 			}
 			if dst != 200 {
 				t.Fatalf("round %d: re-entered (200), and the release answered %d %s: want 200 holds 1", i, dst, draw)
