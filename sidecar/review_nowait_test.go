@@ -200,6 +200,62 @@ func TestReviewNowaitLostInFlight(t *testing.T) {
 	}
 }
 
+// TestReviewNowaitSessionExpiredInFlight: the release's write is held back
+// until the sidecar's session has expired on the server (no request of it
+// arrives, pings included). Another sidecar's waiter is granted once the
+// session ends (its nodes gone), with a greater token; after the heal the
+// lease id still answers 404 (released), and the same sidecar, on a new
+// session, acquires the object again with a greater token; nothing is left
+// in ZooKeeper.
+func TestReviewNowaitSessionExpiredInFlight(t *testing.T) {
+	root := testRoot(t)
+	conn := rawConn(t)
+	p := testenv.ProxyT(t, zkServer.Addr(1))
+	cfg := testConfig(t, root, "se-a")
+	cfg.ZKServers = []string{p.Addr()}
+	a := start(t, cfg)
+	b := start(t, testConfig(t, root, "se-b"))
+	t.Cleanup(func() { assertNoLeftovers(t, conn, root) })
+	objPath := path.Join(root, "se")
+
+	l := a.acquire("se", `{"lease_ms":60000}`)
+	before := len(kidsOf(t, conn, objPath))
+	other := acquireAsync(b, "se", `{"wait_ms":30000}`)
+	waitFor(t, 10*time.Second, "se-b queued", func() bool { return len(kidsOf(t, conn, objPath)) > before })
+	p.HoldUpstream()
+	nowaitRelease(t, a, l)
+	var g acquired
+	select {
+	case g = <-other:
+	case <-time.After(30 * time.Second):
+		t.Fatal("se-b not granted within 30 s: the held holder's session never ended")
+	}
+	if g.status != 200 {
+		t.Fatalf("se-b: %d %s", g.status, g.body)
+	}
+	gl := decodeLease(t, g.body)
+	if gl.Token <= l.Token {
+		t.Errorf("se-b granted token %d, not above the released %d", gl.Token, l.Token)
+	}
+	if kids := kidsOf(t, conn, objPath); slices.Contains(kids, l.Node) {
+		t.Errorf("se-b granted while the released holder's node %s is still there: %v", l.Node, kids)
+	}
+	p.Heal()
+	b.release(gl.LeaseID)
+	waitFor(t, 20*time.Second, "se-a ready again (a new session)", func() bool {
+		st, _ := a.call("GET", "/readyz", "")
+		return st == 200
+	})
+	if st, body := a.call("GET", "/v1/leases/"+l.LeaseID, ""); st != 404 || decodeError(t, body).Kind != api.NoNode {
+		t.Errorf("the ?wait=false-released lease after its session expired: %d %s, want 404 NoNode (released)", st, body)
+	}
+	again := a.acquire("se", `{"wait_ms":20000}`)
+	if again.Token <= gl.Token {
+		t.Errorf("se-a's acquire on its new session: token %d, not above %d", again.Token, gl.Token)
+	}
+	nowaitRelease(t, a, again)
+}
+
 // TestReviewNowaitReentryRace: a no-wait release of a lease's only hold
 // races a re-entry of the same lease, many times. Either the re-entry came
 // first (200, holds 2; the release then counts one down: 200, holds 1,
