@@ -375,13 +375,15 @@ func (t *leaseTable) releaseLast(ctx context.Context, l *lease, wait bool) (api.
 		go func() {
 			defer t.wg.Done()
 			defer end()
-			if err := t.free(context.Background(), l); err != nil {
+			// No tomb: the holder was answered that its lease ended, and
+			// its id goes on answering 404 like any released lease's.
+			if err := t.free(context.Background(), l, false); err != nil {
 				t.log.Info("a release answered before its write found the lock already lost", "lease", logID(l.id), "object", g.Object(), "err", err)
 			}
 		}()
 		return api.ReleaseResponse{Releasing: true, Object: g.Object(), Token: g.Token()}, nil
 	}
-	if err := t.free(ctx, l); err != nil {
+	if err := t.free(ctx, l, true); err != nil {
 		return api.ReleaseResponse{}, err
 	}
 	return api.ReleaseResponse{Released: true, Object: g.Object(), Token: g.Token()}, nil
@@ -389,8 +391,10 @@ func (t *leaseTable) releaseLast(ctx context.Context, l *lease, wait bool) (api.
 
 // free frees the grant of the ended lease l: nil once freed or handed to
 // retryRelease (the grant is still ours in the engine), the 410 error if
-// the grant was lost before its release (recorded as the lease's tomb).
-func (t *leaseTable) free(ctx context.Context, l *lease) error {
+// the grant was lost before its release (recorded as the lease's tomb with
+// tombOnLoss; not after a release answered first, ?wait=false: its holder
+// was told the lease ended, and the id answers 404 as released).
+func (t *leaseTable) free(ctx context.Context, l *lease, tombOnLoss bool) error {
 	g := l.g
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
@@ -399,7 +403,9 @@ func (t *leaseTable) free(ctx context.Context, l *lease) error {
 	case err == nil, errors.Is(err, lock.ErrNoNode):
 	case errors.Is(err, lock.ErrLockLost):
 		reason := lostReason(err)
-		t.addTomb(l.id, tomb{reason: reason, object: g.Object(), msg: err.Error(), until: time.Now().Add(TombstoneTTL)})
+		if tombOnLoss {
+			t.addTomb(l.id, tomb{reason: reason, object: g.Object(), msg: err.Error(), until: time.Now().Add(TombstoneTTL)})
+		}
 		return lockLost(reason, "lease %s on %q was lost before the release: %v", l.id, g.Object(), err)
 	default:
 		// The grant is still ours in the engine: keep trying in the background.
