@@ -371,17 +371,17 @@ func (t *leaseTable) releaseLast(ctx context.Context, l *lease, wait bool) (api.
 		if _, single := g.(*lock.Grant); single && !g.Shared() {
 			end = t.freeingStart(g.Object())
 		}
-		t.wg.Add(1)
-		go func() {
-			defer t.wg.Done()
+		if t.spawn(func() {
 			defer end()
 			// No tomb: the holder was answered that its lease ended, and
 			// its id goes on answering 404 like any released lease's.
 			if err := t.free(context.Background(), l, false); err != nil {
 				t.log.Info("a release answered before its write found the lock already lost", "lease", logID(l.id), "object", g.Object(), "err", err)
 			}
-		}()
-		return api.ReleaseResponse{Releasing: true, Object: g.Object(), Token: g.Token()}, nil
+		}) {
+			return api.ReleaseResponse{Releasing: true, Object: g.Object(), Token: g.Token()}, nil
+		}
+		end() // the table is closed (teardown): this release waits for its write
 	}
 	if err := t.free(ctx, l, true); err != nil {
 		return api.ReleaseResponse{}, err
@@ -409,15 +409,28 @@ func (t *leaseTable) free(ctx context.Context, l *lease, tombOnLoss bool) error 
 		return lockLost(reason, "lease %s on %q was lost before the release: %v", l.id, g.Object(), err)
 	default:
 		// The grant is still ours in the engine: keep trying in the background.
+		// (Not once the table is closed: the engine's Close ends the
+		// session and its nodes.)
 		t.log.Warn("release failed; retrying in the background", "lease", logID(l.id), "object", g.Object(), "err", err)
-		t.wg.Add(1)
-		go t.retryRelease(g)
+		t.spawn(func() { t.retryRelease(g) })
 	}
 	return nil
 }
 
+// spawn runs f in a goroutine that teardown waits for (t.wg), unless the
+// table is closed: teardown may then be in wg.Wait with the count at zero,
+// which an Add must not race. It reports whether f runs.
+func (t *leaseTable) spawn(f func()) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.wg.Go(f)
+	return true
+}
+
 func (t *leaseTable) retryRelease(g holding) {
-	defer t.wg.Done()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
