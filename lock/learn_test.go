@@ -55,7 +55,10 @@ func TestNativeReleaseJoinsHolderListing(t *testing.T) {
 	if lone != 0 {
 		t.Errorf("%d of %d contended grants neither knew nor followed the queue behind them (their releases name nobody: two writes per handoff)", lone, rounds)
 	}
-	if n > rounds/10 {
+	// 1-3 on a quiet machine; up to 5 with the machine's load at 4-5 (the
+	// holder's watch event not yet read when the release starts: it then
+	// lists, one read, no harm). Before 8ea75ce and b915114: 28 of 30.
+	if n > rounds/4 {
 		t.Errorf("%d of %d releases listed the object themselves", n, rounds)
 	}
 }
