@@ -1995,14 +1995,11 @@ func (g *Grant) learnBeforeRelease(ctx context.Context) {
 	if !unknown {
 		return
 	}
-	// A listing sent before the arrival the caller knows of can still be
-	// in flight (the grant's first, when the waiter's create came right
-	// after the grant): its watch fired on that arrival, and the listing
-	// that follows names it. Join that one too (at most a few).
-	for range 4 {
-		if list == nil {
-			break
-		}
+	// Join learnNative's listing in flight, if any (the grant's first, when
+	// the waiter's create came right after the grant). There is at most
+	// one: learnNative starts none once the release has begun (end sets
+	// releasing before it calls us), so if it names nobody, list ourselves.
+	if list != nil {
 		select {
 		case <-list:
 		case <-ctx.Done():
@@ -2010,14 +2007,9 @@ func (g *Grant) learnBeforeRelease(ctx context.Context) {
 		}
 		g.mu.Lock()
 		unknown = len(g.native.next) == 0
-		prev := list
-		list = g.native.learnList
 		g.mu.Unlock()
 		if !unknown {
 			return
-		}
-		if list == prev {
-			break
 		}
 	}
 	g.e.relLists.Add(1)
