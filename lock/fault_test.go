@@ -522,11 +522,18 @@ func TestCleanupRetriedAfterReconnect(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	res := make(chan error, 1)
+	l0 := e.Listings()
 	go func() {
 		_, err := e.Acquire(ctx, "C1", lock.Background, lock.AcquireOptions{Wait: time.Minute})
 		res <- err
 	}()
-	waitFor(t, 10*time.Second, "waiter queued", func() bool { return len(children(t, conn, root, "C1")) == 3 })
+	// Queued, and its create's answer read (it lists after it): cut while
+	// that answer was in flight, the acquire ends knowing no node, and the
+	// create's late failure (once the cut is noticed, seconds later)
+	// queues the sweep instead (a loaded machine failed the check below).
+	waitFor(t, 10*time.Second, "waiter queued", func() bool {
+		return len(children(t, conn, root, "C1")) == 3 && e.Listings() > l0
+	})
 	p.BlackHole()
 	cancel()
 	var ile *lock.InstanceLockError
