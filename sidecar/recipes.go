@@ -123,7 +123,14 @@ func (a *acquisition) take(ctx context.Context, opts lock.AcquireOptions) (holdi
 	}
 	var before time.Duration
 	if ch := a.s.leases.freeingOf(sp.object); ch != nil && !opts.TryOnce {
-		opts, before = afterFreeing(ctx, ch, opts)
+		var over error
+		if opts, before, over = afterFreeing(ctx, ch, opts); over != nil {
+			// The wait ran out (or the request ended) with the release
+			// still in flight or just landed: no engine call, whose try
+			// once would wait for a connection up to the engine's default
+			// wait, past wait_ms.
+			return nil, &lock.InstanceLockError{Object: sp.object, Type: sp.typ, Waited: before, Err: over}
+		}
 	}
 	g, err := e.Acquire(ctx, sp.object, sp.typ, opts)
 	if err != nil {
@@ -137,10 +144,11 @@ func (a *acquisition) take(ctx context.Context, opts lock.AcquireOptions) (holdi
 
 // afterFreeing waits, within the acquire's wait, until the no-wait
 // release of the object in flight on this sidecar has landed (done), and
-// returns the options with what is left of the wait (try once if nothing
-// is) and the time it waited. The engine would grant the acquire after
-// that release anyway; it would first queue a node behind it.
-func afterFreeing(ctx context.Context, done <-chan struct{}, opts lock.AcquireOptions) (lock.AcquireOptions, time.Duration) {
+// returns the options with what is left of the wait and the time it
+// waited; over is the cause (context.DeadlineExceeded, or ctx's error)
+// when nothing is left. The engine would grant the acquire after that
+// release anyway; it would first queue a node behind it.
+func afterFreeing(ctx context.Context, done <-chan struct{}, opts lock.AcquireOptions) (_ lock.AcquireOptions, waited time.Duration, over error) {
 	t0 := time.Now()
 	timer := time.NewTimer(opts.Wait)
 	defer timer.Stop()
@@ -149,13 +157,16 @@ func afterFreeing(ctx context.Context, done <-chan struct{}, opts lock.AcquireOp
 	case <-ctx.Done():
 	case <-timer.C:
 	}
-	waited := time.Since(t0)
-	if left := opts.Wait - waited; left > 0 {
-		opts.Wait = left
-	} else {
-		opts.Wait, opts.TryOnce = 0, true
+	waited = time.Since(t0)
+	if err := ctx.Err(); err != nil {
+		return opts, waited, err
 	}
-	return opts, waited
+	left := opts.Wait - waited
+	if left <= 0 {
+		return opts, waited, context.DeadlineExceeded
+	}
+	opts.Wait = left
+	return opts, waited, nil
 }
 
 // semaphore is GET /v1/semaphores/{name}: the held permits (the objects
