@@ -284,3 +284,57 @@ func TestReviewWNoWaitAfterClose(t *testing.T) {
 		})
 	}
 }
+
+// TestReviewWWaitedCountsRelease: an acquire that waits part of its wait
+// for the no-wait release in flight (its write held back ~1 s), then the
+// rest in the engine behind another sidecar's waiter that is granted
+// first, answers 423 InstanceLockException whose waited_ms counts both
+// parts (>= its wait_ms), naming that waiter as the holder; the waiter is
+// granted after the release landed, with a greater token. On both
+// protocols.
+func TestReviewWWaitedCountsRelease(t *testing.T) {
+	for _, proto := range []string{"plugin", "native"} {
+		t.Run(proto, func(t *testing.T) {
+			root := testRoot(t)
+			conn := rawConn(t)
+			p := testenv.ProxyT(t, zkServer.Addr(1))
+			acfg, bcfg := testConfig(t, root, "wv-a"), testConfig(t, root, "wv-b")
+			acfg.ZKServers = []string{p.Addr()}
+			acfg.LockProtocol, bcfg.LockProtocol = proto, proto
+			a, b := start(t, acfg), start(t, bcfg)
+			objPath := path.Join(root, "wv")
+
+			l := a.acquire("wv", `{"lease_ms":60000}`)
+			before := len(kidsOf(t, conn, objPath))
+			w := acquireAsync(b, "wv", `{"wait_ms":8000,"lease_ms":60000}`)
+			waitFor(t, 5*time.Second, "wv-b queued", func() bool { return len(kidsOf(t, conn, objPath)) > before })
+			p.HoldUpstream()
+			t.Cleanup(p.Heal)
+			nowaitRelease(t, a, l)
+			const waitMS = 2000
+			x := acquireAsync(a, "wv", `{"wait_ms":2000}`)
+			time.Sleep(time.Second)
+			p.Heal()
+			g := <-w
+			if g.status != 200 {
+				t.Fatalf("wv-b after the release: %d %s", g.status, g.body)
+			}
+			wl := decodeLease(t, g.body)
+			if wl.Token <= l.Token {
+				t.Errorf("wv-b granted token %d, not above %d", wl.Token, l.Token)
+			}
+			gx := <-x
+			if gx.status != 423 {
+				t.Fatalf("a's acquire while wv-b holds: %d %s, want 423", gx.status, gx.body)
+			}
+			e := decodeError(t, gx.body)
+			if e.Kind != api.InstanceLockException || e.WaitedMS == nil || *e.WaitedMS < waitMS {
+				t.Errorf("423 = %+v, want InstanceLockException with waited_ms >= %d (the wait for the release counted)", e, waitMS)
+			}
+			if e.Holder == nil || e.Holder.Sidecar != "wv-b" {
+				t.Errorf("423 holder = %+v, want wv-b's lease", e.Holder)
+			}
+			b.release(wl.LeaseID)
+		})
+	}
+}
