@@ -1,6 +1,7 @@
 package sidecar_test
 
 import (
+	"context"
 	"path"
 	"slices"
 	"testing"
@@ -54,6 +55,10 @@ func TestReviewWAcquireBoundedByWait(t *testing.T) {
 			cfg.ZKServers = []string{p.Addr()}
 			cfg.LockProtocol = proto
 			cfg.ForegroundTimeout = 20 * time.Second
+			// The held connection is not given up for ~6.7 s (2/3 of the
+			// session timeout): the release in flight does not end
+			// within the acquire's wait + 2 s.
+			cfg.ZKSessionTimeout = 10 * time.Second
 			a := start(t, cfg)
 			objPath := path.Join(root, "wb")
 
@@ -337,4 +342,34 @@ func TestReviewWWaitedCountsRelease(t *testing.T) {
 			b.release(wl.LeaseID)
 		})
 	}
+}
+
+// TestReviewWCallerGoneWhileWaiting: an acquire waiting for a no-wait
+// release in flight (its write held back; the connection is not given up
+// for ~6.7 s) whose caller goes away stops waiting at once: the sidecar's
+// count of acquires in flight is back to 0 within 3 s, not after its 30 s
+// wait or the release's end.
+func TestReviewWCallerGoneWhileWaiting(t *testing.T) {
+	root := testRoot(t)
+	p := testenv.ProxyT(t, zkServer.Addr(1))
+	cfg := testConfig(t, root, "wg-a")
+	cfg.ZKServers = []string{p.Addr()}
+	cfg.ZKSessionTimeout = 10 * time.Second
+	a := start(t, cfg)
+
+	l := a.acquire("wg", `{"lease_ms":60000}`)
+	p.HoldUpstream()
+	t.Cleanup(p.Heal)
+	nowaitRelease(t, a, l)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		testenv.Call(ctx, a.hc, "POST", "/v1/locks/wg/acquire", `{"wait_ms":30000}`)
+	}()
+	waitFor(t, 5*time.Second, "the acquire in flight", func() bool { return a.metric("baton_acquires_in_flight") == 1 })
+	cancel()
+	<-done
+	waitFor(t, 3*time.Second, "the acquire of the gone caller ended", func() bool { return a.metric("baton_acquires_in_flight") == 0 })
+	p.Heal()
 }
