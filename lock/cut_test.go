@@ -58,21 +58,29 @@ func (d *cutDialer) dial(network, addr string, timeout time.Duration) (net.Conn,
 	if err != nil {
 		return nil, err
 	}
-	return &cutConn{Conn: c, d: d}, nil
+	return &cutConn{cuttable: cuttable{Conn: c, name: "cutConn"}, d: d}, nil
+}
+
+// cuttable is the connection of the test dialers that cut it: once dead
+// (set before the request that cuts it is written), nothing is read after
+// it. Each dialer's Write decides when.
+type cuttable struct {
+	net.Conn
+	name string
+	dead atomic.Bool
+}
+
+func (c *cuttable) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.dead.Load() {
+		return 0, errors.New(c.name + ": connection cut")
+	}
+	return n, err
 }
 
 type cutConn struct {
-	net.Conn
-	d    *cutDialer
-	dead atomic.Bool // set before the armed request is written: nothing is read after it
-}
-
-func (c *cutConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if c.dead.Load() {
-		return 0, errors.New("cutConn: connection cut")
-	}
-	return n, err
+	cuttable
+	d *cutDialer
 }
 
 func (c *cutConn) Write(p []byte) (int, error) {

@@ -61,7 +61,7 @@ func (c *stepCutter) dial(network, addr string, timeout time.Duration) (net.Conn
 	if err != nil {
 		return nil, err
 	}
-	return &stepConn{Conn: nc, c: c}, nil
+	return &stepConn{cuttable: cuttable{Conn: nc, name: "stepConn"}, c: c}, nil
 }
 
 var opNames = map[int32]string{1: "create", 2: "delete", 3: "exists", 4: "getData", 5: "setData", 8: "getChildren",
@@ -95,18 +95,9 @@ func requestPath(p []byte) (int32, string, bool) {
 }
 
 type stepConn struct {
-	net.Conn
+	cuttable
 	c      *stepCutter
 	frames int
-	dead   atomic.Bool // set before the cut request is written: nothing is read after it
-}
-
-func (s *stepConn) Read(p []byte) (int, error) {
-	n, err := s.Conn.Read(p)
-	if s.dead.Load() {
-		return 0, errors.New("stepConn: connection cut")
-	}
-	return n, err
 }
 
 func (s *stepConn) Write(p []byte) (int, error) {

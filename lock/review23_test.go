@@ -153,24 +153,15 @@ func (c *randCutter) dial(network, addr string, timeout time.Duration) (net.Conn
 	if err != nil {
 		return nil, err
 	}
-	return &randConn{Conn: nc, c: c}, nil
+	return &randConn{cuttable: cuttable{Conn: nc, name: "randConn"}, c: c}, nil
 }
 
 type randConn struct {
-	net.Conn
+	cuttable
 	c       *randCutter
 	frames  int
-	dead    atomic.Bool
 	settled bool
 	before  []string
-}
-
-func (s *randConn) Read(p []byte) (int, error) {
-	n, err := s.Conn.Read(p)
-	if s.dead.Load() {
-		return 0, errors.New("randConn: connection cut")
-	}
-	return n, err
 }
 
 func (s *randConn) Write(p []byte) (int, error) {

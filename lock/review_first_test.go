@@ -59,22 +59,13 @@ func (g *stepDialer) dial(network, addr string, timeout time.Duration) (net.Conn
 	if err != nil {
 		return nil, err
 	}
-	return &stepGateConn{Conn: nc, g: g}, nil
+	return &stepGateConn{cuttable: cuttable{Conn: nc, name: "stepGateConn"}, g: g}, nil
 }
 
 type stepGateConn struct {
-	net.Conn
+	cuttable
 	g      *stepDialer
 	frames int
-	dead   atomic.Bool
-}
-
-func (c *stepGateConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if c.dead.Load() {
-		return 0, errors.New("stepGateConn: connection cut")
-	}
-	return n, err
 }
 
 func (c *stepGateConn) Write(p []byte) (int, error) {

@@ -800,22 +800,13 @@ func (c *onceCutter) dial(network, addr string, timeout time.Duration) (net.Conn
 	if err != nil {
 		return nil, err
 	}
-	return &onceConn{Conn: nc, c: c}, nil
+	return &onceConn{cuttable: cuttable{Conn: nc, name: "onceConn"}, c: c}, nil
 }
 
 type onceConn struct {
-	net.Conn
+	cuttable
 	c      *onceCutter
 	frames int
-	dead   atomic.Bool
-}
-
-func (s *onceConn) Read(p []byte) (int, error) {
-	n, err := s.Conn.Read(p)
-	if s.dead.Load() {
-		return 0, errors.New("onceConn: connection cut")
-	}
-	return n, err
 }
 
 func (s *onceConn) Write(p []byte) (int, error) {
