@@ -338,8 +338,9 @@ func (t *leaseTable) endedErr(l *lease) error {
 // ZooKeeper write lands: the lease ends now, the grant is freed in the
 // background, and the answer says so (released false, releasing true).
 // The lock stays held in ZooKeeper until that write lands, so nobody can
-// be granted before it, and an acquire of the same object on this sidecar
-// queues behind it like any other.
+// be granted before it; an acquire of the same object on this sidecar
+// waits for it (freeingStart, afterFreeing) and is then granted as after a
+// waited release.
 func (t *leaseTable) release(ctx context.Context, l *lease, wait bool) (api.ReleaseResponse, error) {
 	g := l.g
 	if err := g.Err(); err != nil {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/api"
-	"github.com/batonhq/baton/testenv"
 )
 
 // TestLeaseExpires: a lease not renewed by lease_expires_at is released;
@@ -214,9 +213,7 @@ func TestLongPollReportsLoss(t *testing.T) {
 func TestSuspectValidityShrinks(t *testing.T) {
 	root := testRoot(t)
 	conn := rawConn(t)
-	p := testenv.ProxyT(t, zkServer.Addr(1))
-	cfg := testConfig(t, root, "sc-cut")
-	cfg.ZKServers = []string{p.Addr()}
+	cfg, p := proxiedConfig(t, root, "sc-cut")
 	a := start(t, cfg)
 	b := start(t, testConfig(t, root, "sc-b"))
 	t.Cleanup(func() { assertNoLeftovers(t, conn, root) })

@@ -71,6 +71,15 @@ func testConfig(t testing.TB, root, node string) props.Config {
 	return cfg
 }
 
+// proxiedConfig is testConfig with the sidecar's ZooKeeper connection
+// through a proxy of its own (faults: black holes, held bytes, resets).
+func proxiedConfig(t testing.TB, root, node string) (props.Config, *testenv.Proxy) {
+	p := testenv.ProxyT(t, zkServer.Addr(1))
+	cfg := testConfig(t, root, node)
+	cfg.ZKServers = []string{p.Addr()}
+	return cfg, p
+}
+
 // sc is a running test sidecar and an HTTP client on its socket.
 type sc struct {
 	t      testing.TB

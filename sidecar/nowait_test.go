@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/api"
-	"github.com/batonhq/baton/testenv"
 )
 
 // decodeRelease decodes a release answer strictly (unknown fields fail).
@@ -26,6 +25,16 @@ func decodeRelease(t *testing.T, b []byte) api.ReleaseResponse {
 	return r
 }
 
+// nowaitRelease sends DELETE ?wait=false and wants the 202 answer for the
+// lease l.
+func nowaitRelease(t *testing.T, s *sc, l api.Lease) {
+	t.Helper()
+	r := decodeRelease(t, s.mustCall(202, "DELETE", "/v1/leases/"+l.LeaseID+"?wait=false", ""))
+	if r.Released || !r.Releasing || r.Object != l.Object || r.Token != l.Token || r.Holds != 0 {
+		t.Fatalf("release ?wait=false = %+v, want released false, releasing true, object %s, token %d", r, l.Object, l.Token)
+	}
+}
+
 // TestReleaseNoWait (SPEC §5's explicit mode, issue 21): DELETE
 // ?wait=false answers 202 while the release's write cannot reach ZooKeeper
 // (the proxy holds the sidecar's requests until Heal), with the holder's
@@ -38,9 +47,7 @@ func TestReleaseNoWait(t *testing.T) {
 		t.Run(proto, func(t *testing.T) {
 			root := testRoot(t)
 			conn := rawConn(t)
-			p := testenv.ProxyT(t, zkServer.Addr(1))
-			cfg := testConfig(t, root, "nw-a")
-			cfg.ZKServers = []string{p.Addr()}
+			cfg, p := proxiedConfig(t, root, "nw-a")
 			cfg.LockProtocol = proto
 			a := start(t, cfg)
 			bcfg := testConfig(t, root, "nw-b")
@@ -61,10 +68,7 @@ func TestReleaseNoWait(t *testing.T) {
 
 			l := a.acquire("nw", `{"lease_ms":60000}`)
 			p.HoldUpstream()
-			r := decodeRelease(t, a.mustCall(202, "DELETE", "/v1/leases/"+l.LeaseID+"?wait=false", ""))
-			if r.Released || !r.Releasing || r.Object != "nw" || r.Token != l.Token || r.Holds != 0 {
-				t.Fatalf("release ?wait=false = %+v, want released false, releasing true, object nw, token %d, holds 0", r, l.Token)
-			}
+			nowaitRelease(t, a, l)
 			// Answered, and the write has not reached ZooKeeper: the
 			// holder's node is still there.
 			kids, _, err := conn.Children(objPath)
@@ -74,20 +78,7 @@ func TestReleaseNoWait(t *testing.T) {
 			if e := decodeError(t, a.mustCall(404, "GET", "/v1/leases/"+l.LeaseID, "")); e.Kind != api.NoNode {
 				t.Errorf("the released lease: %+v, want NoNode", e)
 			}
-			type res struct {
-				st  int
-				raw []byte
-				at  time.Time
-			}
-			acq := func(s *sc) chan res {
-				ch := make(chan res, 1)
-				go func() {
-					st, raw := s.call("POST", "/v1/locks/nw/acquire", `{"wait_ms":30000}`)
-					ch <- res{st, raw, time.Now()}
-				}()
-				return ch
-			}
-			again, other := acq(a), acq(b)
+			again, other := acquireAsync(a, "nw", `{"wait_ms":30000}`), acquireAsync(b, "nw", `{"wait_ms":30000}`)
 			// b queues (its own connection is not held); a's acquire is
 			// held behind the release. Neither may be granted while the
 			// old holder's node exists.
@@ -99,9 +90,9 @@ func TestReleaseNoWait(t *testing.T) {
 			time.Sleep(300 * time.Millisecond)
 			select {
 			case g := <-again:
-				t.Fatalf("same-sidecar acquire answered while the release could not land: %d %s", g.st, g.raw)
+				t.Fatalf("same-sidecar acquire answered while the release could not land: %d %s", g.status, g.body)
 			case g := <-other:
-				t.Fatalf("other sidecar answered while the release could not land: %d %s", g.st, g.raw)
+				t.Fatalf("other sidecar answered while the release could not land: %d %s", g.status, g.body)
 			default:
 			}
 			if kids, _, _ := conn.Children(objPath); !slices.Contains(kids, l.Node) {
@@ -112,7 +103,7 @@ func TestReleaseNoWait(t *testing.T) {
 			// greater token than the released grant's.
 			last := l.Token
 			for range 2 {
-				var g res
+				var g acquired
 				var s *sc
 				select {
 				case g = <-again:
@@ -122,10 +113,10 @@ func TestReleaseNoWait(t *testing.T) {
 				case <-time.After(30 * time.Second):
 					t.Fatal("no grant within 30 s of the heal")
 				}
-				if g.st != 200 {
-					t.Fatalf("acquire after the heal: %d %s", g.st, g.raw)
+				if g.status != 200 {
+					t.Fatalf("acquire after the heal: %d %s", g.status, g.body)
 				}
-				gl := decodeLease(t, g.raw)
+				gl := decodeLease(t, g.body)
 				if gl.Token <= last {
 					t.Errorf("%s granted token %d, not above %d", s.cfg.NodeID, gl.Token, last)
 				}

@@ -15,23 +15,12 @@ import (
 
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/sidecar"
-	"github.com/batonhq/baton/testenv"
 )
 
 // Review of the answer-first release (DELETE /v1/leases/{id}?wait=false,
 // commit 7dbc9b0): what it claims beyond TestReleaseNoWait, where its write
 // meets the sidecar's shutdown, a loss of the grant, a re-entry, a
 // preemption or a revocation, and many releases and re-acquires at once.
-
-// nowaitRelease sends DELETE ?wait=false and wants the 202 answer for the
-// lease l.
-func nowaitRelease(t *testing.T, s *sc, l api.Lease) {
-	t.Helper()
-	r := decodeRelease(t, s.mustCall(202, "DELETE", "/v1/leases/"+l.LeaseID+"?wait=false", ""))
-	if r.Released || !r.Releasing || r.Object != l.Object || r.Token != l.Token || r.Holds != 0 {
-		t.Fatalf("release ?wait=false = %+v, want released false, releasing true, object %s, token %d", r, l.Object, l.Token)
-	}
-}
 
 // kidsOf lists the children of p ("" on a missing node).
 func kidsOf(t *testing.T, conn *zk.Conn, p string) []string {
@@ -59,9 +48,7 @@ func TestReviewNowaitShutdownInFlight(t *testing.T) {
 			t.Run(proto+"/"+order, func(t *testing.T) {
 				root := testRoot(t)
 				conn := rawConn(t)
-				p := testenv.ProxyT(t, zkServer.Addr(1))
-				cfg := testConfig(t, root, "sd-a")
-				cfg.ZKServers = []string{p.Addr()}
+				cfg, p := proxiedConfig(t, root, "sd-a")
 				cfg.LockProtocol = proto
 				a := start(t, cfg)
 				bcfg := testConfig(t, root, "sd-b")
@@ -164,9 +151,7 @@ func TestReviewNowaitIsARelease(t *testing.T) {
 func TestReviewNowaitLostInFlight(t *testing.T) {
 	root := testRoot(t)
 	conn := rawConn(t)
-	p := testenv.ProxyT(t, zkServer.Addr(1))
-	cfg := testConfig(t, root, "lost-a")
-	cfg.ZKServers = []string{p.Addr()}
+	cfg, p := proxiedConfig(t, root, "lost-a")
 	var lb logBuf
 	a := start(t, cfg, withLog(&lb))
 	t.Cleanup(func() { assertNoLeftovers(t, conn, root) })
@@ -210,9 +195,7 @@ func TestReviewNowaitLostInFlight(t *testing.T) {
 func TestReviewNowaitSessionExpiredInFlight(t *testing.T) {
 	root := testRoot(t)
 	conn := rawConn(t)
-	p := testenv.ProxyT(t, zkServer.Addr(1))
-	cfg := testConfig(t, root, "se-a")
-	cfg.ZKServers = []string{p.Addr()}
+	cfg, p := proxiedConfig(t, root, "se-a")
 	a := start(t, cfg)
 	b := start(t, testConfig(t, root, "se-b"))
 	t.Cleanup(func() { assertNoLeftovers(t, conn, root) })

@@ -50,9 +50,7 @@ func TestReviewWAcquireBoundedByWait(t *testing.T) {
 		t.Run(proto, func(t *testing.T) {
 			root := testRoot(t)
 			conn := rawConn(t)
-			p := testenv.ProxyT(t, zkServer.Addr(1))
-			cfg := testConfig(t, root, "wb-a")
-			cfg.ZKServers = []string{p.Addr()}
+			cfg, p := proxiedConfig(t, root, "wb-a")
 			cfg.LockProtocol = proto
 			cfg.ForegroundTimeout = 20 * time.Second
 			// The held connection is not given up for ~6.7 s (2/3 of the
@@ -105,9 +103,7 @@ func TestReviewWAcquireBoundedByWait(t *testing.T) {
 func TestReviewWFreeingLostInFlight(t *testing.T) {
 	root := testRoot(t)
 	conn := rawConn(t)
-	p := testenv.ProxyT(t, zkServer.Addr(1))
-	cfg := testConfig(t, root, "wl-a")
-	cfg.ZKServers = []string{p.Addr()}
+	cfg, p := proxiedConfig(t, root, "wl-a")
 	var lb logBuf
 	a := start(t, cfg, withLog(&lb))
 	objPath := path.Join(root, "wl")
@@ -195,9 +191,7 @@ func TestReviewWSharedNotRecorded(t *testing.T) {
 // returned no release is recorded as freeing.
 func TestReviewWShutdownWhileWaiting(t *testing.T) {
 	root := testRoot(t)
-	p := testenv.ProxyT(t, zkServer.Addr(1))
-	cfg := testConfig(t, root, "wd-a")
-	cfg.ZKServers = []string{p.Addr()}
+	cfg, p := proxiedConfig(t, root, "wd-a")
 	a := start(t, cfg)
 
 	l := a.acquire("wd", `{"lease_ms":60000}`)
@@ -351,9 +345,7 @@ func TestReviewWWaitedCountsRelease(t *testing.T) {
 // wait or the release's end.
 func TestReviewWCallerGoneWhileWaiting(t *testing.T) {
 	root := testRoot(t)
-	p := testenv.ProxyT(t, zkServer.Addr(1))
-	cfg := testConfig(t, root, "wg-a")
-	cfg.ZKServers = []string{p.Addr()}
+	cfg, p := proxiedConfig(t, root, "wg-a")
 	cfg.ZKSessionTimeout = 10 * time.Second
 	a := start(t, cfg)
 
