@@ -317,6 +317,11 @@ type AcquireOptions struct {
 	// together, none with an exclusive one. Native protocol only
 	// (ErrSharedNeedsNative otherwise).
 	Shared bool
+	// Since, if set and before the call, is when the caller's wait began
+	// (it waited for something else first): Grant.Waited and
+	// InstanceLockError.Waited count from it. Wait still counts from the
+	// call.
+	Since time.Time
 }
 
 type nodeData struct {
@@ -380,6 +385,9 @@ func (e *Engine) Acquire(ctx context.Context, object string, typ Type, o Acquire
 		}
 	}
 	start := time.Now()
+	if !o.Since.IsZero() && o.Since.Before(start) {
+		start = o.Since
+	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 

@@ -78,6 +78,7 @@ func TestReleaseNoWait(t *testing.T) {
 			if e := decodeError(t, a.mustCall(404, "GET", "/v1/leases/"+l.LeaseID, "")); e.Kind != api.NoNode {
 				t.Errorf("the released lease: %+v, want NoNode", e)
 			}
+			sent := time.Now()
 			again, other := acquireAsync(a, "nw", `{"wait_ms":30000}`), acquireAsync(b, "nw", `{"wait_ms":30000}`)
 			// b queues (its own connection is not held); a's acquire is
 			// held behind the release. Neither may be granted while the
@@ -98,6 +99,7 @@ func TestReleaseNoWait(t *testing.T) {
 			if kids, _, _ := conn.Children(objPath); !slices.Contains(kids, l.Node) {
 				t.Fatalf("the holder's node %s vanished while its connection was held: %v", l.Node, kids)
 			}
+			held := time.Since(sent)
 			p.Heal()
 			// Each is granted in turn, after the release landed, with a
 			// greater token than the released grant's.
@@ -119,6 +121,12 @@ func TestReleaseNoWait(t *testing.T) {
 				gl := decodeLease(t, g.body)
 				if gl.Token <= last {
 					t.Errorf("%s granted token %d, not above %d", s.cfg.NodeID, gl.Token, last)
+				}
+				// Both waited at least until the heal; a's wait for the
+				// release in flight counts in its waited_ms as b's wait in
+				// its queue does (a client computes validity from it).
+				if gl.WaitedMS < held.Milliseconds() {
+					t.Errorf("%s's lease says waited_ms %d, but it waited at least %d ms (sent before the hold, granted after the heal)", s.cfg.NodeID, gl.WaitedMS, held.Milliseconds())
 				}
 				if kids, _, _ := conn.Children(objPath); slices.Contains(kids, l.Node) {
 					t.Errorf("%s granted while the released holder's node %s is still there: %v", s.cfg.NodeID, l.Node, kids)

@@ -2,7 +2,6 @@ package sidecar
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -121,9 +120,12 @@ func (a *acquisition) take(ctx context.Context, opts lock.AcquireOptions) (holdi
 		}
 		return g, nil
 	}
-	var before time.Duration
 	if ch := a.s.leases.freeingOf(sp.object); ch != nil && !opts.TryOnce {
-		var over error
+		var (
+			before time.Duration
+			over   error
+		)
+		opts.Since = time.Now() // the lease's waited_ms, and a 423's, count this wait too
 		if opts, before, over = afterFreeing(ctx, ch, opts); over != nil {
 			// The wait ran out (or the request ended) with the release
 			// still in flight or just landed: no engine call, whose try
@@ -134,9 +136,6 @@ func (a *acquisition) take(ctx context.Context, opts lock.AcquireOptions) (holdi
 	}
 	g, err := e.Acquire(ctx, sp.object, sp.typ, opts)
 	if err != nil {
-		if ile, ok := errors.AsType[*lock.InstanceLockError](err); ok {
-			ile.Waited += before
-		}
 		return nil, err
 	}
 	return g, nil
