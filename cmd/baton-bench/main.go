@@ -8,6 +8,7 @@
 //	baton-bench probe   [--zk HOST:PORT] [--waiters 1000] [--objects 1000] [--baton PATH]
 //	baton-bench reqcost [--zk HOST:PORT] [--n 5000] [--baton PATH]
 //	baton-bench cost    [--zk HOST:PORT] [--cycles 2000] [--env KEY=VALUE] [--baton PATH]
+//	baton-bench wire    --zk-port P -- COMMAND [ARGS...]
 //
 // Implementations (--impl):
 //
@@ -21,6 +22,10 @@
 //     Go client (package client).
 //   - baton-shared: one `baton serve` process (one ZooKeeper session) for all
 //     clients, each client a Go client of its own (many threads on one node).
+//   - gozk-http, gozk-shared: the control. The peer's lock (go-zookeeper's
+//     zk.NewLock) deployed as Baton is: a `baton-bench peer-sidecar` process
+//     per client (or one for all), a plain net/http server on a unix
+//     socket, driven by the stock net/http client (peersidecar.go).
 //
 // The clients always live in this process, so the overlap detector sees
 // every holder; only the sidecars of the process impls are processes. The
@@ -32,7 +37,8 @@
 // latency against a raw echo server and cost the sidecar's CPU and context
 // switches per W1 cycle and per request against the same echo (see
 // probe.go, reqcost.go, cost.go); without --zk they start their own
-// ZooKeeper (testenv, Debian's zookeeper).
+// ZooKeeper (testenv, Debian's zookeeper). wire counts the ZooKeeper
+// requests a command's sessions send, per opcode (wirecount.go).
 package main
 
 import (
@@ -105,7 +111,7 @@ type result struct {
 
 func main() {
 	if len(os.Args) < 2 || strings.HasPrefix(os.Args[1], "-") {
-		fmt.Fprintln(os.Stderr, "usage: baton-bench W1|W2|W3|W4|W5 --zk HOST:PORT --root PATH [flags]; baton-bench probe|reqcost|cost|floor [flags]")
+		fmt.Fprintln(os.Stderr, "usage: baton-bench W1|W2|W3|W4|W5 --zk HOST:PORT --root PATH [flags]; baton-bench probe|reqcost|cost|floor|wire [flags]")
 		os.Exit(64)
 	}
 	switch os.Args[1] {
@@ -119,6 +125,10 @@ func main() {
 		os.Exit(floorMain(os.Args[2:]))
 	case "echo-server":
 		os.Exit(echoServerMain(os.Args[2:]))
+	case "wire":
+		os.Exit(wireMain(os.Args[2:]))
+	case "peer-sidecar":
+		os.Exit(peerSidecarMain(os.Args[2:]))
 	}
 	cfg := config{workload: os.Args[1]}
 	fs := flag.NewFlagSet("baton-bench", flag.ExitOnError)
@@ -183,7 +193,8 @@ type env struct {
 
 // processImpl says whether impl runs `baton serve` processes.
 func processImpl(impl string) bool {
-	return impl == "baton-http" || impl == "baton-client" || impl == "baton-shared"
+	return impl == "baton-http" || impl == "baton-client" || impl == "baton-shared" ||
+		impl == "gozk-http" || impl == "gozk-shared"
 }
 
 func (e *env) newSessions(n int) ([]session, error) {
@@ -325,6 +336,9 @@ func (l *clientLocker) Unlock() error {
 func run(cfg config) (result, error) {
 	if cfg.impl != "baton" && cfg.impl != "baton-engine" && !processImpl(cfg.impl) {
 		return result{}, fmt.Errorf("unknown --impl %q", cfg.impl)
+	}
+	if strings.HasPrefix(cfg.impl, "gozk-") && (!cfg.releaseWait || cfg.protocol == "native") {
+		return result{}, fmt.Errorf("--impl %s is the peer's lock (the control): --release-wait=false and --protocol native are Baton's", cfg.impl)
 	}
 	dir, err := os.MkdirTemp("", "bb")
 	if err != nil {
@@ -475,6 +489,15 @@ func (e *env) contention(objects int) (result, error) {
 	return res, nil
 }
 
+// holderNodes is how many children the holder has under the object: its
+// node and privateLock (Baton), or its node alone (the peer's zk.Lock).
+func (e *env) holderNodes() int {
+	if strings.HasPrefix(e.cfg.impl, "gozk-") {
+		return 1
+	}
+	return 2
+}
+
 // watchedSessions starts n sessions and a raw client to watch their queue
 // (W4, W5); the returned func closes them all.
 func (e *env) watchedSessions(n int) (ss []session, raw *zk.Conn, closeFn func(), err error) {
@@ -570,7 +593,7 @@ func (e *env) w4() (result, error) {
 			done <- err
 		}()
 		// holder's node + privateLock + the waiter's node
-		if err := waitQueued(raw, path, 3, 500*time.Microsecond); err != nil {
+		if err := waitQueued(raw, path, 1+e.holderNodes(), 500*time.Microsecond); err != nil {
 			return res, err
 		}
 		time.Sleep(e.cfg.settle)
@@ -640,7 +663,7 @@ func (e *env) w5() (result, error) {
 			})
 		}
 		// gate's node + privateLock + every waiter's node
-		if err := waitQueued(raw, path, len(waiters)+2, 20*time.Millisecond); err != nil {
+		if err := waitQueued(raw, path, len(waiters)+e.holderNodes(), 20*time.Millisecond); err != nil {
 			return res, err
 		}
 		var p0 int64

@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "echo-server" { // cost and reqcost start this executable as their echo
 		os.Exit(echoServerMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "peer-sidecar" { // the gozk-* impls start this executable as their sidecar
+		os.Exit(peerSidecarMain(os.Args[2:]))
+	}
 	code := m.Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
@@ -56,7 +59,8 @@ func baton(t *testing.T) string {
 }
 
 // TestProcessImpls runs the workloads through `baton serve` processes (one
-// per client; one for all with baton-shared) and checks that every
+// per client; one for all with baton-shared), and through the control's
+// peer-sidecar processes (gozk-http, gozk-shared), and checks that every
 // acquisition was granted to one holder at a time.
 func TestProcessImpls(t *testing.T) {
 	if testing.Short() {
@@ -64,11 +68,15 @@ func TestProcessImpls(t *testing.T) {
 	}
 	bin := baton(t)
 	z := testenv.ZooKeeperT(t, testenv.ZKOptions{})
-	for _, impl := range []string{"baton-http", "baton-client", "baton-shared"} {
+	for _, impl := range []string{"baton-http", "baton-client", "baton-shared", "gozk-http", "gozk-shared"} {
 		for _, w := range []string{"W1", "W2", "W3", "W4", "W5"} {
 			t.Run(impl+"/"+w, func(t *testing.T) {
+				// Baton's releases answer before their write lands
+				// (?wait=false), the control's (gozk-*) wait: it has no
+				// such mode.
 				cfg := config{impl: impl, workload: w, zkAddr: z.Servers()[0], root: "/t/" + impl + "/" + w,
-					baton: bin, clients: 4, ops: 60, objects: 10, waiters: 6, warmup: 5}
+					baton: bin, clients: 4, ops: 60, objects: 10, waiters: 6, warmup: 5,
+					releaseWait: strings.HasPrefix(impl, "gozk-")}
 				res, err := run(cfg)
 				if err != nil {
 					t.Fatalf("%s %s: %v (%+v)", impl, w, err, res)

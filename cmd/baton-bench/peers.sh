@@ -9,10 +9,15 @@
 #   baton-client   one `baton serve` process per client, Baton's Go client
 #   baton-shared   one `baton serve` process for all clients (W2/W3: 8 app
 #                  clients on one node), Baton's Go client
+#   gozk-http      the control (BATON_IMPLS token "control"): go-zookeeper's
+#                  zk.NewLock deployed as baton-http is, a `baton-bench
+#                  peer-sidecar` process per client behind a plain net/http
+#                  server ("control-shared": one for all clients, gozk-shared)
 #
 #   cmd/baton-bench/peers.sh            # all workloads, REPS=3, both protocols (about 35 min on a busy 2-core VM)
 #   WORKLOADS="W1 W4" REPS=5 cmd/baton-bench/peers.sh
 #   BATON_IMPLS="http client" cmd/baton-bench/peers.sh   # a subset of Baton's
+#   BATON_IMPLS="control http http:native" ...           # the control beside Baton as deployed
 #   BATON_IMPLS="http shared http:native shared:native" ...  # :native = zookeeper.lock.protocol=native
 #                  (reported as baton-<impl>-native)
 #   BATON_IMPLS="client client:nowait http:native:nowait" ...  # :nowait (last) = releases with
@@ -49,6 +54,7 @@ for b in ${BATON_IMPLS:-inproc engine http client shared http:native client:nati
   if [[ $b = *:nowait ]]; then wait=false; b=${b%:nowait}; fi
   if [[ $b = *:native ]]; then proto=native; b=${b%:native}; fi
   impl=baton-$b
+  case $b in control) impl=gozk-http;; control-shared) impl=gozk-shared;; esac
   wrapper=$work/baton/$b-$proto-$wait
   cat >"$wrapper" <<SH
 #!/usr/bin/env bash

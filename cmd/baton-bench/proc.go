@@ -132,12 +132,28 @@ func startSidecar(bin, dir, name string, props map[string]string) (*sidecarProc,
 	if err := os.WriteFile(cfg, []byte(b.String()), 0o600); err != nil {
 		return nil, err
 	}
+	return spawnSidecar(exec.Command(bin, "serve", "--config", cfg), dir, name, sock)
+}
+
+// startPeerSidecar starts this executable's peer-sidecar (peersidecar.go):
+// the peer's lock behind a plain HTTP server, the control impls gozk-*.
+func startPeerSidecar(dir, name, zkAddr, root string) (*sidecarProc, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	sock := filepath.Join(dir, name+".sock")
+	return spawnSidecar(exec.Command(self, "peer-sidecar", "--zk", zkAddr, "--root", root, "--socket", sock), dir, name, sock)
+}
+
+// spawnSidecar starts cmd, a sidecar serving sock, and returns once its
+// /readyz answers 200.
+func spawnSidecar(cmd *exec.Cmd, dir, name, sock string) (*sidecarProc, error) {
 	logPath := filepath.Join(dir, name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "serve", "--config", cfg)
 	cmd.Env = append(os.Environ(), sidecarEnv...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the bench
@@ -160,12 +176,12 @@ func startSidecar(bin, dir, name string, props map[string]string) (*sidecarProc,
 		}
 		select {
 		case <-s.exited:
-			return nil, fmt.Errorf("baton serve %s exited: %s", name, s.tail())
+			return nil, fmt.Errorf("sidecar %s exited: %s", name, s.tail())
 		default:
 		}
 		if time.Now().After(deadline) {
 			s.stop()
-			return nil, fmt.Errorf("baton serve %s not ready within 60s: %v; %s", name, err, s.tail())
+			return nil, fmt.Errorf("sidecar %s not ready within 60s: %v; %s", name, err, s.tail())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -217,14 +233,25 @@ type procSession struct {
 
 func (e *env) newProcSession(i int64) (session, error) {
 	var sc *sidecarProc
-	own := e.cfg.impl != "baton-shared"
+	peer := strings.HasPrefix(e.cfg.impl, "gozk-")
+	own := e.cfg.impl != "baton-shared" && e.cfg.impl != "gozk-shared"
 	if own {
 		var err error
-		if sc, err = startSidecar(e.bin, e.dir, "s"+strconv.FormatInt(i, 10), e.sidecarProps()); err != nil {
+		name := "s" + strconv.FormatInt(i, 10)
+		if peer {
+			sc, err = startPeerSidecar(e.dir, name, e.cfg.zkAddr, e.cfg.root)
+		} else {
+			sc, err = startSidecar(e.bin, e.dir, name, e.sidecarProps())
+		}
+		if err != nil {
 			return nil, err
 		}
 	} else {
 		e.sharedOnce.Do(func() {
+			if peer {
+				e.shared, e.sharedErr = startPeerSidecar(e.dir, "shared", e.cfg.zkAddr, e.cfg.root)
+				return
+			}
 			p := e.sidecarProps()
 			p["sidecar.max.waiters"] = "100000"
 			e.shared, e.sharedErr = startSidecar(e.bin, e.dir, "shared", p)
@@ -235,7 +262,7 @@ func (e *env) newProcSession(i int64) (session, error) {
 		sc = e.shared
 	}
 	s := &procSession{sc: sc, own: own, noWait: !e.cfg.releaseWait}
-	if e.cfg.impl == "baton-http" {
+	if e.cfg.impl == "baton-http" || peer {
 		s.http = unixHTTPClient(sc.socket)
 	} else {
 		s.c = client.New(sc.socket)

@@ -1,0 +1,76 @@
+package main
+
+// wire runs a command while it records ZooKeeper's packets on the loopback
+// and prints what the command's sessions asked for: requests per opcode,
+// answers per error code, watch events and pings, in all and per
+// connection (by the client's port; events as event<type>). It is how a workload's
+// ZooKeeper work per operation is counted (needs CAP_NET_RAW):
+//
+//	baton-bench wire --zk-port 24301 -- bin/baton-bench W3 --zk 127.0.0.1:24301 ...
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+)
+
+func wireMain(args []string) int {
+	fs := flag.NewFlagSet("baton-bench wire", flag.ExitOnError)
+	port := fs.Int("zk-port", 2181, "ZooKeeper's client port on the loopback")
+	_ = fs.Parse(args)
+	if fs.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "usage: baton-bench wire --zk-port P -- COMMAND [ARGS...]")
+		return 64
+	}
+	c, err := startCapture(*port)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	cmd := exec.Command(fs.Arg(0), fs.Args()[1:]...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	runErr := cmd.Run()
+	time.Sleep(200 * time.Millisecond) // the last frames' delivery to the capture
+	c.stop()
+	pkts := c.take()
+	reqs, errs, events := map[string]int{}, map[string]int{}, map[string]int{}
+	perConn := map[string]map[string]int{} // the client's port → requests and events per opcode
+	for _, p := range pkts {
+		c := perConn[strconv.Itoa(p.conn)]
+		if c == nil {
+			c = map[string]int{}
+			perConn[strconv.Itoa(p.conn)] = c
+		}
+		switch {
+		case p.req && p.xid == -2:
+			reqs["ping"]++
+			c["ping"]++
+		case p.req:
+			reqs[zkOpName(p.op)]++
+			c[zkOpName(p.op)]++
+		case p.xid == -1:
+			c[fmt.Sprintf("event%d", p.op)]++
+		case p.xid == -1:
+			events[fmt.Sprintf("type%d", p.op)]++
+		case p.xid != -2 && p.op != 0:
+			errs[fmt.Sprintf("%d", p.op)]++
+		}
+	}
+	total := 0
+	for _, n := range reqs {
+		total += n
+	}
+	out := map[string]any{"probe": "wire", "requests": reqs, "requests_total": total,
+		"error_answers": errs, "events": events, "connections": perConn}
+	b, _ := json.Marshal(out)
+	fmt.Println(string(b))
+	if runErr != nil {
+		fmt.Fprintln(os.Stderr, "wire:", runErr)
+		return 1
+	}
+	return 0
+}
