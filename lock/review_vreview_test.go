@@ -1,0 +1,89 @@
+package lock_test
+
+// Review (vreview) of commit 687702a: AcquireOptions.Since. Set and before
+// the call, Grant.Waited and InstanceLockError.Waited count from it; the
+// Wait bound still counts from the call. Zero, or a time after the call,
+// changes nothing.
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/lock"
+)
+
+// TestReviewVSince: on both protocols, a grant's Waited with Since zero or
+// an hour ahead lies within the call (0 <= Waited <= the call's wall
+// time); with Since 1 s before the call it is at least 1 s and at most the
+// call's wall time + 1 s. An acquire behind another engine's holder with
+// Wait 300 ms answers an InstanceLockError no earlier than 300 ms after
+// the call whatever Since says (10 s before: not at once; an hour ahead:
+// not an hour later), its Waited counted from Since only when Since is
+// before the call.
+func TestReviewVSince(t *testing.T) {
+	for _, proto := range []lock.Protocol{lock.Plugin, lock.Native} {
+		t.Run(proto.String(), func(t *testing.T) {
+			z := zkServer
+			root := testRoot(t, z)
+			set := func(o *lock.Options) { o.Protocol = proto }
+			e, other := newEngine(t, z.Servers(), root, set), newEngine(t, z.Servers(), root, set)
+
+			for _, c := range []struct {
+				name  string
+				since func(call time.Time) time.Time
+				extra time.Duration // how much before the call Since is
+			}{
+				{"zero", func(time.Time) time.Time { return time.Time{} }, 0},
+				{"future", func(call time.Time) time.Time { return call.Add(time.Hour) }, 0},
+				{"past", func(call time.Time) time.Time { return call.Add(-time.Second) }, time.Second},
+			} {
+				call := time.Now()
+				g, err := e.Acquire(context.Background(), "since", lock.Foreground, lock.AcquireOptions{Wait: 10 * time.Second, Since: c.since(call)})
+				wall := time.Since(call)
+				if err != nil {
+					t.Fatalf("%s: Acquire: %v", c.name, err)
+				}
+				if w := g.Waited(); w < c.extra || w > wall+c.extra {
+					t.Errorf("Since %s: Waited %v, want within [%v, %v] (the call took %v)", c.name, w, c.extra, wall+c.extra, wall)
+				}
+				release(t, g)
+			}
+
+			h := acquire(t, other, "since", lock.Foreground, lock.AcquireOptions{})
+			defer release(t, h)
+			const wait = 300 * time.Millisecond
+			for _, c := range []struct {
+				name  string
+				since func(call time.Time) time.Time
+				extra time.Duration
+			}{
+				{"zero", func(time.Time) time.Time { return time.Time{} }, 0},
+				{"future", func(call time.Time) time.Time { return call.Add(time.Hour) }, 0},
+				{"past", func(call time.Time) time.Time { return call.Add(-10 * time.Second) }, 10 * time.Second},
+			} {
+				call := time.Now()
+				g, err := e.Acquire(context.Background(), "since", lock.Foreground, lock.AcquireOptions{Wait: wait, Since: c.since(call)})
+				wall := time.Since(call)
+				if err == nil {
+					release(t, g)
+					t.Fatalf("Since %s: granted while another engine holds the object", c.name)
+				}
+				ile, ok := errors.AsType[*lock.InstanceLockError](err)
+				if !ok {
+					t.Fatalf("Since %s: %v, want an InstanceLockError", c.name, err)
+				}
+				// A timer never fires early: the wait counts from the call.
+				// The upper bound is slack for a slow machine (an hour if
+				// the wait counted from a future Since).
+				if wall < wait || wall > wait+10*time.Second {
+					t.Errorf("Since %s: answered after %v, want the wait of %v counted from the call", c.name, wall, wait)
+				}
+				if ile.Waited < wait+c.extra || ile.Waited > wall+c.extra {
+					t.Errorf("Since %s: InstanceLockError.Waited %v, want within [%v, %v]", c.name, ile.Waited, wait+c.extra, wall+c.extra)
+				}
+			}
+		})
+	}
+}
