@@ -87,3 +87,75 @@ func TestReviewVSince(t *testing.T) {
 		})
 	}
 }
+
+// TestReviewVPermitWaitedCountsGate: a permit's grant counts the whole
+// AcquirePermit call in Waited, its wait at the semaphore's gate
+// included: the sidecar hands it out as the lease's waited_ms, from which
+// a client places the validity (too small wastes it: a wait at the gate
+// longer than the validity would leave the client a lease it takes as
+// already expired). One permit, held by p; q (same engine) holds the gate
+// waiting for the permit; r (another engine) waits at the gate behind q
+// at least 300 ms, then on the permit behind q 300 ms more. r's Waited is
+// at least the time it was surely waiting and at most its call's wall
+// time. On both protocols.
+func TestReviewVPermitWaitedCountsGate(t *testing.T) {
+	for _, proto := range []lock.Protocol{lock.Plugin, lock.Native} {
+		t.Run(proto.String(), func(t *testing.T) {
+			z := zkServer
+			root := testRoot(t, z)
+			set := func(o *lock.Options) { o.Protocol = proto }
+			e, other := newEngine(t, z.Servers(), root, set), newEngine(t, z.Servers(), root, set)
+			ctx := context.Background()
+			gate, _, err := lock.SemaphoreObjects("vs", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			type got struct {
+				g          *lock.Grant
+				err        error
+				call, recv time.Time
+			}
+			permit := func(en *lock.Engine) <-chan got {
+				ch := make(chan got, 1)
+				go func() {
+					call := time.Now()
+					g, err := en.AcquirePermit(ctx, "vs", 1, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
+					ch <- got{g, err, call, time.Now()}
+				}()
+				return ch
+			}
+			p, err := e.AcquirePermit(ctx, "vs", 1, lock.Foreground, lock.AcquireOptions{Wait: 10 * time.Second})
+			if err != nil {
+				t.Fatalf("first permit: %v", err)
+			}
+			qc := permit(e)
+			waitFor(t, 10*time.Second, "q holds the gate", func() bool {
+				st, err := e.Inspect(ctx, gate)
+				return err == nil && st.Holder != nil
+			})
+			rc := permit(other)
+			waitFor(t, 10*time.Second, "r waits at the gate", func() bool {
+				st, err := e.Inspect(ctx, gate)
+				return err == nil && len(st.Waiters) > 0
+			})
+			seen := time.Now()
+			time.Sleep(300 * time.Millisecond)
+			release(t, p)
+			q := <-qc
+			if q.err != nil {
+				t.Fatalf("q: %v", q.err)
+			}
+			time.Sleep(300 * time.Millisecond)
+			surely := time.Since(seen)
+			release(t, q.g)
+			r := <-rc
+			if r.err != nil {
+				t.Fatalf("r: %v", r.err)
+			}
+			defer release(t, r.g)
+			if w, wall := r.g.Waited(), r.recv.Sub(r.call); w < surely || w > wall {
+				t.Errorf("the permit's Waited %v, want within [%v, %v]: at least the time it surely waited (gate and permit), at most the call", w, surely, wall)
+			}
+		})
+	}
+}
