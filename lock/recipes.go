@@ -222,11 +222,17 @@ func (e *Engine) AcquirePermit(ctx context.Context, name string, permits int, ty
 	if err != nil {
 		return nil, err
 	}
+	// The permit's grant counts the whole call in Waited (the wait at the
+	// gate too), or the caller's Since if earlier: a client places the
+	// validity from it.
+	if o.Since.IsZero() || o.Since.After(start) {
+		o.Since = start
+	}
 	named := func(err error) error {
 		var ile *InstanceLockError
 		if errors.As(err, &ile) {
 			c := *ile
-			c.Object, c.Waited = SemaphorePrefix+name, time.Since(start)
+			c.Object, c.Waited = SemaphorePrefix+name, time.Since(o.Since)
 			return &c
 		}
 		return err
