@@ -33,10 +33,15 @@ func (a timedAnswer) wall() int64 { return a.recv.Sub(a.sent).Milliseconds() }
 
 // timedAcquire sends POST /v1/locks/{obj}/acquire in the background.
 func timedAcquire(s *sc, obj, body string) <-chan timedAnswer {
+	return timedPost(s, "/v1/locks/"+obj+"/acquire", body)
+}
+
+// timedPost sends POST route in the background.
+func timedPost(s *sc, route, body string) <-chan timedAnswer {
 	ch := make(chan timedAnswer, 1)
 	go func() {
 		sent := time.Now()
-		st, b := s.call("POST", "/v1/locks/"+obj+"/acquire", body)
+		st, b := s.call("POST", route, body)
 		ch <- timedAnswer{st, b, sent, time.Now()}
 	}()
 	return ch
@@ -50,10 +55,15 @@ func timedAcquire(s *sc, obj, body string) <-chan timedAnswer {
 // answer. Cases: the release's write held back by the proxy until a heal
 // ("held"); the write merely slow (100 ms each way, "slow"); and, native
 // only, a shared acquire after an exclusive no-wait release ("shared").
-// On both protocols.
+// A set of objects and a semaphore's permit never wait for a release in
+// flight in the sidecar (take asks the engine at once: they queue behind
+// it in ZooKeeper), yet their waited_ms obeys the same bounds: a set
+// including the object ("set"), and a permit after a permit's no-wait
+// release ("permit", recorded as freeing though no acquire can wait on
+// it). On both protocols.
 func TestReviewVWaitedWithinWallClock(t *testing.T) {
 	for _, proto := range []string{"plugin", "native"} {
-		cases := []string{"held", "slow"}
+		cases := []string{"held", "slow", "set", "permit"}
 		if proto == "native" {
 			cases = append(cases, "shared")
 		}
@@ -67,10 +77,20 @@ func TestReviewVWaitedWithinWallClock(t *testing.T) {
 				t.Cleanup(p.Heal)
 				objPath := path.Join(root, "vw")
 
-				l := a.acquire("vw", `{"lease_ms":60000}`)
-				body := `{"wait_ms":30000}`
-				if mode == "shared" {
+				first, firstBody := "/v1/locks/vw/acquire", `{"lease_ms":60000}`
+				route, body := first, `{"wait_ms":30000}`
+				switch mode {
+				case "shared":
 					body = `{"wait_ms":30000,"mode":"shared"}`
+				case "set":
+					route, body = "/v1/locks/acquire", `{"wait_ms":30000,"objects":["vw","vw2"]}`
+				case "permit":
+					first, firstBody = "/v1/semaphores/vw/acquire", `{"lease_ms":60000,"permits":1}`
+					route, body = first, `{"wait_ms":30000,"permits":1}`
+				}
+				l := decodeLease(t, a.mustCall(200, "POST", first, firstBody))
+				if mode == "permit" {
+					objPath = "" // the permit's object: not checked
 				}
 				if mode == "slow" {
 					p.SetLatency(100 * time.Millisecond)
@@ -79,13 +99,13 @@ func TestReviewVWaitedWithinWallClock(t *testing.T) {
 				}
 				nowaitRelease(t, a, l)
 				freeingIs(t, a, 1, "the release in flight")
-				ch := timedAcquire(a, "vw", body)
+				ch := timedPost(a, route, body)
 				var surely time.Duration
 				if mode != "slow" {
 					waitFor(t, 5*time.Second, "the acquire in flight", func() bool { return a.metric("baton_acquires_in_flight") == 1 })
 					seen := time.Now()
 					time.Sleep(300 * time.Millisecond)
-					if !slices.Contains(kidsOf(t, conn, objPath), l.Node) {
+					if objPath != "" && !slices.Contains(kidsOf(t, conn, objPath), l.Node) {
 						t.Fatalf("the released holder's node %s is gone while its write was held", l.Node)
 					}
 					surely = time.Since(seen)
@@ -112,7 +132,7 @@ func TestReviewVWaitedWithinWallClock(t *testing.T) {
 				}
 				// (The object node may have been deleted and made again:
 				// then the grant's node has the released one's name.)
-				if gl.Node != l.Node && slices.Contains(kidsOf(t, conn, objPath), l.Node) {
+				if objPath != "" && gl.Node != l.Node && slices.Contains(kidsOf(t, conn, objPath), l.Node) {
 					t.Errorf("granted (node %s) while the released holder's node %s is still there", gl.Node, l.Node)
 				}
 				p.Heal()
