@@ -159,3 +159,57 @@ func TestReviewVPermitWaitedCountsGate(t *testing.T) {
 		})
 	}
 }
+
+// TestReviewVSetWaitedCountsRetry: a set taken again after one of its
+// grants was lost while it waited for a later object (x's privateLock
+// deleted by an operator while the set waits for y; then x is held by
+// another for 200 ms) counts the whole AcquireAll call in its wait, as the
+// sidecar reports it (the first member's Waited + the time to the last
+// member's grant): at least the time it was surely waiting, at most the
+// call's wall time — not only the last attempt.
+func TestReviewVSetWaitedCountsRetry(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root)
+	other := newEngine(t, zkServer.Servers(), root)
+	conn := rawConn(t, zkServer.Servers())
+	hy := acquire(t, other, "y", lock.Foreground, lock.AcquireOptions{})
+	type result struct {
+		gs         []*lock.Grant
+		err        error
+		call, recv time.Time
+	}
+	done := make(chan result, 1)
+	go func() {
+		call := time.Now()
+		gs, err := e.AcquireAll(context.Background(), []string{"x", "y"}, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
+		done <- result{gs, err, call, time.Now()}
+	}()
+	waitFor(t, 20*time.Second, "x held by the set, y waited for", func() bool {
+		sx, err1 := other.Inspect(context.Background(), "x")
+		sy, err2 := other.Inspect(context.Background(), "y")
+		return err1 == nil && err2 == nil && sx.Holder != nil && len(sy.Waiters) == 1
+	})
+	seen := time.Now()
+	time.Sleep(500 * time.Millisecond) // x's holder watch is armed (HolderWatchDelay 25 ms)
+	if err := conn.Delete(root+"/x/privateLock", -1); err != nil {
+		t.Fatalf("delete x's privateLock: %v", err)
+	}
+	hx := acquire(t, other, "x", lock.Foreground, lock.AcquireOptions{})
+	release(t, hy)
+	time.Sleep(200 * time.Millisecond)
+	surely := time.Since(seen)
+	release(t, hx)
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("AcquireAll = %v, want the set granted once x and y are free", r.err)
+	}
+	defer func() {
+		for _, g := range r.gs {
+			_ = g.Release(context.Background())
+		}
+	}()
+	first, last := r.gs[0], r.gs[len(r.gs)-1]
+	if w, wall := first.Waited()+last.AcquiredAt().Sub(first.AcquiredAt()), r.recv.Sub(r.call); w < surely || w > wall {
+		t.Errorf("the set's wait %v, want within [%v, %v]: at least the time it surely waited, at most the call", w, surely, wall)
+	}
+}
