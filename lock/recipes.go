@@ -123,6 +123,12 @@ func (e *Engine) AcquireAll(ctx context.Context, objects []string, typ Type, o A
 	if err != nil {
 		return nil, err
 	}
+	// Each grant counts its Waited from the call (or the caller's Since if
+	// earlier), also in a later attempt: the set's wait is the first
+	// grant's Waited plus the time to the last grant.
+	if o.Since.IsZero() || o.Since.After(start) {
+		o.Since = start
+	}
 	for attempt := 0; ; attempt++ {
 		grants := make([]*Grant, 0, len(order))
 		for i, obj := range order {
@@ -135,7 +141,7 @@ func (e *Engine) AcquireAll(ctx context.Context, objects []string, typ Type, o A
 				var ile *InstanceLockError
 				if errors.As(err, &ile) { // the set's wait, not this object's
 					c := *ile
-					c.Waited = time.Since(start)
+					c.Waited = time.Since(o.Since)
 					err = &c
 				}
 				giveBack(ctx, grants...)
