@@ -59,8 +59,7 @@ func timedPost(s *sc, route, body string) <-chan timedAnswer {
 // flight in the sidecar (take asks the engine at once: they queue behind
 // it in ZooKeeper), yet their waited_ms obeys the same bounds: a set
 // including the object ("set"), and a permit after a permit's no-wait
-// release ("permit", recorded as freeing though no acquire can wait on
-// it). On both protocols.
+// release ("permit"). On both protocols.
 func TestReviewVWaitedWithinWallClock(t *testing.T) {
 	for _, proto := range []string{"plugin", "native"} {
 		cases := []string{"held", "slow", "set", "permit"}
@@ -98,7 +97,9 @@ func TestReviewVWaitedWithinWallClock(t *testing.T) {
 					p.HoldUpstream()
 				}
 				nowaitRelease(t, a, l)
-				freeingIs(t, a, 1, "the release in flight")
+				if mode != "permit" { // (a permit's release is recorded too today, though nothing waits on it)
+					freeingIs(t, a, 1, "the release in flight")
+				}
 				ch := timedPost(a, route, body)
 				var surely time.Duration
 				if mode != "slow" {
