@@ -123,6 +123,12 @@ func (e *Engine) AcquireAll(ctx context.Context, objects []string, typ Type, o A
 	if err != nil {
 		return nil, err
 	}
+	// Each grant counts its Waited from the call (or the caller's Since if
+	// earlier), also in a later attempt: the set's wait is the first
+	// grant's Waited plus the time to the last grant.
+	if o.Since.IsZero() || o.Since.After(start) {
+		o.Since = start
+	}
 	for attempt := 0; ; attempt++ {
 		grants := make([]*Grant, 0, len(order))
 		for i, obj := range order {
@@ -135,7 +141,7 @@ func (e *Engine) AcquireAll(ctx context.Context, objects []string, typ Type, o A
 				var ile *InstanceLockError
 				if errors.As(err, &ile) { // the set's wait, not this object's
 					c := *ile
-					c.Waited = time.Since(start)
+					c.Waited = time.Since(o.Since)
 					err = &c
 				}
 				giveBack(ctx, grants...)
@@ -222,11 +228,17 @@ func (e *Engine) AcquirePermit(ctx context.Context, name string, permits int, ty
 	if err != nil {
 		return nil, err
 	}
+	// The permit's grant counts the whole call in Waited (the wait at the
+	// gate too), or the caller's Since if earlier: a client places the
+	// validity from it.
+	if o.Since.IsZero() || o.Since.After(start) {
+		o.Since = start
+	}
 	named := func(err error) error {
 		var ile *InstanceLockError
 		if errors.As(err, &ile) {
 			c := *ile
-			c.Object, c.Waited = SemaphorePrefix+name, time.Since(start)
+			c.Object, c.Waited = SemaphorePrefix+name, time.Since(o.Since)
 			return &c
 		}
 		return err

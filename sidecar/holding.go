@@ -98,8 +98,9 @@ func (s *grantSet) Context() context.Context { return s.ctx }
 // AcquiredAt is when the last member was granted: when the set was.
 func (s *grantSet) AcquiredAt() time.Time { return s.gs[len(s.gs)-1].AcquiredAt() }
 
-// Waited is the set's wait, from the first member's request to the last
-// member's grant.
+// Waited is the set's wait, from the AcquireAll call (the first member's
+// Waited counts from it, also in a later attempt) to the last member's
+// grant.
 func (s *grantSet) Waited() time.Duration {
 	first := s.gs[0]
 	return first.Waited() + s.AcquiredAt().Sub(first.AcquiredAt())
