@@ -21,6 +21,7 @@ import (
 func wireMain(args []string) int {
 	fs := flag.NewFlagSet("baton-bench wire", flag.ExitOnError)
 	port := fs.Int("zk-port", 2181, "ZooKeeper's client port on the loopback")
+	dump := fs.Int("dump", 0, "also print the last N packets in order (time µs, client port, direction, opcode or error or event)")
 	_ = fs.Parse(args)
 	if fs.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: baton-bench wire --zk-port P -- COMMAND [ARGS...]")
@@ -37,6 +38,20 @@ func wireMain(args []string) int {
 	time.Sleep(200 * time.Millisecond) // the last frames' delivery to the capture
 	c.stop()
 	pkts := c.take()
+	if *dump > 0 {
+		for _, p := range pkts[max(len(pkts)-*dump, 0):] {
+			dir, what := "<-", fmt.Sprintf("err%d", p.op)
+			switch {
+			case p.req && p.xid == -2:
+				dir, what = "->", "ping"
+			case p.req:
+				dir, what = "->", zkOpName(p.op)
+			case p.xid == -1:
+				what = fmt.Sprintf("event%d", p.op)
+			}
+			fmt.Printf("%d %d %s %s xid=%d\n", (p.ts-pkts[0].ts)/1000, p.conn, dir, what, p.xid)
+		}
+	}
 	reqs, errs, events := map[string]int{}, map[string]int{}, map[string]int{}
 	perConn := map[string]map[string]int{} // the client's port → requests and events per opcode
 	for _, p := range pkts {
