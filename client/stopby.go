@@ -230,7 +230,9 @@ func (s *StopBy) run(ctx context.Context) {
 			s.byWindow = false
 			err := l.Err()
 			if errors.Is(err, ErrNoNode) {
-				ok = emit(StopEvent{Kind: StopReleased, Err: err})
+				if !emit(StopEvent{Kind: StopReleased, Err: err}) {
+					return
+				}
 				continue
 			}
 			// A grace from now, but not past the last confirmed validity:
