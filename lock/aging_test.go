@@ -46,6 +46,8 @@ func nodeSeq(t testing.TB, node string) int64 {
 // an engine with the given aging bound. It returns the background grant
 // (or its error), the foreground grants, and whether Inspect showed the
 // background waiter aged.
+//
+//lint:ignore ST1008 the background grant's error sits beside the grant it is about
 func agingRun(t *testing.T, maxWait, bgWait time.Duration) (bg *lock.Grant, bgCtime int64, bgErr error, fg []fgGrant, sawAged bool, chk *overlapChecker) {
 	root := testRoot(t, zkServer)
 	conn := rawConn(t, zkServer.Servers())

@@ -171,9 +171,9 @@ func (s *randConn) Write(p []byte) (int, error) {
 	}
 	c := s.c
 	c.mu.Lock()
-	op, pth, ok := requestPath(p)
+	_, pth, ok := requestPath(p)
 	if !s.settled && len(p) >= 12 {
-		switch op = int32(uint32(p[8])<<24 | uint32(p[9])<<16 | uint32(p[10])<<8 | uint32(p[11])); op {
+		switch op := int32(uint32(p[8])<<24 | uint32(p[9])<<16 | uint32(p[10])<<8 | uint32(p[11])); op {
 		case 101, 105:
 			s.settled = true
 			if c.early == nil {

@@ -382,11 +382,11 @@ func TestNreviewQueueAtOnceChecksAfterCreate(t *testing.T) {
 				t.Errorf("token %d not above the object's last write %d", g.Token(), last)
 			}
 			// the sentinel is back (persistent, with its mark) ...
-			ok, st, err := conn.Exists(objPath + "/privateLock/native")
+			ok, _, err := conn.Exists(objPath + "/privateLock/native")
 			if err != nil || !ok {
 				t.Errorf("sentinel mark after the grant: exists %v, %v", ok, err)
 			}
-			if _, st, err = conn.Get(objPath + "/privateLock"); err != nil || st.EphemeralOwner != 0 {
+			if _, st, err := conn.Get(objPath + "/privateLock"); err != nil || st.EphemeralOwner != 0 {
 				t.Errorf("sentinel after the grant: %v, %+v", err, st)
 			}
 			// ... and the grant excludes: another engine is not granted

@@ -109,16 +109,6 @@ func (u *uidCaps) put(uid uint32, k capKind) {
 	}
 }
 
-// count returns uid's current k.
-func (u *uidCaps) count(uid uint32, k capKind) int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if c := u.use[uid]; c != nil {
-		return c[k]
-	}
-	return 0
-}
-
 // tooMany is the 429 of a cap reached.
 func tooMany(p peer, k capKind, n, limit int) *httpError {
 	ci := capInfo[k]

@@ -15,10 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// peerPID returns the pid of the process at the other end of a unix socket
-// connection (SO_PEERCRED), 0 when not visible.
-func peerPID(c net.Conn) int32 { return peerCred(c).pid }
-
 // peerCred returns the credentials the process at the other end of a unix
 // socket connection had when it connected: pid, uid and gid (SO_PEERCRED;
 // pid 0 when not visible, e.g. another pid namespace) and its

@@ -7,9 +7,6 @@ import (
 	"net"
 )
 
-// peerPID is not available on this platform: leases rely on expiry alone.
-func peerPID(net.Conn) int32 { return 0 }
-
 // peerCred is not available on this platform: the caller is unknown (a
 // client, never an admin).
 func peerCred(c net.Conn) peer {

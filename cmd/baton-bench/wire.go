@@ -56,6 +56,7 @@ func startCapture(zkPort int) (*wireCapture, error) {
 	}
 	// in the kernel, keep only IPv4 TCP to or from zkPort (the machine's other
 	// loopback traffic would cost this process a wake-up per packet)
+	//lint:ignore SA1019 a classic BPF program on a raw socket: x/net/bpf would only assemble the same
 	if err := syscall.AttachLsf(fd, portFilter(zkPort)); err != nil {
 		return nil, fmt.Errorf("capture: filter: %w", err)
 	}

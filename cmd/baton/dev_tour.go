@@ -1,3 +1,5 @@
+//lint:file-ignore U1000 printDevTour and its helpers are used by dev_serve.go (build tag dev: make run)
+
 package main
 
 import (

@@ -109,8 +109,8 @@ func TestReviewRawioErrorsAreNetConns(t *testing.T) {
 		}
 
 		s.Close()
-		rn, rerr = x.Read(b)
-		sn, serr = s.Read(b)
+		_, rerr = x.Read(b)
+		_, serr = s.Read(b)
 		sameErr(t, nw+" read after close", rerr, serr)
 		rn, rerr = x.Write([]byte("x"))
 		sn, serr = s.Write([]byte("x"))
