@@ -18,7 +18,6 @@ import (
 
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/client"
-	"github.com/batonhq/baton/testenv"
 )
 
 // timedAnswer is an answer with the caller's send and receipt times.
@@ -246,9 +245,8 @@ func TestReviewVWaitBound(t *testing.T) {
 		t.Run(proto, func(t *testing.T) {
 			root := testRoot(t)
 			conn := rawConn(t)
-			p := testenv.ProxyT(t, zkServer.Addr(1))
-			acfg, bcfg := testConfig(t, root, "vb-a"), testConfig(t, root, "vb-b")
-			acfg.ZKServers = []string{p.Addr()}
+			acfg, p := proxiedConfig(t, root, "vb-a")
+			bcfg := testConfig(t, root, "vb-b")
 			acfg.LockProtocol, bcfg.LockProtocol = proto, proto
 			a, b := start(t, acfg), start(t, bcfg)
 			t.Cleanup(p.Heal)
