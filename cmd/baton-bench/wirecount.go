@@ -2,8 +2,8 @@ package main
 
 // wire runs a command while it records ZooKeeper's packets on the loopback
 // and prints what the command's sessions asked for: requests per opcode,
-// answers per error code, watch events and pings, in all and per
-// connection (by the client's port; events as event<type>). It is how a workload's
+// answers per error code, watch events (event<type>) and pings, in all
+// and per connection (by the client's port). It is how a workload's
 // ZooKeeper work per operation is counted (needs CAP_NET_RAW):
 //
 //	baton-bench wire --zk-port 24301 -- bin/baton-bench W3 --zk 127.0.0.1:24301 ...
@@ -69,8 +69,7 @@ func wireMain(args []string) int {
 			c[zkOpName(p.op)]++
 		case p.xid == -1:
 			c[fmt.Sprintf("event%d", p.op)]++
-		case p.xid == -1:
-			events[fmt.Sprintf("type%d", p.op)]++
+			events[fmt.Sprintf("event%d", p.op)]++
 		case p.xid != -2 && p.op != 0:
 			errs[fmt.Sprintf("%d", p.op)]++
 		}
