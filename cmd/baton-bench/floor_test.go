@@ -108,3 +108,32 @@ func TestWireParse(t *testing.T) {
 		}
 	}
 }
+
+// countWire: requests per opcode (pings by their xid), events, error
+// answers and each connection's share, on made-up packets.
+func TestCountWire(t *testing.T) {
+	pkts := []zkPkt{
+		{conn: 1, req: true, xid: 1, op: 1},   // create
+		{conn: 1, xid: 1},                     // its answer, ok
+		{conn: 1, req: true, xid: 2, op: 14},  // multi
+		{conn: 1, xid: 2, op: -101},           // NoNode
+		{conn: 2, req: true, xid: -2, op: 11}, // ping
+		{conn: 2, xid: -2},                    // its answer
+		{conn: 2, xid: -1, op: 2},             // deletion event
+		{conn: 2, req: true, xid: 5, op: 4},   // getData
+	}
+	w := countWire(pkts)
+	if w.RequestsTotal != 4 || w.Requests["create"] != 1 || w.Requests["multi"] != 1 || w.Requests["ping"] != 1 || w.Requests["getData"] != 1 {
+		t.Errorf("requests %v (total %d), want create, multi, ping, getData once each", w.Requests, w.RequestsTotal)
+	}
+	if len(w.ErrorAnswers) != 1 || w.ErrorAnswers["-101"] != 1 {
+		t.Errorf("error answers %v, want -101 once", w.ErrorAnswers)
+	}
+	if len(w.Events) != 1 || w.Events["event2"] != 1 {
+		t.Errorf("events %v, want event2 once", w.Events)
+	}
+	if c1, c2 := w.Connections["1"], w.Connections["2"]; c1["create"] != 1 || c1["multi"] != 1 || len(c1) != 2 ||
+		c2["ping"] != 1 || c2["event2"] != 1 || c2["getData"] != 1 || len(c2) != 3 {
+		t.Errorf("per connection %v", w.Connections)
+	}
+}

@@ -52,39 +52,53 @@ func wireMain(args []string) int {
 			fmt.Printf("%d %d %s %s xid=%d\n", (p.ts-pkts[0].ts)/1000, p.conn, dir, what, p.xid)
 		}
 	}
-	reqs, errs, events := map[string]int{}, map[string]int{}, map[string]int{}
-	perConn := map[string]map[string]int{} // the client's port → requests and events per opcode
-	for _, p := range pkts {
-		c := perConn[strconv.Itoa(p.conn)]
-		if c == nil {
-			c = map[string]int{}
-			perConn[strconv.Itoa(p.conn)] = c
-		}
-		switch {
-		case p.req && p.xid == -2:
-			reqs["ping"]++
-			c["ping"]++
-		case p.req:
-			reqs[zkOpName(p.op)]++
-			c[zkOpName(p.op)]++
-		case p.xid == -1:
-			c[fmt.Sprintf("event%d", p.op)]++
-			events[fmt.Sprintf("event%d", p.op)]++
-		case p.xid != -2 && p.op != 0:
-			errs[fmt.Sprintf("%d", p.op)]++
-		}
-	}
-	total := 0
-	for _, n := range reqs {
-		total += n
-	}
-	out := map[string]any{"probe": "wire", "requests": reqs, "requests_total": total,
-		"error_answers": errs, "events": events, "connections": perConn}
-	b, _ := json.Marshal(out)
+	b, _ := json.Marshal(countWire(pkts))
 	fmt.Println(string(b))
 	if runErr != nil {
 		fmt.Fprintln(os.Stderr, "wire:", runErr)
 		return 1
 	}
 	return 0
+}
+
+// wireCount is what wire prints.
+type wireCount struct {
+	Probe         string                    `json:"probe"`
+	Requests      map[string]int            `json:"requests"` // per opcode, pings included
+	RequestsTotal int                       `json:"requests_total"`
+	ErrorAnswers  map[string]int            `json:"error_answers"` // per error code (answers other than 0)
+	Events        map[string]int            `json:"events"`        // watch events, event<type>
+	Connections   map[string]map[string]int `json:"connections"`   // per client port: requests and events
+}
+
+// countWire counts the captured packets per opcode, error, event and
+// connection.
+func countWire(pkts []zkPkt) wireCount {
+	w := wireCount{Probe: "wire", Requests: map[string]int{}, ErrorAnswers: map[string]int{},
+		Events: map[string]int{}, Connections: map[string]map[string]int{}}
+	for _, p := range pkts {
+		port := strconv.Itoa(p.conn)
+		c := w.Connections[port]
+		if c == nil {
+			c = map[string]int{}
+			w.Connections[port] = c
+		}
+		switch {
+		case p.req:
+			name := "ping"
+			if p.xid != -2 {
+				name = zkOpName(p.op)
+			}
+			w.Requests[name]++
+			c[name]++
+			w.RequestsTotal++
+		case p.xid == -1:
+			name := fmt.Sprintf("event%d", p.op)
+			w.Events[name]++
+			c[name]++
+		case p.xid != -2 && p.op != 0:
+			w.ErrorAnswers[strconv.Itoa(int(p.op))]++
+		}
+	}
+	return w
 }
