@@ -14,7 +14,7 @@
 #                  peer-sidecar` process per client behind a plain net/http
 #                  server ("control-shared": one for all clients, gozk-shared)
 #
-#   cmd/baton-bench/peers.sh            # all workloads, REPS=3, both protocols and the control (about 20 min on a quiet 2-core VM)
+#   cmd/baton-bench/peers.sh            # all workloads, REPS=3, both protocols and both controls (about 25 min on a quiet 2-core VM)
 #   WORKLOADS="W1 W4" REPS=5 cmd/baton-bench/peers.sh
 #   BATON_IMPLS="http client" cmd/baton-bench/peers.sh   # a subset of Baton's
 #   BATON_IMPLS="control http http:native" ...           # the control beside Baton as deployed
@@ -48,7 +48,7 @@ src=${BATON_SRC:-$top}
 go build -C "$src" -o "$work/baton/baton-bench" ./cmd/baton-bench
 go build -C "$src" -o "$work/baton/baton" ./cmd/baton
 baton_impls=""
-for b in ${BATON_IMPLS:-inproc engine http client shared http:native client:native shared:native control}; do
+for b in ${BATON_IMPLS:-inproc engine http client shared http:native client:native shared:native control control-shared}; do
   if [[ $b = inproc ]]; then baton_impls="$baton_impls $work/baton/baton-bench"; continue; fi
   proto=plugin wait=true
   if [[ $b = *:nowait ]]; then wait=false; b=${b%:nowait}; fi
