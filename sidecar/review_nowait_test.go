@@ -23,6 +23,30 @@ import (
 // preemption or a revocation, and many releases and re-acquires at once.
 
 // kidsOf lists the children of p ("" on a missing node).
+// grantedAfter waits up to wait for the acquire answered on ch (who names
+// it in failures) and wants it granted after the ended lease l: a 200 with
+// a greater token, and l's node gone from objPath by then.
+func grantedAfter(t *testing.T, ch <-chan acquired, wait time.Duration, who string, l api.Lease, conn *zk.Conn, objPath string) api.Lease {
+	t.Helper()
+	var g acquired
+	select {
+	case g = <-ch:
+	case <-time.After(wait):
+		t.Fatalf("%s: not granted within %v", who, wait)
+	}
+	if g.status != 200 {
+		t.Fatalf("%s: %d %s", who, g.status, g.body)
+	}
+	gl := decodeLease(t, g.body)
+	if gl.Token <= l.Token {
+		t.Errorf("%s: granted token %d, not above the released %d", who, gl.Token, l.Token)
+	}
+	if kids := kidsOf(t, conn, objPath); slices.Contains(kids, l.Node) {
+		t.Errorf("%s: granted while the released holder's node %s is still there: %v", who, l.Node, kids)
+	}
+	return gl
+}
+
 func kidsOf(t *testing.T, conn *zk.Conn, p string) []string {
 	t.Helper()
 	kids, _, err := conn.Children(p)
@@ -86,22 +110,7 @@ func TestReviewNowaitShutdownInFlight(t *testing.T) {
 				default:
 				}
 				p.Heal()
-				var g acquired
-				select {
-				case g = <-other:
-				case <-time.After(30 * time.Second):
-					t.Fatal("sd-b not granted within 30 s of the heal: the lock of the shut-down sidecar was never freed")
-				}
-				if g.status != 200 {
-					t.Fatalf("sd-b after the shutdown: %d %s", g.status, g.body)
-				}
-				gl := decodeLease(t, g.body)
-				if gl.Token <= l.Token {
-					t.Errorf("sd-b granted token %d, not above the released %d", gl.Token, l.Token)
-				}
-				if kids := kidsOf(t, conn, objPath); slices.Contains(kids, l.Node) {
-					t.Errorf("sd-b granted while the released holder's node %s is still there: %v", l.Node, kids)
-				}
+				gl := grantedAfter(t, other, 30*time.Second, "sd-b after the shutdown (the lock of the shut-down sidecar freed)", l, conn, objPath)
 				b.release(gl.LeaseID)
 			})
 		}
@@ -207,22 +216,7 @@ func TestReviewNowaitSessionExpiredInFlight(t *testing.T) {
 	waitFor(t, 10*time.Second, "se-b queued", func() bool { return len(kidsOf(t, conn, objPath)) > before })
 	p.HoldUpstream()
 	nowaitRelease(t, a, l)
-	var g acquired
-	select {
-	case g = <-other:
-	case <-time.After(30 * time.Second):
-		t.Fatal("se-b not granted within 30 s: the held holder's session never ended")
-	}
-	if g.status != 200 {
-		t.Fatalf("se-b: %d %s", g.status, g.body)
-	}
-	gl := decodeLease(t, g.body)
-	if gl.Token <= l.Token {
-		t.Errorf("se-b granted token %d, not above the released %d", gl.Token, l.Token)
-	}
-	if kids := kidsOf(t, conn, objPath); slices.Contains(kids, l.Node) {
-		t.Errorf("se-b granted while the released holder's node %s is still there: %v", l.Node, kids)
-	}
+	gl := grantedAfter(t, other, 30*time.Second, "se-b (the held holder's session ended)", l, conn, objPath)
 	p.Heal()
 	b.release(gl.LeaseID)
 	waitFor(t, 20*time.Second, "se-a ready again (a new session)", func() bool {
@@ -599,22 +593,7 @@ func TestReviewNowaitPreemptedAndRevoked(t *testing.T) {
 			return st == 200 && decodeLease(t, raw).State == api.StatePreempted
 		})
 		nowaitRelease(t, a, h)
-		var g acquired
-		select {
-		case g = <-got:
-		case <-time.After(20 * time.Second):
-			t.Fatal("the preempting requester was not granted")
-		}
-		if g.status != 200 {
-			t.Fatalf("preempting acquire: %d %s", g.status, g.body)
-		}
-		gl := decodeLease(t, g.body)
-		if gl.Token <= h.Token {
-			t.Errorf("preempting requester granted token %d, not above %d", gl.Token, h.Token)
-		}
-		if kids := kidsOf(t, conn, path.Join(root, "pre")); slices.Contains(kids, h.Node) {
-			t.Errorf("granted while the preempted holder's node %s is still there: %v", h.Node, kids)
-		}
+		gl := grantedAfter(t, got, 20*time.Second, "the preempting requester", h, conn, path.Join(root, "pre"))
 		b.release(gl.LeaseID)
 	})
 
