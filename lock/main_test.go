@@ -184,3 +184,23 @@ func (c *overlapChecker) leave() {
 	c.inside--
 	c.mu.Unlock()
 }
+
+// verify fails t unless the checker saw no overlap and only rising
+// tokens and, when grants >= 0, exactly that many grants.
+func (c *overlapChecker) verify(t testing.TB, grants int) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case grants < 0 && (c.overlaps != 0 || c.badToken != 0):
+		t.Errorf("overlaps=%d non-increasing tokens=%d", c.overlaps, c.badToken)
+	case grants >= 0 && (c.overlaps != 0 || c.badToken != 0 || c.grants != grants):
+		t.Errorf("overlaps=%d non-increasing tokens=%d grants=%d", c.overlaps, c.badToken, c.grants)
+	}
+}
+
+// turn records a grant that holds and does nothing: in, out.
+func (c *overlapChecker) turn(g *lock.Grant) {
+	c.enter(g.Token())
+	c.leave()
+}

@@ -456,9 +456,7 @@ func TestNreviewQueueAtOnceNoPreRead(t *testing.T) {
 	chk.leave()
 	release(t, held)
 	n := es[0].PreReads() + es[1].PreReads()
-	if chk.overlaps != 0 || chk.badToken != 0 || chk.grants != waiters+1 {
-		t.Errorf("overlaps=%d non-increasing tokens=%d grants=%d", chk.overlaps, chk.badToken, chk.grants)
-	}
+	chk.verify(t, waiters+1)
 	// es[0]'s first (uncontended: it reads) and es[1]'s first; es[0]'s
 	// later ones find its own grant active (contended)
 	if n > 2 {
@@ -744,12 +742,9 @@ func TestNreviewViewWriteBetweenReads(t *testing.T) {
 	if w == nil {
 		t.FailNow()
 	}
-	chk.enter(w.Token())
-	chk.leave()
+	chk.turn(w)
 	release(t, w)
-	if chk.overlaps != 0 || chk.badToken != 0 || chk.grants != 3 {
-		t.Errorf("overlaps=%d non-increasing tokens=%d grants=%d", chk.overlaps, chk.badToken, chk.grants)
-	}
+	chk.verify(t, 3)
 }
 
 // The cost claim: a view's listing is sent before its data read is
@@ -926,12 +921,9 @@ func TestNreviewLearnWaitBounded(t *testing.T) {
 	if w == nil {
 		t.FailNow()
 	}
-	chk.enter(w.Token())
-	chk.leave()
+	chk.turn(w)
 	nrRelease(t, w)
-	if chk.overlaps != 0 || chk.badToken != 0 || chk.grants != 2 {
-		t.Errorf("overlaps=%d non-increasing tokens=%d grants=%d", chk.overlaps, chk.badToken, chk.grants)
-	}
+	chk.verify(t, 2)
 }
 
 // The holder's listing of arrivals fails (its connection cut with the
@@ -1003,13 +995,10 @@ func TestNreviewLearnListingFails(t *testing.T) {
 			if w == nil {
 				t.FailNow()
 			}
-			chk.enter(w.Token())
-			chk.leave()
+			chk.turn(w)
 			nrRelease(t, w)
 			t.Logf("release listings: %d", e.ReleaseListings()-r0)
-			if chk.overlaps != 0 || chk.badToken != 0 || chk.grants != 2 {
-				t.Errorf("overlaps=%d non-increasing tokens=%d grants=%d", chk.overlaps, chk.badToken, chk.grants)
-			}
+			chk.verify(t, 2)
 		})
 	}
 }
@@ -1102,8 +1091,7 @@ func TestNreviewViewCutsAcrossEngines(t *testing.T) {
 					t.Errorf("engine %d: %v", i, err)
 					return
 				}
-				chk.enter(g.Token())
-				chk.leave()
+				chk.turn(g)
 				if err := g.Release(context.Background()); err != nil {
 					t.Errorf("engine %d: release: %v", i, err)
 				}
@@ -1113,9 +1101,7 @@ func TestNreviewViewCutsAcrossEngines(t *testing.T) {
 	wg.Wait()
 	d.set(nil)
 	t.Logf("%d views listed by the cut engine, %d cut", views.Load(), cuts.Load())
-	if chk.overlaps != 0 || chk.badToken != 0 || chk.grants != len(es)*per {
-		t.Errorf("overlaps=%d non-increasing tokens=%d grants=%d", chk.overlaps, chk.badToken, chk.grants)
-	}
+	chk.verify(t, len(es)*per)
 	if cuts.Load() == 0 {
 		t.Errorf("no view was cut: the case under test did not happen")
 	}
@@ -1221,9 +1207,7 @@ func TestNreviewReleaseAfterListingMissedArrival(t *testing.T) {
 	chk.leave()
 	nrRelease(t, w)
 	t.Logf("after the holder's first listing: %d holder's listings, %d release listings; %d local handoffs; %d writes of the data", learn, relList, local, st1.Version-st0.Version)
-	if chk.overlaps != 0 || chk.badToken != 0 {
-		t.Errorf("overlaps=%d non-increasing tokens=%d", chk.overlaps, chk.badToken)
-	}
+	chk.verify(t, -1)
 	// (in process, or found in the request's own view when that view
 	// came after the release's write)
 	if st1.Version-st0.Version != 1 {
