@@ -230,20 +230,9 @@ func nrRelease(t *testing.T, g *lock.Grant) {
 func nrContend(t *testing.T, conn *zk.Conn, root string, a, b *lock.Engine, obj string) {
 	t.Helper()
 	ga := acquire(t, a, obj, lock.Foreground, lock.AcquireOptions{})
-	async := func(e *lock.Engine) chan *lock.Grant {
-		ch := make(chan *lock.Grant, 1)
-		go func() {
-			g, err := e.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
-			if err != nil {
-				t.Error(err)
-			}
-			ch <- g
-		}()
-		return ch
-	}
-	bch := async(b)
+	bch := nrAcquireAsync(t, b, obj, lock.Foreground, 20*time.Second)
 	waitFor(t, 10*time.Second, "b queued", func() bool { return len(children(t, conn, root, obj)) == 3 })
-	ach := async(a)
+	ach := nrAcquireAsync(t, a, obj, lock.Foreground, 20*time.Second)
 	waitFor(t, 10*time.Second, "a queued behind b", func() bool { return len(children(t, conn, root, obj)) == 4 })
 	release(t, ga)
 	gb := <-bch
@@ -708,14 +697,7 @@ func TestNreviewViewWriteBetweenReads(t *testing.T) {
 		}
 		return nrPass
 	})
-	wch := make(chan *lock.Grant, 1)
-	go func() {
-		g, err := b.Acquire(context.Background(), "vw", lock.Background, lock.AcquireOptions{Wait: 30 * time.Second})
-		if err != nil {
-			t.Error(err)
-		}
-		wch <- g
-	}()
+	wch := nrAcquireAsync(t, b, "vw", lock.Background, 30*time.Second)
 	select {
 	case <-watchX:
 	case w := <-wch:
@@ -801,14 +783,7 @@ func TestNreviewViewOneRoundTrip(t *testing.T) {
 		}
 		return nrPass
 	})
-	ch := make(chan *lock.Grant, 1)
-	go func() {
-		g, err := b.Acquire(context.Background(), "rt", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
-		if err != nil {
-			t.Error(err)
-		}
-		ch <- g
-	}()
+	ch := nrAcquireAsync(t, b, "rt", lock.Foreground, 30*time.Second)
 	waitFor(t, 10*time.Second, "queued", func() bool { return len(children(t, conn, root, "rt")) == 3 })
 	var got string
 	select {
@@ -844,14 +819,7 @@ func nrLearningHolder(t *testing.T, conn *zk.Conn, root string, other, e *lock.E
 	t.Cleanup(open)
 	gate.set(func() { <-hold })
 	g0 := acquire(t, other, obj, lock.Foreground, lock.AcquireOptions{})
-	ch := make(chan *lock.Grant, 1)
-	go func() {
-		g, err := e.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
-		if err != nil {
-			t.Error(err)
-		}
-		ch <- g
-	}()
+	ch := nrAcquireAsync(t, e, obj, lock.Foreground, 20*time.Second)
 	waitFor(t, 10*time.Second, "holder queued", func() bool { return len(children(t, conn, root, obj)) == 3 })
 	nrRelease(t, g0)
 	g := <-ch
@@ -903,14 +871,7 @@ func TestNreviewLearnWaitBounded(t *testing.T) {
 
 	// a request that waits: its child appears although the listing is
 	// still held
-	ch := make(chan *lock.Grant, 1)
-	go func() {
-		g, err := e.Acquire(context.Background(), "lw", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
-		if err != nil {
-			t.Error(err)
-		}
-		ch <- g
-	}()
+	ch := nrAcquireAsync(t, e, "lw", lock.Foreground, 30*time.Second)
 	waitFor(t, 10*time.Second, "waiter queued while the holder's listing is held", func() bool {
 		return len(children(t, conn, root, "lw")) == 3
 	})
@@ -953,14 +914,7 @@ func TestNreviewLearnListingFails(t *testing.T) {
 				}
 				return nrPass
 			})
-			ch := make(chan *lock.Grant, 1)
-			go func() {
-				g, err := e.Acquire(context.Background(), "lf", lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
-				if err != nil {
-					t.Error(err)
-				}
-				ch <- g
-			}()
+			ch := nrAcquireAsync(t, e, "lf", lock.Foreground, 20*time.Second)
 			waitFor(t, 10*time.Second, "holder queued", func() bool { return len(children(t, conn, root, "lf")) == 3 })
 			armed.Store(true)
 			nrRelease(t, g0)
@@ -980,14 +934,7 @@ func TestNreviewLearnListingFails(t *testing.T) {
 				we = other
 			}
 			r0 := e.ReleaseListings()
-			wch := make(chan *lock.Grant, 1)
-			go func() {
-				g, err := we.Acquire(context.Background(), "lf", lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
-				if err != nil {
-					t.Error(err)
-				}
-				wch <- g
-			}()
+			wch := nrAcquireAsync(t, we, "lf", lock.Foreground, 20*time.Second)
 			waitFor(t, 10*time.Second, "waiter queued", func() bool { return len(children(t, conn, root, "lf")) == 3 })
 			chk.leave()
 			nrRelease(t, h)
@@ -1153,14 +1100,7 @@ func TestNreviewReleaseAfterListingMissedArrival(t *testing.T) {
 		}
 		return nrPass
 	})
-	hch := make(chan *lock.Grant, 1)
-	go func() {
-		g, err := e.Acquire(context.Background(), "ma", lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
-		if err != nil {
-			t.Error(err)
-		}
-		hch <- g
-	}()
+	hch := nrAcquireAsync(t, e, "ma", lock.Foreground, 20*time.Second)
 	waitFor(t, 10*time.Second, "holder queued", func() bool { return len(children(t, conn, root, "ma")) == 3 })
 	state.Store(1)
 	nrRelease(t, g0)
@@ -1172,14 +1112,7 @@ func TestNreviewReleaseAfterListingMissedArrival(t *testing.T) {
 	chk.enter(h.Token())
 	waitFor(t, 10*time.Second, "holder's listing sent", func() bool { return state.Load() >= 2 })
 	l0, r0, loc0 := e.LearnListings(), e.ReleaseListings(), e.LocalHandoffs()
-	wch := make(chan *lock.Grant, 1)
-	go func() {
-		g, err := e.Acquire(context.Background(), "ma", lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
-		if err != nil {
-			t.Error(err)
-		}
-		wch <- g
-	}()
+	wch := nrAcquireAsync(t, e, "ma", lock.Foreground, 20*time.Second)
 	waitClosed(t, created, "the request's create")
 	_, st0, err := conn.Get(objPath)
 	if err != nil {
@@ -1218,4 +1151,18 @@ func TestNreviewReleaseAfterListingMissedArrival(t *testing.T) {
 	if learn+relList > 2 {
 		t.Errorf("%d listings besides the holder's first (%d of holders, %d of the release); want at most 2", learn+relList, learn, relList)
 	}
+}
+
+// nrAcquireAsync acquires obj on e within wait in a goroutine; the channel
+// gets the grant (nil, and the test failed, on an error).
+func nrAcquireAsync(t *testing.T, e *lock.Engine, obj string, typ lock.Type, wait time.Duration) chan *lock.Grant {
+	ch := make(chan *lock.Grant, 1)
+	go func() {
+		g, err := e.Acquire(context.Background(), obj, typ, lock.AcquireOptions{Wait: wait})
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- g
+	}()
+	return ch
 }
