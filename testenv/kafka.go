@@ -60,14 +60,35 @@ func StartKafka(opts KafkaOptions) (*Kafka, error) {
 	if opts.Partitions < 0 {
 		return nil, fmt.Errorf("testenv: KafkaOptions.Partitions = %d, want >= 1", opts.Partitions)
 	}
-	leases, err := ReservePorts(1)
+	lease, held, err := reserveListener()
 	if err != nil {
 		return nil, err
 	}
-	k := &Kafka{lease: leases[0], broker: leases[0].Addr()}
+	k := &Kafka{lease: lease, broker: lease.Addr()}
 	k.addr = k.broker
+	// The broker gets the listener bound at the reservation: a port checked
+	// free and bound again later can be taken in between (CI saw
+	// "address already in use" that way). Later listens, if kfake makes any,
+	// bind normally.
+	var advertised net.Addr
+	var first sync.Once
+	listen := func(network, address string) (net.Listener, error) {
+		var ln net.Listener
+		first.Do(func() { ln, held = held, nil })
+		if ln == nil {
+			var err error
+			if ln, err = net.Listen(network, address); err != nil {
+				return nil, err
+			}
+		}
+		if advertised != nil {
+			return advertisedListener{Listener: ln, addr: advertised}, nil
+		}
+		return ln, nil
+	}
 	kopts := []kfake.Opt{
 		kfake.Ports(k.lease.Port()),
+		kfake.ListenFn(listen),
 		kfake.DefaultNumPartitions(opts.Partitions),
 		kfake.SeedTopics(int32(opts.Partitions), opts.Topics...),
 	}
@@ -76,6 +97,7 @@ func StartKafka(opts KafkaOptions) (*Kafka, error) {
 	}
 	if opts.Proxy {
 		if k.proxy, err = StartProxy(k.broker); err != nil {
+			held.Close()
 			k.lease.Release()
 			return nil, err
 		}
@@ -83,20 +105,18 @@ func StartKafka(opts KafkaOptions) (*Kafka, error) {
 		padv, err := net.ResolveTCPAddr("tcp", k.addr)
 		if err != nil {
 			k.proxy.Close()
+			held.Close()
 			k.lease.Release()
 			return nil, fmt.Errorf("testenv: kafka proxy address: %w", err)
 		}
-		kopts = append(kopts, kfake.ListenFn(func(network, address string) (net.Listener, error) {
-			ln, err := net.Listen(network, address)
-			if err != nil {
-				return nil, err
-			}
-			return advertisedListener{Listener: ln, addr: padv}, nil
-		}))
+		advertised = padv
 	}
 	if k.c, err = kfake.NewCluster(kopts...); err != nil {
 		if k.proxy != nil {
 			k.proxy.Close()
+		}
+		if held != nil {
+			held.Close()
 		}
 		k.lease.Release()
 		return nil, fmt.Errorf("testenv: start kafka on %s: %w", k.broker, err)

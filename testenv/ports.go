@@ -108,6 +108,27 @@ func tryReservePort(port int) (*PortLease, error) {
 	return &PortLease{port: port, f: f}, nil
 }
 
+// reserveListener reserves a port and keeps it bound, for a server that runs
+// in this process and can take a listener: the port cannot be taken between
+// the check and the server's bind. A port bound by a program that does not
+// take our locks after the check is skipped for another.
+func reserveListener() (*PortLease, net.Listener, error) {
+	var last error
+	for range 10 {
+		leases, err := ReservePorts(1)
+		if err != nil {
+			return nil, nil, err
+		}
+		ln, err := net.Listen("tcp", leases[0].Addr())
+		if err == nil {
+			return leases[0], ln, nil
+		}
+		leases[0].Release()
+		last = err
+	}
+	return nil, nil, fmt.Errorf("testenv: reserve a listening port: %w", last)
+}
+
 func releaseAll(leases []*PortLease) {
 	for _, l := range leases {
 		l.Release()
