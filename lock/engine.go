@@ -125,6 +125,7 @@ type objState struct {
 	contended bool                 // others were seen here: skip create-then-verify until we are seen alone again
 	list      *listing             // the latest listing sent (see listShared)
 	gone      map[string]time.Time // children this engine deleted since (see noteGone)
+	goneDrops uint64               // counts removals from gone (firstAfterLocked's cursor is valid while it stands)
 	predict   int64                // sequence number the next create gets if nobody else creates; -1 unknown
 	gen       uint64               // session generation the prediction was made in
 	czxid     int64                // creation zxid of the object node the prediction belongs to
@@ -492,6 +493,7 @@ func (e *Engine) objLeave(name string, next int64, gen uint64, czxid int64, vers
 	}
 	if st.active == 0 {
 		st.list, st.gone, st.info, st.behind, st.nq = nil, nil, nil, nil, nil // only active requests use them
+		st.goneDrops++
 		if st.predict < 0 && !st.contended && !st.sentinel {
 			delete(e.objs, name)
 		}
