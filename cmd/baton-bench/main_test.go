@@ -96,28 +96,36 @@ func TestProcessImpls(t *testing.T) {
 	}
 }
 
-// TestProbe runs the waiter probe small: every waiter granted once, no
-// overlap, the sidecar's memory read, znodes back to their baseline.
+// TestProbe runs the waiter probe small, on both protocols: every waiter
+// granted once, no overlap, the sidecar's memory read, znodes back to their
+// baseline (native: plus exactly the 3 nodes an object keeps by design).
 func TestProbe(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts ZooKeeper and baton serve")
 	}
 	bin := baton(t)
 	z := testenv.ZooKeeperT(t, testenv.ZKOptions{})
-	for _, k := range []int{1, 10} {
-		p := &prober{bin: bin, zk: z.Servers()[0], waiters: 60, objects: k, batch: 25, znodeWait: 20 * time.Second}
-		res := p.run()
-		if res.Error != "" || res.Errors != 0 || res.Overlaps != 0 {
-			t.Fatalf("objects %d: %+v", k, res)
-		}
-		if p.completed.Load() != 60 || res.HandoffsPerS <= 0 {
-			t.Fatalf("objects %d: %d of 60 waiters granted, %.1f handoffs/s", k, p.completed.Load(), res.HandoffsPerS)
-		}
-		if res.RSSWaitingMiB <= 0 || res.RSSPeakMiB < res.RSSWaitingMiB {
-			t.Fatalf("objects %d: RSS waiting %.1f MiB, peak %.1f MiB", k, res.RSSWaitingMiB, res.RSSPeakMiB)
-		}
-		if res.ZnodesWaiting < res.ZnodesBase+60 || !res.ZnodesBack {
-			t.Fatalf("objects %d: znodes baseline %d, waiting %d, after %d", k, res.ZnodesBase, res.ZnodesWaiting, res.ZnodesAfter)
+	for _, proto := range []string{"plugin", "native"} {
+		for _, k := range []int{1, 10} {
+			p := &prober{bin: bin, zk: z.Servers()[0], waiters: 60, objects: k, batch: 25, znodeWait: 20 * time.Second, protocol: proto}
+			res := p.run()
+			if res.Error != "" || res.Errors != 0 || res.Overlaps != 0 {
+				t.Fatalf("%s, objects %d: %+v", proto, k, res)
+			}
+			if p.completed.Load() != 60 || res.HandoffsPerS <= 0 {
+				t.Fatalf("%s, objects %d: %d of 60 waiters granted, %.1f handoffs/s", proto, k, p.completed.Load(), res.HandoffsPerS)
+			}
+			if res.RSSWaitingMiB <= 0 || res.RSSPeakMiB < res.RSSWaitingMiB {
+				t.Fatalf("%s, objects %d: RSS waiting %.1f MiB, peak %.1f MiB", proto, k, res.RSSWaitingMiB, res.RSSPeakMiB)
+			}
+			kept := int64(0)
+			if proto == "native" {
+				kept = 3 * int64(k)
+			}
+			if res.ZnodesWaiting < res.ZnodesBase+60 || !res.ZnodesBack || res.ZnodesKept != kept || res.ZnodesAfter != res.ZnodesBase+kept {
+				t.Fatalf("%s, objects %d: znodes baseline %d, waiting %d, after %d (kept by design %d, want %d)",
+					proto, k, res.ZnodesBase, res.ZnodesWaiting, res.ZnodesAfter, res.ZnodesKept, kept)
+			}
 		}
 	}
 }
