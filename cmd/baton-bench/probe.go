@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,10 +47,13 @@ type probeResult struct {
 	HandoffsPerS    float64 `json:"handoffs_per_s"`
 	Overlaps        int64   `json:"overlaps"`
 	Errors          int64   `json:"errors"`
-	ZnodesBase      int64   `json:"znodes_baseline"`
-	ZnodesWaiting   int64   `json:"znodes_waiting"`
-	ZnodesAfter     int64   `json:"znodes_after"`
-	ZnodesBack      bool    `json:"znodes_back_to_baseline"` // baseline plus what the protocol keeps by design (ZnodesKept)
+	// znodes under the probe's own root (counted by listing it, so other
+	// roots on the server, and their containers being reaped meanwhile,
+	// do not count)
+	ZnodesBase    int64 `json:"znodes_baseline"`
+	ZnodesWaiting int64 `json:"znodes_waiting"`
+	ZnodesAfter   int64 `json:"znodes_after"`
+	ZnodesBack    bool  `json:"znodes_back_to_baseline"` // baseline plus what the protocol keeps by design (ZnodesKept)
 	// native protocol: an object keeps its node, its persistent privateLock
 	// and that sentinel's child (README, "Native protocol"): 3 per object
 	ZnodesKept  int64   `json:"znodes_kept,omitempty"`
@@ -166,7 +170,11 @@ func (p *prober) do(res *probeResult) error {
 	if err := mkdirs(raw, root); err != nil {
 		return err
 	}
-	if res.ZnodesBase, err = mntr(p.zk, "zk_znode_count"); err != nil {
+	if res.ZnodesBase, err = subtree(raw, root); err != nil {
+		return err
+	}
+	ephBase, err := mntr(p.zk, "zk_ephemerals_count")
+	if err != nil {
 		return err
 	}
 	limit := strconv.Itoa(2*p.waiters + p.objects + 16)
@@ -245,7 +253,7 @@ func (p *prober) do(res *probeResult) error {
 			})
 		}
 		started += n
-		if err := p.waitWaiting(started, res.ZnodesBase); err != nil {
+		if err := p.waitWaiting(started, ephBase); err != nil {
 			return fmt.Errorf("%w; first error: %v", err, firstErr.Load())
 		}
 	}
@@ -256,7 +264,7 @@ func (p *prober) do(res *probeResult) error {
 	}
 	res.RSSWaitingMiB = procMiB(p.sc.pid(), "VmRSS")
 	res.BytesPerWaiter = (res.RSSWaitingMiB - res.RSSIdleMiB) * (1 << 20) / float64(p.waiters)
-	res.ZnodesWaiting, _ = mntr(p.zk, "zk_znode_count")
+	res.ZnodesWaiting, _ = subtree(raw, root)
 	if p.completed.Load() != 0 || p.errs.Load() != 0 {
 		return fmt.Errorf("%d waiters finished before the gates opened (errors: %v)", p.completed.Load(), firstErr.Load())
 	}
@@ -290,7 +298,7 @@ func (p *prober) do(res *probeResult) error {
 	}
 	deadline := time.Now().Add(p.znodeWait)
 	for {
-		res.ZnodesAfter, err = mntr(p.zk, "zk_znode_count")
+		res.ZnodesAfter, err = subtree(raw, root)
 		if err == nil && res.ZnodesAfter <= res.ZnodesBase+res.ZnodesKept {
 			res.ZnodesBack = true
 			break
@@ -309,14 +317,17 @@ func (p *prober) do(res *probeResult) error {
 // waitWaiting polls /healthz until n acquires wait in the sidecar
 // (zookeeper.waiting) and ZooKeeper holds a node for each of them (beside
 // every object's node and its gate's node).
-func (p *prober) waitWaiting(n int, base int64) error {
+func (p *prober) waitWaiting(n int, ephBase int64) error {
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		h, err := p.c.Health(ctx)
 		cancel()
 		if err == nil && h.ZooKeeper.Waiting >= n {
-			if z, err := mntr(p.zk, "zk_znode_count"); err == nil && z >= base+int64(n+2*p.objects) {
+			// each waiter's child and each gate's are ephemeral: counted
+			// server-wide, which old roots' containers being reaped do not
+			// change (the znode count did: the check then never passed)
+			if z, err := mntr(p.zk, "zk_ephemerals_count"); err == nil && z >= ephBase+int64(n+p.objects) {
 				return nil
 			}
 		}
@@ -375,6 +386,28 @@ func procMiB(pid int, field string) float64 {
 }
 
 // mkdirs creates path's persistent nodes.
+// subtree counts the znodes below root (root itself not counted).
+func subtree(c *zk.Conn, root string) (int64, error) {
+	var n int64
+	todo := []string{root}
+	for len(todo) > 0 {
+		p := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		kids, _, err := c.Children(p)
+		if errors.Is(err, zk.ErrNoNode) { // reaped while we walk
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("list %s: %w", p, err)
+		}
+		n += int64(len(kids))
+		for _, k := range kids {
+			todo = append(todo, path.Join(p, k))
+		}
+	}
+	return n, nil
+}
+
 func mkdirs(c *zk.Conn, path string) error {
 	cur := ""
 	for _, seg := range strings.Split(strings.TrimPrefix(path, "/"), "/") {
