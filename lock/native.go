@@ -23,6 +23,14 @@ import (
 // node's data (nativeData.N).
 const nativeMaxNext = 64
 
+// nativeLocalNext bounds it when every successor the write names waits on
+// this engine: the names are read only by the successors a write names
+// (granted), and a local successor extends them from this engine's
+// listing (topUp) as a remote one cannot. Up to 64 names made a local
+// drain's release ≈ 3 KB, and ZooKeeper's write of it ≈ 1.5× as slow as
+// the plugin protocol's (10,000-waiter probe: 715 µs against 484 p50).
+const nativeLocalNext = 8
+
 // nativeData is the object node's data under a native root: who holds the
 // object. Every write of it is guarded by the data version its writer read,
 // so grants, releases and hand-overs are serialised by ZooKeeper.
@@ -1454,6 +1462,9 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 				var succ []nativeHolder
 				succ, named, nd.N = g.e.successors(g.name, ng.next)
 				nd.H, passed = succ, len(succ) > 0
+				if passed && len(nd.N) > nativeLocalNext && g.e.allLocal(succ) {
+					nd.N = nd.N[:nativeLocalNext]
+				}
 			}
 		}
 		ops := []any{
@@ -1932,6 +1943,17 @@ type nativeHandoff struct {
 
 // handOver wakes the local waiters the release just named (d.H), in the
 // session whose multi named them.
+// allLocal reports whether every holder of hs waits on this engine (has a
+// handoff channel: handOver wakes it in process, or its watch does).
+func (e *Engine) allLocal(hs []nativeHolder) bool {
+	for _, h := range hs {
+		if _, ok := e.handoffs.Load(h.R); !ok {
+			return false
+		}
+	}
+	return true
+}
+
 func (e *Engine) handOver(s *session, d nativeData, st *zk.Stat, named []string) {
 	for i, h := range d.H {
 		v, ok := e.handoffs.Load(h.R)
