@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -106,18 +107,18 @@ func pollFor(within time.Duration, cond func() bool) bool {
 }
 
 // TestReviewLnextMixedDrainOrder: a long local drain (engine a's
-// foreground waiters, handed on with short names) while engine b's
-// foreground waiters arrive mid-drain (a's listing does not know them:
-// they sort behind a's foreground waiters and ahead of every background
-// one a listed), a's waiters are cancelled mid-drain, and background
+// foreground waiters, handed on with short names) while a's waiters are
+// cancelled mid-drain, then engine b's foreground waiters arrive mid-drain
+// (a's listing does not know them: they sort behind a's foreground
+// waiters and ahead of every background one a listed), and background
 // waiters of both engines wait behind. Every holder checks that no waiter
 // that sorts ahead of it and waited before it is still there (passed
 // over), tokens rise, never two holders, every waiter not cancelled is
 // granted. Catches a cut that does not keep the head of the names (e.g.
 // nd.N = nd.N[len(nd.N)-8:]: a local successor names a waiter behind
 // the ones cut, 4b3027b's change mutated), and a holder naming the
-// background waiters of a stale listing ahead of b's later foreground
-// ones.
+// background waiters of its stale listing ahead of b's later foreground
+// ones (successors without its background stop).
 func TestReviewLnextMixedDrainOrder(t *testing.T) {
 	root := testRoot(t, zkServer)
 	a := newEngine(t, zkServer.Servers(), root, native)
@@ -201,31 +202,33 @@ func TestReviewLnextMixedDrainOrder(t *testing.T) {
 	})
 	time.Sleep(200 * time.Millisecond) // a's listing of the arrivals
 
-	// Phase 2, while the 5th holder holds: b's foreground waiters arrive
-	// (a does not list them), then the early set is taken.
+	// Phase 2, while the 5th holder holds: four of a's later foreground
+	// waiters give up (each in the names some holder hands on); those
+	// behind them list again (a's listing is fresh after this).
 	hooks.Store(int64(5), func() {
-		for i := 2; i < 8; i++ {
-			start(b, lock.Foreground, fmt.Sprintf("bfg%02d", i))
-		}
-		if !pollFor(time.Minute, func() bool {
-			k, _, err := conn.Children(objPath)
-			return err == nil && len(k) >= int(started.Load()-granted.Load())+2
-		}) {
-			t.Error("b's mid-drain waiters never queued")
-		}
-		k, _, _ := conn.Children(objPath)
-		ord.setEarly(k)
-	})
-	// Phase 3, while the 12th holder holds: four of a's later foreground
-	// waiters give up (named successors among them, likely), after the
-	// in-flight release of this one has named its successor.
-	hooks.Store(int64(12), func() {
 		for _, w := range aFg[20:24] {
 			w.cancel()
 		}
 		for _, w := range aFg[20:24] {
 			<-w.done
 		}
+	})
+	// Phase 3, while the 12th holder holds: b's foreground waiters arrive
+	// (a lists nothing after this: its holders hand on from a listing
+	// without them, whose foreground part ends with a's afg29 and is
+	// followed by the background waiters), then the early set is taken.
+	hooks.Store(int64(12), func() {
+		for i := 2; i < 8; i++ {
+			start(b, lock.Foreground, fmt.Sprintf("bfg%02d", i))
+		}
+		if !pollFor(time.Minute, func() bool {
+			k, _, err := conn.Children(objPath)
+			return err == nil && len(k) >= int(started.Load()-granted.Load()-cancelled.Load())+2
+		}) {
+			t.Error("b's mid-drain waiters never queued")
+		}
+		k, _, _ := conn.Children(objPath)
+		ord.setEarly(k)
 	})
 	chk.leave()
 	release(t, gate)
@@ -455,5 +458,85 @@ func TestReviewLnextSharedLocalSuccessors(t *testing.T) {
 	defer chk.mu.Unlock()
 	if chk.violations != 0 || chk.badToken != 0 || chk.grants != readers+writers+2 {
 		t.Errorf("violations %d, tokens not rising %d, grants %d of %d", chk.violations, chk.badToken, chk.grants, readers+writers+2)
+	}
+}
+
+// TestReviewLnextMixedSharedSuccessors: a release naming two shared
+// successors, one of this engine and one of another, hands on every name
+// behind them, not 8 (the remote reader does not top up, and its engine's
+// listing may not reach as far). Behind a's gate: a's writer a0, a's
+// reader, b's reader, b's 20 writers, a's writer z (whose view lists b's
+// waiters for a). Readers and writers never together, tokens rising,
+// writers in order. Catches allLocal deciding on the first successor
+// only.
+func TestReviewLnextMixedSharedSuccessors(t *testing.T) {
+	const writers = 20
+	root := testRoot(t, zkServer)
+	a := newEngine(t, zkServer.Servers(), root, native)
+	b := newEngine(t, zkServer.Servers(), root, native)
+	conn := rawConn(t, zkServer.Servers())
+	const obj = "lnext-mixed-shared"
+	queued := func(n int) func() bool { return func() bool { return len(children(t, conn, root, obj)) >= n+1 } } // and the sentinel
+	gate := acquire(t, a, obj, lock.Foreground, lock.AcquireOptions{})
+	a0q := lnQueue(t, a, obj, "v", 1, false)
+	waitFor(t, time.Minute, "a0 queued", queued(2))
+	raq := lnQueue(t, a, obj, "ra", 1, true)
+	waitFor(t, time.Minute, "a's reader queued", queued(3))
+	rbq := lnQueue(t, b, obj, "rb", 1, true)
+	waitFor(t, time.Minute, "b's reader queued", queued(4))
+	wq := lnQueue(t, b, obj, "w", writers, false)
+	waitFor(t, time.Minute, "b's writers queued", queued(writers+4))
+	zq := lnQueue(t, a, obj, "z", 1, false)
+	waitFor(t, time.Minute, "every waiter queued", queued(writers+5))
+	waitFor(t, time.Minute, "every waiter waiting", func() bool { return a.Health().Waiting >= 3 && b.Health().Waiting >= writers+1 })
+	time.Sleep(200 * time.Millisecond) // the engines' listings of the arrivals
+
+	var chk rwChecker
+	chk.enter(false, gate.Token())
+	chk.leave(false)
+	release(t, gate)
+	a0 := <-a0q
+	if a0.g == nil {
+		t.FailNow()
+	}
+	chk.enter(false, a0.g.Token())
+	chk.leave(false)
+	close(a0.hold)
+	var rs []lnHeld
+	for _, q := range []<-chan lnHeld{raq, rbq} {
+		h := <-q
+		if h.g == nil {
+			t.FailNow()
+		}
+		chk.enter(true, h.g.Token())
+		rs = append(rs, h)
+	}
+	d, _ := readObj(t, conn, root, obj)
+	if len(d.H) != 2 || len(d.N) != writers+1 {
+		t.Errorf("release to a local and a remote reader wrote %d holders and %d names, want 2 and %d", len(d.H), len(d.N), writers+1)
+	}
+	for _, h := range rs {
+		chk.leave(true)
+		close(h.hold)
+	}
+	var prev lnChild
+	for i, q := range append(slices.Repeat([]<-chan lnHeld{wq}, writers), zq) {
+		h := <-q
+		if h.g == nil {
+			t.FailNow()
+		}
+		chk.enter(false, h.g.Token())
+		c, _ := lnParse(h.g.Node())
+		if i > 0 && !prev.ahead(c) {
+			t.Errorf("writer %s granted after %s", c.name, prev.name)
+		}
+		prev = c
+		chk.leave(false)
+		close(h.hold)
+	}
+	chk.mu.Lock()
+	defer chk.mu.Unlock()
+	if chk.violations != 0 || chk.badToken != 0 || chk.grants != writers+5 {
+		t.Errorf("violations %d, tokens not rising %d, grants %d of %d", chk.violations, chk.badToken, chk.grants, writers+5)
 	}
 }
