@@ -1941,8 +1941,6 @@ type nativeHandoff struct {
 	st   *zk.Stat // the object node's, after the multi
 }
 
-// handOver wakes the local waiters the release just named (d.H), in the
-// session whose multi named them.
 // allLocal reports whether every holder of hs waits on this engine (has a
 // handoff channel: handOver wakes it in process, or its watch does).
 func (e *Engine) allLocal(hs []nativeHolder) bool {
@@ -1954,6 +1952,8 @@ func (e *Engine) allLocal(hs []nativeHolder) bool {
 	return true
 }
 
+// handOver wakes the local waiters the release just named (d.H), in the
+// session whose multi named them.
 func (e *Engine) handOver(s *session, d nativeData, st *zk.Stat, named []string) {
 	for i, h := range d.H {
 		v, ok := e.handoffs.Load(h.R)
