@@ -318,9 +318,12 @@
 //     yet) if it is foreground (no later request can
 //     sort ahead of a foreground one, so that waiter is the one watching
 //     us), or the leading foreground shared ones — and hands on the queue
-//     behind them (at most 64 names) so that the next holder can do the
-//     same without listing. The successor's watch fires on our child's
-//     deletion and one read of the data finds its grant (token: that
+//     behind them (at most 64 names; 8 when every holder named waits on
+//     the releasing engine: an exclusive one tops them up from that
+//     engine's listing) so that the next holder can do the same without
+//     listing. The
+//     successor's watch fires on our child's deletion and one read of the
+//     data finds its grant (token: that
 //     write's zxid): one write and one read per handoff, the peers' cost. A
 //     background successor is not named (a foreground request arriving
 //     meanwhile would sort ahead of it unseen); the data is left free and
