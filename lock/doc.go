@@ -318,23 +318,23 @@
 //     yet) if it is foreground (no later request can
 //     sort ahead of a foreground one, so that waiter is the one watching
 //     us), or the leading foreground shared ones — and hands on the queue
-//     behind them (at most 64 names; 8 when every holder named waits on
-//     the releasing engine: an exclusive one tops them up from that
-//     engine's listing) so that the next holder can do the same without
-//     listing. The
+//     behind them (at most 64 names; fewer to local successors, below) so
+//     that the next holder can do the same without listing. The
 //     successor's watch fires on our child's deletion and one read of the
-//     data finds its grant (token: that
-//     write's zxid): one write and one read per handoff, the peers' cost. A
+//     data finds its grant (token: that write's zxid): one write and one
+//     read per handoff, the peers' cost. A
 //     background successor is not named (a foreground request arriving
 //     meanwhile would sort ahead of it unseen); the data is left free and
 //     the successor lists and takes it (two writes).
 //   - A successor in the same engine and session is woken in process with
 //     the multi's answer: one write per local handoff, no read. When every
-//     successor a release names waits on this engine, it hands on at most
-//     8 names (only the named successors read them, and a local one tops
-//     them up from its engine's listing, below): a long local drain's
-//     release stays a small write (64 names made it ≈ 3 KB, and
-//     ZooKeeper's write of it ≈ 1.5× as slow).
+//     successor a release names waits on this engine, and the engine's
+//     listing holds the names it would drop, it hands on 8 (only
+//     the named successors read them, and a local exclusive one tops them
+//     up from that listing, below): a long local drain's release stays a
+//     small write (64 names made it ≈ 3 KB, and ZooKeeper's write of it
+//     ≈ 1.5× as slow). Names the listing lacks (handed on by another
+//     engine's release) are kept: dropping them would cost a listing.
 //   - An exclusive holder tops the names it was handed up to 64 from the
 //     engine's latest listing of the object (those behind the last name
 //     it has, or behind its own child), so a queue of any length drains

@@ -1462,7 +1462,8 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 				var succ []nativeHolder
 				succ, named, nd.N = g.e.successors(g.name, ng.next)
 				nd.H, passed = succ, len(succ) > 0
-				if passed && len(nd.N) > nativeLocalNext && g.e.allLocal(succ) {
+				if passed && len(nd.N) > nativeLocalNext && g.e.allLocal(succ) &&
+					g.e.listed(g.name, nd.N[nativeLocalNext-1:]) {
 					nd.N = nd.N[:nativeLocalNext]
 				}
 			}
@@ -1946,6 +1947,31 @@ type nativeHandoff struct {
 func (e *Engine) allLocal(hs []nativeHolder) bool {
 	for _, h := range hs {
 		if _, ok := e.handoffs.Load(h.R); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// listed reports whether the engine's latest listing of the object (the
+// one topUp extends from) holds every name: a local successor handed
+// fewer names than the release knows gets the rest back from it only if
+// it holds the last name kept (topUp's anchor) and each one dropped (one
+// it lacks, handed on by another engine's release, would take a listing
+// to find again).
+func (e *Engine) listed(name string, names []string) bool {
+	e.objMu.Lock()
+	defer e.objMu.Unlock()
+	st := e.objs[name]
+	if st == nil {
+		return false
+	}
+	for _, nm := range names {
+		c, ok := e.parseNative(nm)
+		if !ok {
+			return false
+		}
+		if _, found := slices.BinarySearchFunc(st.nq, c, grantOrder); !found {
 			return false
 		}
 	}

@@ -156,3 +156,37 @@ func TestNativeEligibleTargetAsBefore(t *testing.T) {
 		t.Fatalf("the random views exercised too little: %d eligible, %d with a target", eligibles, targets)
 	}
 }
+
+// listed: a local release cuts the names it hands on only when the
+// engine's listing holds every name it drops (topUp gets them back from
+// it); one it lacks (handed on by another engine's release) keeps them
+// all. Not a safety rule: a name lost costs the chain a listing.
+func TestNativeListedNames(t *testing.T) {
+	e := &Engine{opts: Options{ForegroundPrefix: "A", BackgroundPrefix: "B"}, objs: map[string]*objState{}}
+	var kids []nchild
+	for i := range 5 {
+		kids = append(kids, nativeTestKid(t, e, true, false, fmt.Sprintf("r%d", i), i+1))
+	}
+	late := nativeTestKid(t, e, true, false, "late", 9)
+	bg := nativeTestKid(t, e, false, false, "bg", 6)
+	e.objs["o"] = &objState{nq: append(slices.Clone(kids), bg)}
+	names := func(cs ...nchild) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, c.name)
+		}
+		return out
+	}
+	if !e.listed("o", names(kids[1], kids[3], bg)) {
+		t.Error("names all in the listing: not listed")
+	}
+	if e.listed("o", names(kids[1], late)) {
+		t.Error("a name the listing lacks (a later arrival): listed")
+	}
+	if e.listed("o", []string{"not-a-native-name"}) {
+		t.Error("an unparsable name: listed")
+	}
+	if e.listed("other", names(kids[0])) {
+		t.Error("an object the engine has no state for: listed")
+	}
+}
