@@ -3,11 +3,9 @@ package lock_test
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
-	"path"
 	"runtime"
 	"sort"
 	"strconv"
@@ -248,46 +246,10 @@ func TestNativeLocalHandoffShortQueue(t *testing.T) {
 	a := newEngine(t, zkServer.Servers(), root, native)
 	b := newEngine(t, zkServer.Servers(), root, native)
 	conn := rawConn(t, zkServer.Servers())
-	name, err := lock.EscapeObject("short")
-	if err != nil {
-		t.Fatal(err)
-	}
-	objPath := path.Join(root, name)
-	queue := func() (holders, next int) {
-		data, _, err := conn.Get(objPath)
-		if err != nil {
-			t.Fatalf("get %s: %v", objPath, err)
-		}
-		var d struct {
-			H []json.RawMessage `json:"h"`
-			N []string          `json:"n"`
-		}
-		if err := json.Unmarshal(data, &d); err != nil {
-			t.Fatalf("object data %q: %v", data, err)
-		}
-		return len(d.H), len(d.N)
-	}
 	var chk overlapChecker
 	gate := acquire(t, a, "short", lock.Foreground, lock.AcquireOptions{})
 	chk.enter(gate.Token())
-	type held struct {
-		g    *lock.Grant
-		hold chan struct{}
-	}
-	granted := make(chan held, n)
-	for i := range n {
-		go func() {
-			g, err := b.Acquire(context.Background(), "short", lock.Foreground, lock.AcquireOptions{Wait: time.Minute, RequestID: fmt.Sprintf("s%02d", i)})
-			if err != nil {
-				t.Error(err)
-				granted <- held{}
-				return
-			}
-			h := held{g: g, hold: make(chan struct{})}
-			granted <- h
-			<-h.hold
-		}()
-	}
+	granted := lnQueue(t, b, "short", "s", n, false)
 	waitFor(t, time.Minute, "every waiter queued", func() bool { return len(children(t, conn, root, "short")) >= n+2 })
 	waitFor(t, time.Minute, "every waiter waiting", func() bool { return b.Health().Waiting >= n })
 	time.Sleep(200 * time.Millisecond) // a's listing of the arrivals
@@ -299,7 +261,8 @@ func TestNativeLocalHandoffShortQueue(t *testing.T) {
 			t.FailNow()
 		}
 		chk.enter(h.g.Token())
-		hs, next := queue()
+		d, _ := readObj(t, conn, root, "short")
+		hs, next := len(d.H), len(d.N)
 		switch {
 		case i == 0 && hs != 1: // across engines: the names a knows (remote successors keep up to 64)
 			t.Errorf("release to another engine's waiter wrote %d holders, want 1", hs)
@@ -307,8 +270,7 @@ func TestNativeLocalHandoffShortQueue(t *testing.T) {
 			t.Errorf("local handoff %d wrote %d holders and %d names, want 1 and %d", i, hs, next, min(8, n-1-i))
 		}
 		chk.leave()
-		close(h.hold)
-		release(t, h.g)
+		close(h.hold) // lnQueue's goroutine releases it
 	}
 	if chk.overlaps != 0 || chk.badToken != 0 || chk.grants != n+1 {
 		t.Errorf("overlaps %d, tokens not increasing %d, grants %d of %d", chk.overlaps, chk.badToken, chk.grants, n+1)

@@ -308,17 +308,8 @@ func TestReviewFreviewDrainsInterleaved(t *testing.T) {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(seed, 3))
 			for range rounds {
-				ctx, cancel := context.WithCancel(context.Background())
-				if rng.IntN(4) == 0 {
-					time.AfterFunc(time.Duration(rng.IntN(30000))*time.Microsecond, cancel)
-				}
-				g, err := e.Acquire(ctx, obj, lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
-				cancel()
-				if err != nil {
-					var ile *lock.InstanceLockError
-					if !errors.As(err, &ile) {
-						t.Errorf("acquire: %v", err)
-					}
+				g := frAcquireOrCancel(t, e, obj, rng)
+				if g == nil {
 					gaveUp.Add(1)
 					continue
 				}
@@ -381,6 +372,26 @@ func TestReviewFreviewDrainsInterleaved(t *testing.T) {
 // pause of slow between its create and its first listing (a slow or
 // descheduled client): its child waits first in line, alive, privateLock
 // free, while it does not act. It returns the child and the token.
+// frAcquireOrCancel acquires obj on e, cancelling the wait at a random
+// moment in a quarter of the calls; nil when the wait was given up (a
+// cancellation, not an error).
+func frAcquireOrCancel(t *testing.T, e *lock.Engine, obj string, rng *rand.Rand) *lock.Grant {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if rng.IntN(4) == 0 {
+		time.AfterFunc(time.Duration(rng.IntN(30000))*time.Microsecond, cancel)
+	}
+	g, err := e.Acquire(ctx, obj, lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
+	if err != nil {
+		var ile *lock.InstanceLockError
+		if !errors.As(err, &ile) {
+			t.Errorf("acquire: %v", err)
+		}
+		return nil
+	}
+	return g
+}
+
 func frSlowPlugin(conn *zk.Conn, objPath string, slow time.Duration) (string, int64, error) {
 	p, err := conn.Create(objPath+"/A-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
 	for err == zk.ErrNoNode { // renewed meanwhile: created again as Baton does
@@ -470,17 +481,8 @@ func TestReviewFreviewDrainsAcrossRenewals(t *testing.T) {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(seed, 5))
 			for range rounds {
-				ctx, cancel := context.WithCancel(context.Background())
-				if rng.IntN(4) == 0 {
-					time.AfterFunc(time.Duration(rng.IntN(30000))*time.Microsecond, cancel)
-				}
-				g, err := e.Acquire(ctx, obj, lock.Foreground, lock.AcquireOptions{Wait: time.Minute})
-				cancel()
-				if err != nil {
-					var ile *lock.InstanceLockError
-					if !errors.As(err, &ile) {
-						t.Errorf("acquire: %v", err)
-					}
+				g := frAcquireOrCancel(t, e, obj, rng)
+				if g == nil {
 					gaveUp.Add(1)
 					continue
 				}

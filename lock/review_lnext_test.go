@@ -439,26 +439,13 @@ func TestReviewLnextSharedLocalSuccessors(t *testing.T) {
 		chk.leave(true)
 		close(h.hold)
 	}
-	var prev lnChild
-	for i := range writers {
-		h := <-wq
-		if h.g == nil {
-			t.FailNow()
-		}
-		chk.enter(false, h.g.Token())
-		c, _ := lnParse(h.g.Node())
-		if i > 0 && !prev.ahead(c) {
-			t.Errorf("writer %s granted after %s", c.name, prev.name)
-		}
-		prev = c
+	lnWritersInOrder(t, &chk, slices.Repeat([]<-chan lnHeld{wq}, writers), func(i int) {
 		if i == writers-2 {
 			if got := lists() - base; got != 0 {
 				t.Errorf("%d holders' listings in a local drain behind shared holders, want 0", got)
 			}
 		}
-		chk.leave(false)
-		close(h.hold)
-	}
+	})
 	chk.mu.Lock()
 	defer chk.mu.Unlock()
 	if chk.violations != 0 || chk.badToken != 0 || chk.grants != readers+writers+2 {
@@ -524,8 +511,20 @@ func TestReviewLnextMixedSharedSuccessors(t *testing.T) {
 		chk.leave(true)
 		close(h.hold)
 	}
+	lnWritersInOrder(t, &chk, append(slices.Repeat([]<-chan lnHeld{wq}, writers), zq), func(int) {})
+	chk.mu.Lock()
+	defer chk.mu.Unlock()
+	if chk.violations != 0 || chk.badToken != 0 || chk.grants != writers+5 {
+		t.Errorf("violations %d, tokens not rising %d, grants %d of %d", chk.violations, chk.badToken, chk.grants, writers+5)
+	}
+}
+
+// lnWritersInOrder takes one writer's grant from each of qs in turn: each
+// is alone under chk and after the one before in grant order; held(i) runs
+// while the i-th holds.
+func lnWritersInOrder(t *testing.T, chk *rwChecker, qs []<-chan lnHeld, held func(i int)) {
 	var prev lnChild
-	for i, q := range append(slices.Repeat([]<-chan lnHeld{wq}, writers), zq) {
+	for i, q := range qs {
 		h := <-q
 		if h.g == nil {
 			t.FailNow()
@@ -536,12 +535,8 @@ func TestReviewLnextMixedSharedSuccessors(t *testing.T) {
 			t.Errorf("writer %s granted after %s", c.name, prev.name)
 		}
 		prev = c
+		held(i)
 		chk.leave(false)
 		close(h.hold)
-	}
-	chk.mu.Lock()
-	defer chk.mu.Unlock()
-	if chk.violations != 0 || chk.badToken != 0 || chk.grants != writers+5 {
-		t.Errorf("violations %d, tokens not rising %d, grants %d of %d", chk.violations, chk.badToken, chk.grants, writers+5)
 	}
 }
