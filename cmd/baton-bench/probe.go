@@ -315,8 +315,9 @@ func (p *prober) do(res *probeResult) error {
 }
 
 // waitWaiting polls /healthz until n acquires wait in the sidecar
-// (zookeeper.waiting) and ZooKeeper holds a node for each of them (beside
-// every object's node and its gate's node).
+// (zookeeper.waiting) and ZooKeeper holds an ephemeral node for each of
+// them and for each object's gate, beyond ephBase (the server's ephemeral
+// count before the probe).
 func (p *prober) waitWaiting(n int, ephBase int64) error {
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
@@ -385,7 +386,6 @@ func procMiB(pid int, field string) float64 {
 	return -1
 }
 
-// mkdirs creates path's persistent nodes.
 // subtree counts the znodes below root (root itself not counted).
 func subtree(c *zk.Conn, root string) (int64, error) {
 	var n int64
@@ -408,6 +408,7 @@ func subtree(c *zk.Conn, root string) (int64, error) {
 	return n, nil
 }
 
+// mkdirs creates path's persistent nodes.
 func mkdirs(c *zk.Conn, path string) error {
 	cur := ""
 	for _, seg := range strings.Split(strings.TrimPrefix(path, "/"), "/") {
