@@ -38,11 +38,14 @@ build: ## build bin/baton (release build: no dev command)
 
 # -p 3: three packages at once (the tests mostly wait on ZooKeeper, sessions and timers: two at once
 # kept the 2 cores about half busy); -parallel 8: the lock package's long waiting tests run together.
+# the files gofmt would change, if any, and a failure (test and lint)
+GOFMT_CHECK = out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
+
 test: deps ## vet, gofmt, staticcheck + every test with -race against real ZooKeeper and the in-process broker (about 5 min on an idle 2-core machine, 10-20 loaded)
 	@echo "test: go vet of every package (the first run compiles every dependency: 1-3 min idle, longer loaded)"
 	@bash .ci/alive.sh "go vet" $(GO) vet $(PKGS)
 	@echo "test: gofmt and staticcheck (make lint)"
-	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
+	@$(GOFMT_CHECK)
 	@bash .ci/alive.sh "staticcheck" $(GO) tool staticcheck $(PKGS)
 	@echo "test: go test -race of every package against real ZooKeeper and kfake (3-5 min idle); a line per package as it ends"
 	@bash .ci/alive.sh "go test" $(GO) test -race -count=1 -p 3 -parallel 8 -timeout $(GOTEST_TIMEOUT) $(PKGS)
@@ -77,7 +80,7 @@ fuzz: ## every fuzz target for FUZZTIME each
 	  done; done
 
 lint: ## gofmt, go vet, staticcheck
-	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
+	@$(GOFMT_CHECK)
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
 
