@@ -262,21 +262,37 @@ func TestNoHerd(t *testing.T) {
 // pluginLock follows the original plugin's algorithm: persistent object
 // node, A-/B- ephemeral-sequential child, children sorted by name, the first
 // with no privateLock creates it; otherwise it watches the parent.
+// With container, the object node is Baton's (created as a container when
+// missing, as Baton renews it) rather than made persistent first; slow
+// pauses between the create and the first listing (a slow or descheduled
+// client: its child may wait first in line, privateLock free, while it
+// does not act).
 type pluginLock struct {
-	conn    *zk.Conn
-	objPath string
-	node    string
+	conn      *zk.Conn
+	objPath   string
+	node      string
+	container bool
+	slow      time.Duration
 }
 
 func (p *pluginLock) lock(ctx context.Context, prefix string) (int64, error) {
-	if _, err := p.conn.Create(p.objPath, nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil && err != zk.ErrNodeExists {
-		return 0, err
+	if !p.container {
+		if _, err := p.conn.Create(p.objPath, nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil && err != zk.ErrNodeExists {
+			return 0, err
+		}
 	}
 	n, err := p.conn.Create(p.objPath+"/"+prefix+"-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
+	for p.container && err == zk.ErrNoNode { // renewed meanwhile: created again as Baton does
+		if _, err = p.conn.CreateContainer(p.objPath, nil, zk.FlagContainer, zk.WorldACL(zk.PermAll)); err != nil && err != zk.ErrNodeExists {
+			return 0, err
+		}
+		n, err = p.conn.Create(p.objPath+"/"+prefix+"-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
+	}
 	if err != nil {
 		return 0, err
 	}
 	p.node = path.Base(n)
+	time.Sleep(p.slow)
 	for {
 		kids, _, ev, err := p.conn.ChildrenW(p.objPath)
 		if err != nil {

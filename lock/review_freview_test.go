@@ -302,21 +302,53 @@ func TestReviewFreviewDrainsInterleaved(t *testing.T) {
 	const plugins, pluginRounds = 2, 15
 	var chk overlapChecker
 	var order frOrder
-	var granted, gaveUp atomic.Int64
+	granted, gaveUp := frStress(t, e1, e2, obj, objPath, &chk, frLoad{
+		engine1: 10, engine2: 2, rounds: 30, plugins: plugins, pluginRounds: pluginRounds, seed: 100, stream: 3, hold: true,
+		note: func(node string) { order.note(node) },
+	})
+	t.Logf("granted %d (+%d plugin), gave up %d, local handoffs %d/%d, listings %d/%d", granted, plugins*pluginRounds, gaveUp,
+		e1.LocalHandoffs(), e2.LocalHandoffs(), e1.Listings(), e2.Listings())
+	for _, b := range order.violations() {
+		t.Error(b)
+	}
+	chk.verify(t, int(granted)+plugins*pluginRounds)
+	if e1.LocalHandoffs() < 20 {
+		t.Errorf("%d local handoffs on the draining engine: the test did not exercise the cursor", e1.LocalHandoffs())
+	}
+	waitFor(t, 10*time.Second, "nothing left", func() bool { return frQueued(t, conn, root, obj) == 0 })
+}
+
+// frLoad is frStress's load: engine1 and engine2 goroutines of rounds
+// acquires each on e1 and e2 (a quarter cancelled at a random moment;
+// with hold, a third held up to 2 ms), plugins goroutines of pluginRounds
+// locks each by the original plugin's algorithm, slow to list; seeds from
+// seed (e1), seed+100 (e2), seed+200 (plugins) on PCG stream stream. note
+// gets each grant's child while it is held.
+type frLoad struct {
+	engine1, engine2, rounds, plugins, pluginRounds int
+	seed, stream                                    uint64
+	hold                                            bool
+	note                                            func(node string)
+}
+
+// frStress runs ld on obj (objPath) under chk, until every goroutine is
+// done, and returns the engines' grants and the acquires given up.
+func frStress(t *testing.T, e1, e2 *lock.Engine, obj, objPath string, chk *overlapChecker, ld frLoad) (granted, gaveUp int64) {
+	var nGranted, nGaveUp atomic.Int64
 	var wg sync.WaitGroup
-	run := func(e *lock.Engine, seed uint64, rounds int) {
+	run := func(e *lock.Engine, seed uint64) {
 		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(seed, 3))
-			for range rounds {
+			rng := rand.New(rand.NewPCG(seed, ld.stream))
+			for range ld.rounds {
 				g := frAcquireOrCancel(t, e, obj, rng)
 				if g == nil {
-					gaveUp.Add(1)
+					nGaveUp.Add(1)
 					continue
 				}
-				granted.Add(1)
+				nGranted.Add(1)
 				chk.enter(g.Token())
-				order.note(g.Node())
-				if rng.IntN(3) == 0 {
+				ld.note(g.Node())
+				if ld.hold && rng.IntN(3) == 0 {
 					time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
 				}
 				chk.leave()
@@ -326,52 +358,37 @@ func TestReviewFreviewDrainsInterleaved(t *testing.T) {
 			}
 		})
 	}
-	for i := range 10 {
-		run(e1, uint64(100+i), 30)
+	for i := range ld.engine1 {
+		run(e1, ld.seed+uint64(i))
 	}
-	for i := range 2 {
-		run(e2, uint64(200+i), 30)
+	for i := range ld.engine2 {
+		run(e2, ld.seed+100+uint64(i))
 	}
-	for i := range plugins {
+	for i := range ld.plugins {
 		wg.Go(func() { // the original plugin's algorithm beside them, slow to list
-			pl := rawConn(t, zkServer.Servers())
-			rng := rand.New(rand.NewPCG(uint64(300+i), 3))
-			for range pluginRounds {
+			pl := &pluginLock{conn: rawConn(t, zkServer.Servers()), objPath: objPath, container: true}
+			rng := rand.New(rand.NewPCG(ld.seed+200+uint64(i), ld.stream))
+			for range ld.pluginRounds {
 				time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
-				node, tok, err := frSlowPlugin(pl, objPath, time.Duration(rng.IntN(40000))*time.Microsecond)
+				pl.slow = time.Duration(rng.IntN(40000)) * time.Microsecond
+				tok, err := pl.lock(context.Background(), "A")
 				if err != nil {
 					t.Errorf("plugin: %v", err)
 					return
 				}
 				chk.enter(tok)
-				order.note(node)
+				ld.note(pl.node)
 				chk.leave()
-				if err := pl.Delete(objPath+"/privateLock", -1); err != nil {
-					t.Errorf("plugin unlock: %v", err)
-				}
-				if err := pl.Delete(objPath+"/"+node, -1); err != nil {
+				if err := pl.unlock(); err != nil {
 					t.Errorf("plugin unlock: %v", err)
 				}
 			}
 		})
 	}
 	wg.Wait()
-	t.Logf("granted %d (+%d plugin), gave up %d, local handoffs %d/%d, listings %d/%d", granted.Load(), plugins*pluginRounds, gaveUp.Load(),
-		e1.LocalHandoffs(), e2.LocalHandoffs(), e1.Listings(), e2.Listings())
-	for _, b := range order.violations() {
-		t.Error(b)
-	}
-	chk.verify(t, int(granted.Load())+plugins*pluginRounds)
-	if e1.LocalHandoffs() < 20 {
-		t.Errorf("%d local handoffs on the draining engine: the test did not exercise the cursor", e1.LocalHandoffs())
-	}
-	waitFor(t, 10*time.Second, "nothing left", func() bool { return frQueued(t, conn, root, obj) == 0 })
+	return nGranted.Load(), nGaveUp.Load()
 }
 
-// frSlowPlugin is the original plugin's algorithm (pluginLock.lock) with a
-// pause of slow between its create and its first listing (a slow or
-// descheduled client): its child waits first in line, alive, privateLock
-// free, while it does not act. It returns the child and the token.
 // frAcquireOrCancel acquires obj on e, cancelling the wait at a random
 // moment in a quarter of the calls; nil when the wait was given up (a
 // cancellation, not an error).
@@ -390,51 +407,6 @@ func frAcquireOrCancel(t *testing.T, e *lock.Engine, obj string, rng *rand.Rand)
 		return nil
 	}
 	return g
-}
-
-func frSlowPlugin(conn *zk.Conn, objPath string, slow time.Duration) (string, int64, error) {
-	p, err := conn.Create(objPath+"/A-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
-	for err == zk.ErrNoNode { // renewed meanwhile: created again as Baton does
-		if _, err = conn.CreateContainer(objPath, nil, zk.FlagContainer, zk.WorldACL(zk.PermAll)); err != nil && err != zk.ErrNodeExists {
-			return "", 0, err
-		}
-		p, err = conn.Create(objPath+"/A-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
-	}
-	if err != nil {
-		return "", 0, err
-	}
-	node := path.Base(p)
-	time.Sleep(slow)
-	for {
-		kids, _, ev, err := conn.ChildrenW(objPath)
-		if err != nil {
-			return "", 0, err
-		}
-		var queue []string
-		locked := false
-		for _, k := range kids {
-			if k == "privateLock" {
-				locked = true
-			} else {
-				queue = append(queue, k)
-			}
-		}
-		slices.Sort(queue)
-		if queue[0] == node && !locked {
-			_, err := conn.Create(objPath+"/privateLock", nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
-			if err == nil {
-				_, st, err := conn.Exists(objPath + "/privateLock")
-				if err != nil {
-					return "", 0, err
-				}
-				return node, st.Czxid, nil
-			}
-			if err != zk.ErrNodeExists {
-				return "", 0, err
-			}
-		}
-		<-ev
-	}
 }
 
 // The drains of TestReviewFreviewDrainsInterleaved across renewals of the
@@ -466,7 +438,6 @@ func TestReviewFreviewDrainsAcrossRenewals(t *testing.T) {
 	const plugins, pluginRounds = 2, 12
 	var chk overlapChecker
 	var order frOrder
-	var granted, gaveUp atomic.Int64
 	// inc: the object node's incarnation, read while its child is held
 	inc := func() int64 {
 		_, st, err := conn.Exists(objPath)
@@ -476,62 +447,16 @@ func TestReviewFreviewDrainsAcrossRenewals(t *testing.T) {
 		}
 		return st.Czxid
 	}
-	var wg sync.WaitGroup
-	run := func(e *lock.Engine, seed uint64, rounds int) {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(seed, 5))
-			for range rounds {
-				g := frAcquireOrCancel(t, e, obj, rng)
-				if g == nil {
-					gaveUp.Add(1)
-					continue
-				}
-				granted.Add(1)
-				chk.enter(g.Token())
-				order.noteIn(g.Node(), inc())
-				chk.leave()
-				if err := g.Release(context.Background()); err != nil {
-					t.Errorf("release: %v", err)
-				}
-			}
-		})
-	}
-	for i := range 8 {
-		run(e1, uint64(400+i), 25)
-	}
-	for i := range 2 {
-		run(e2, uint64(500+i), 25)
-	}
-	for i := range plugins {
-		wg.Go(func() { // the original plugin's algorithm, slow to list
-			pl := rawConn(t, zkServer.Servers())
-			rng := rand.New(rand.NewPCG(uint64(600+i), 5))
-			for range pluginRounds {
-				time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
-				node, tok, err := frSlowPlugin(pl, objPath, time.Duration(rng.IntN(40000))*time.Microsecond)
-				if err != nil {
-					t.Errorf("plugin: %v", err)
-					return
-				}
-				chk.enter(tok)
-				order.noteIn(node, inc())
-				chk.leave()
-				if err := pl.Delete(objPath+"/privateLock", -1); err != nil {
-					t.Errorf("plugin unlock: %v", err)
-				}
-				if err := pl.Delete(objPath+"/"+node, -1); err != nil {
-					t.Errorf("plugin unlock: %v", err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	t.Logf("granted %d (+%d plugin), gave up %d, object nodes %d, local handoffs %d/%d, listings %d/%d", granted.Load(), plugins*pluginRounds,
-		gaveUp.Load(), order.incarnations(), e1.LocalHandoffs(), e2.LocalHandoffs(), e1.Listings(), e2.Listings())
+	granted, gaveUp := frStress(t, e1, e2, obj, objPath, &chk, frLoad{
+		engine1: 8, engine2: 2, rounds: 25, plugins: plugins, pluginRounds: pluginRounds, seed: 400, stream: 5,
+		note: func(node string) { order.noteIn(node, inc()) },
+	})
+	t.Logf("granted %d (+%d plugin), gave up %d, object nodes %d, local handoffs %d/%d, listings %d/%d", granted, plugins*pluginRounds,
+		gaveUp, order.incarnations(), e1.LocalHandoffs(), e2.LocalHandoffs(), e1.Listings(), e2.Listings())
 	for _, b := range order.violations() {
 		t.Error(b)
 	}
-	chk.verify(t, int(granted.Load())+plugins*pluginRounds)
+	chk.verify(t, int(granted)+plugins*pluginRounds)
 	if order.incarnations() < 3 {
 		t.Errorf("grants in %d object nodes: the test did not renew it", order.incarnations())
 	}
