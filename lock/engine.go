@@ -65,6 +65,8 @@ type Engine struct {
 	// learnLists: listings a native holder sent to learn arrivals behind
 	// it (learnNative), for tests
 	learnLists atomic.Int64
+	// watchReads: reads a holder watch sent (watch, watchNative), for tests
+	watchReads atomic.Int64
 	// refusedTakes: native takes refused by the data version (another
 	// write landed since the view), for tests
 	refusedTakes atomic.Int64

@@ -52,6 +52,9 @@ func SetHandoffHook(f func(stage string)) func() {
 // not knowing whom to hand over to (learnBeforeRelease).
 func (e *Engine) ReleaseListings() int64 { return e.relLists.Load() }
 
+// WatchReads counts the reads holder watches sent (each arms the watch).
+func (e *Engine) WatchReads() int64 { return e.watchReads.Load() }
+
 // RefusedTakes counts native takes the data version refused (a write
 // landed between the view and the take: a logged write for nothing).
 func (e *Engine) RefusedTakes() int64 { return e.refusedTakes.Load() }

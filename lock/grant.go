@@ -42,6 +42,7 @@ type Grant struct {
 	state      State    // Held while not finished; Lost or Released when done
 	cause      error
 	releasing  bool
+	relFailed  chan struct{}   // closed when a release under way fails and the grant stays held (releaseUnderWay)
 	abandoned  bool            // ended by Abandon: leaves no fast-path prediction (its end is a vanish)
 	relVersion int32           // the object node's data version our release record set; -1 unknown (lock-delay: see request.acquire)
 	ctx        context.Context // cancelled, with the cause, when the grant ends
@@ -246,6 +247,7 @@ func (g *Grant) endCleanup(mark bool) cleanup {
 func (g *Grant) watch() {
 	for !g.over() {
 		data, st, ev, err := g.s.conn.GetW(g.plPath)
+		g.e.watchReads.Add(1)
 		if err == nil && st.Czxid == g.token {
 			g.noteData(data, st.Version)
 		}
@@ -274,7 +276,51 @@ func (g *Grant) watch() {
 				g.lose(errors.New("privateLock was deleted by someone else"))
 				return
 			}
+			g.awaitRelease()
 		}
+	}
+}
+
+// releaseUnderWay returns, while the grant's release is under way, a
+// channel closed if that release fails and leaves the grant held (a
+// release that ends the grant cancels g.ctx instead); nil otherwise.
+func (g *Grant) releaseUnderWay() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.releasing || g.state != Held {
+		return nil
+	}
+	if g.relFailed == nil {
+		g.relFailed = make(chan struct{})
+	}
+	return g.relFailed
+}
+
+// releaseFailed ends a release that left the grant held (g.mu held).
+func (g *Grant) releaseFailed() {
+	g.releasing = false
+	if g.relFailed != nil {
+		close(g.relFailed)
+		g.relFailed = nil
+	}
+}
+
+// awaitRelease is for a holder watch whose event came while the grant's
+// release is under way: most often that release's own write, whose event
+// the server sends before its answer. Reading the node again then would
+// be one read per release for nothing: while a release is under way no
+// read loses the grant (the release's outcome decides, and the release
+// reads for itself when its guard fails). So it waits for the outcome; the
+// watch reads again only if the grant is still held.
+func (g *Grant) awaitRelease() {
+	ch := g.releaseUnderWay()
+	if ch == nil {
+		return
+	}
+	select {
+	case <-g.ctx.Done():
+	case <-g.s.lost:
+	case <-ch:
 	}
 }
 
@@ -506,7 +552,7 @@ func (g *Grant) end(ctx context.Context, mark bool) error {
 		return nil
 	}
 	g.mu.Lock()
-	g.releasing = false
+	g.releaseFailed()
 	g.mu.Unlock()
 	return fmt.Errorf("lock: release %q: %w", g.object, err)
 }

@@ -1548,7 +1548,7 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 			return nil
 		default:
 			g.mu.Lock()
-			g.releasing = false
+			g.releaseFailed()
 			g.mu.Unlock()
 			return fmt.Errorf("lock: release %q: %w", g.object, err)
 		}
@@ -1634,6 +1634,7 @@ func (g *Grant) noteNative(d *nativeData, st *zk.Stat) {
 func (g *Grant) watchNative() {
 	for !g.over() {
 		data, st, ev, err := g.s.conn.GetW(g.objPath)
+		g.e.watchReads.Add(1)
 		if err == nil {
 			d, perr := parseNativeData(data)
 			if _, ok := d.holder(g.reqID); perr != nil || !ok {
@@ -1660,6 +1661,7 @@ func (g *Grant) watchNative() {
 		case <-g.ctx.Done():
 		case <-g.s.lost:
 		case <-ev:
+			g.awaitRelease()
 		}
 	}
 }
