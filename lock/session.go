@@ -307,7 +307,13 @@ func (s *session) acked(sent, at time.Time, leader bool) {
 		s.base = b
 		s.changed.Notify()
 	}
-	s.touches = append(s.touches[:0], s.touches[k:]...)
+	// Drop the older ones by reslicing, not by copying the rest down:
+	// the rest is every request acknowledged in the last tickTime
+	// (thousands on a busy session), and its copy on every leader-path
+	// answer was 5 % of the sidecar's CPU in W1. The dropped front is
+	// reclaimed when append next grows the slice (copying the live part
+	// once per growth: amortized constant).
+	s.touches = s.touches[k:]
 }
 
 func (s *session) onEvent(ev zk.Event) {
