@@ -4,7 +4,8 @@ package main
 // on W1 cycles (acquire + release of an uncontended lock) driven over its
 // unix socket by Go's stock net/http client, against a raw echo server
 // (another process: hand-written HTTP/1.1, one canned answer) driven by the
-// same client. CPU is the sum over the process's threads of the first field
+// same client, and against the control (peersidecar.go: go-zookeeper's
+// lock behind a plain net/http server) on the same W1 cycles. CPU is the sum over the process's threads of the first field
 // of /proc/PID/task/TID/schedstat (ns on CPU; the leader's own
 // /proc/PID/schedstat counts one thread only); context switches the sum of
 // voluntary_ctxt_switches + nonvoluntary_ctxt_switches of each thread's
@@ -47,8 +48,17 @@ type costResult struct {
 	// /healthz CPU per request, each minus the echo's CPU per request
 	OverEchoUs       float64 `json:"w1_cpu_us_per_request_over_echo"`
 	HealthOverEchoUs float64 `json:"healthz_cpu_us_per_request_over_echo"`
-	LoadAvg          string  `json:"loadavg"`
-	Error            string  `json:"error,omitempty"`
+	// the control (peersidecar.go: go-zookeeper's zk.Lock behind a plain
+	// net/http server, GOMAXPROCS as the sidecar's), the same W1 cycles
+	// from the same client on the same ZooKeeper: what a Go sidecar of
+	// this shape costs with none of Baton's work (fencing, validity,
+	// leases, authorization)
+	ControlCPUUsPerCycle float64 `json:"control_cpu_us_per_cycle"`
+	ControlCtxSwPerCycle float64 `json:"control_ctxsw_per_cycle"`
+	ControlCycleP50us    float64 `json:"control_cycle_p50_us"`
+	CPUOverControl       float64 `json:"cpu_ratio_to_control"` // cpu_us_per_cycle / control_cpu_us_per_cycle
+	LoadAvg              string  `json:"loadavg"`
+	Error                string  `json:"error,omitempty"`
 }
 
 // envFlags collects repeated --env KEY=VALUE flags.
@@ -114,41 +124,13 @@ func cost(res *costResult, zkAddr, bat string, warmup int, env []string) error {
 	defer sc.stop()
 	hc := unixHTTPClient(sc.socket)
 	defer hc.CloseIdleConnections()
-	l := &httpLocker{c: hc, obj: "cost/w1"}
-	cycle := func() error {
-		if err := l.Lock(); err != nil {
-			return err
-		}
-		return l.Unlock()
-	}
-	for range warmup {
-		if err := cycle(); err != nil {
-			return fmt.Errorf("warm-up: %w", err)
-		}
-	}
-	lat := make([]time.Duration, 0, res.Cycles)
-	c0, err := procCost(sc.pid())
+	w, err := w1Cost(sc, hc, warmup, res.Cycles)
 	if err != nil {
 		return err
 	}
-	for range res.Cycles {
-		t0 := time.Now()
-		if err := cycle(); err != nil {
-			return fmt.Errorf("W1: %w", err)
-		}
-		lat = append(lat, time.Since(t0))
-	}
-	c1, err := procCost(sc.pid())
-	if err != nil {
-		return err
-	}
-	slices.Sort(lat)
-	n := float64(res.Cycles)
-	res.CPUUsPerCycle = float64(c1.cpuNs-c0.cpuNs) / 1000 / n
-	res.CtxSwPerCycle = float64(c1.ctxsw-c0.ctxsw) / n
+	res.CPUUsPerCycle, res.CtxSwPerCycle, res.CycleP50us = w.cpuUs, w.ctxsw, w.p50us
 	res.CPUUsPerRequest = res.CPUUsPerCycle / 2
-	res.CycleP50us = quantileUs(lat, 0.5)
-	res.ThreadsSidecar = c1.threads
+	res.ThreadsSidecar = w.threads
 
 	// the sidecar's /healthz body, which the echo sends back
 	get := func(c *http.Client) error {
@@ -223,7 +205,74 @@ func cost(res *costResult, zkAddr, bat string, warmup int, env []string) error {
 	}
 	res.OverEchoUs = res.CPUUsPerRequest - res.EchoCPUUsPerRq
 	res.HealthOverEchoUs = res.HealthCPUUsPerRq - res.EchoCPUUsPerRq
+
+	// the control, with the sidecar's runtime settings (--env; unset, the
+	// peer-sidecar takes GOMAXPROCS=1 as baton serve does)
+	ctl, err := startPeerSidecar(dir, "control", addr, fmt.Sprintf("/baton-cost-control/%d", time.Now().UnixNano()))
+	if err != nil {
+		return fmt.Errorf("control: %w", err)
+	}
+	defer ctl.stop()
+	cc := unixHTTPClient(ctl.socket)
+	defer cc.CloseIdleConnections()
+	cw, err := w1Cost(ctl, cc, warmup, res.Cycles)
+	if err != nil {
+		return fmt.Errorf("control: %w", err)
+	}
+	res.ControlCPUUsPerCycle, res.ControlCtxSwPerCycle, res.ControlCycleP50us = cw.cpuUs, cw.ctxsw, cw.p50us
+	if cw.cpuUs > 0 {
+		res.CPUOverControl = res.CPUUsPerCycle / cw.cpuUs
+	}
 	return nil
+}
+
+// w1Figures: a sidecar process's CPU (µs) and context switches per W1
+// cycle, the cycle's p50 latency and the process's threads.
+type w1Figures struct {
+	cpuUs, ctxsw, p50us float64
+	threads             int
+}
+
+// w1Cost drives cycles W1 cycles (acquire and release of one uncontended
+// object, Go's stock net/http client over the unix socket) through sc,
+// after warmup unmeasured ones.
+func w1Cost(sc *sidecarProc, hc *http.Client, warmup, cycles int) (w1Figures, error) {
+	l := &httpLocker{c: hc, obj: "cost/w1"}
+	cycle := func() error {
+		if err := l.Lock(); err != nil {
+			return err
+		}
+		return l.Unlock()
+	}
+	for range warmup {
+		if err := cycle(); err != nil {
+			return w1Figures{}, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	lat := make([]time.Duration, 0, cycles)
+	c0, err := procCost(sc.pid())
+	if err != nil {
+		return w1Figures{}, err
+	}
+	for range cycles {
+		t0 := time.Now()
+		if err := cycle(); err != nil {
+			return w1Figures{}, fmt.Errorf("W1: %w", err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	c1, err := procCost(sc.pid())
+	if err != nil {
+		return w1Figures{}, err
+	}
+	slices.Sort(lat)
+	n := float64(cycles)
+	return w1Figures{
+		cpuUs:   float64(c1.cpuNs-c0.cpuNs) / 1000 / n,
+		ctxsw:   float64(c1.ctxsw-c0.ctxsw) / n,
+		p50us:   quantileUs(lat, 0.5),
+		threads: c1.threads,
+	}, nil
 }
 
 // taskCost is a process's CPU and context switches, summed over its threads.

@@ -166,7 +166,8 @@ func TestEcho(t *testing.T) {
 }
 
 // TestCost runs cost small: it produces every figure (CPU and context
-// switches of baton serve per W1 cycle and per request, and the echo's),
+// switches of baton serve per W1 cycle and per request, the echo's and the
+// control's),
 // without asserting any of their values.
 func TestCost(t *testing.T) {
 	if testing.Short() {
@@ -179,7 +180,8 @@ func TestCost(t *testing.T) {
 		t.Fatal(err)
 	}
 	if res.CPUUsPerCycle <= 0 || res.CtxSwPerCycle <= 0 || res.CycleP50us <= 0 || res.HealthCPUUsPerRq <= 0 ||
-		res.EchoCPUUsPerRq <= 0 || res.EchoP50us <= 0 || res.ThreadsSidecar <= 0 {
+		res.EchoCPUUsPerRq <= 0 || res.EchoP50us <= 0 || res.ThreadsSidecar <= 0 ||
+		res.ControlCPUUsPerCycle <= 0 || res.ControlCycleP50us <= 0 || res.CPUOverControl <= 0 {
 		t.Fatalf("a figure missing: %+v", res)
 	}
 	t.Logf("%+v", res)
