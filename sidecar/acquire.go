@@ -253,7 +253,7 @@ func (s *Server) acquire(kind acquireKind) handlerFunc {
 				return err
 			}
 			s.m.acquire.WithLabelValues(l.g.Type().String(), resReentered).Observe(0)
-			writeJSON(w, http.StatusOK, v)
+			writeJSON(w, http.StatusOK, (*leaseJSON)(&v))
 			return nil
 		}
 		a := &acquisition{s: s, r: r, sp: sp, caller: peerFrom(r.Context()), result: resError}
@@ -264,7 +264,7 @@ func (s *Server) acquire(kind acquireKind) handlerFunc {
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, v)
+		writeJSON(w, http.StatusOK, (*leaseJSON)(&v))
 		return nil
 	}
 }

@@ -63,7 +63,7 @@ func (s *Server) renewLease(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, v)
+	writeJSON(w, http.StatusOK, (*leaseJSON)(&v))
 	return nil
 }
 
@@ -177,7 +177,8 @@ func (s *Server) getLease(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	writeJSON(w, http.StatusOK, s.leases.view(l, true))
+	v := s.leases.view(l, true)
+	writeJSON(w, http.StatusOK, (*leaseJSON)(&v))
 	return nil
 }
 

@@ -52,16 +52,35 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	e := encoders.Get().(*encoder)
 	defer e.put()
 	e.buf.Reset()
+	if a, ok := v.(Appender); ok {
+		if b, ok := a.AppendJSON(e.buf.AvailableBuffer()); ok {
+			e.buf.Write(append(b, '\n')) // (b is e.buf's own spare room: no copy of substance)
+			writeBody(w, status, e.buf.Bytes())
+			return
+		}
+	}
 	if err := e.enc.Encode(v); err != nil { // our own types: cannot happen
 		status = http.StatusInternalServerError
 		e.buf.Reset()
 		_ = e.enc.Encode(api.Error{Kind: api.InternalError, Message: "encoding the answer: " + err.Error()})
 	}
+	writeBody(w, status, e.buf.Bytes())
+}
+
+// Appender is a value that appends its JSON encoding to b by hand: the
+// same bytes as encoding/json's Encoder writes for it (without the
+// newline), or false to leave it to encoding/json.
+type Appender interface {
+	AppendJSON(b []byte) ([]byte, bool)
+}
+
+// writeBody writes an encoded answer with WriteJSON's headers.
+func writeBody(w http.ResponseWriter, status int, body []byte) {
 	h := w.Header()
 	h["Content-Type"] = contentTypeJSON
 	h["Cache-Control"] = noStore
 	w.WriteHeader(status)
-	_, _ = w.Write(e.buf.Bytes())
+	_, _ = w.Write(body)
 }
 
 // encoder is a buffer and a json.Encoder on it, kept in encoders between
