@@ -111,7 +111,7 @@ type result struct {
 
 func main() {
 	if len(os.Args) < 2 || strings.HasPrefix(os.Args[1], "-") {
-		fmt.Fprintln(os.Stderr, "usage: baton-bench W1|W2|W3|W4|W5 --zk HOST:PORT --root PATH [flags]; baton-bench probe|reqcost|cost|floor|wire [flags]")
+		fmt.Fprintln(os.Stderr, "usage: baton-bench W1|W2|W3|W4|W5 --zk HOST:PORT --root PATH [flags]; baton-bench probe|reqcost|cost|floor|wire|cpu [flags]")
 		os.Exit(64)
 	}
 	switch os.Args[1] {
@@ -127,6 +127,8 @@ func main() {
 		os.Exit(echoServerMain(os.Args[2:]))
 	case "wire":
 		os.Exit(wireMain(os.Args[2:]))
+	case "cpu":
+		os.Exit(cpuMain(os.Args[2:]))
 	case "peer-sidecar":
 		os.Exit(peerSidecarMain(os.Args[2:]))
 	}

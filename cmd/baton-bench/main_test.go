@@ -186,3 +186,31 @@ func TestCost(t *testing.T) {
 	}
 	t.Logf("%+v", res)
 }
+
+// TestCPUShare: cpu finds a command that burns a core in its window (a
+// shell's busy loop) and divides by the command's ops_per_s; a command that
+// ends before the window does is an error, not a figure.
+func TestCPUShare(t *testing.T) {
+	busy := `timeout 2 sh -c 'while :; do :; done'; echo '{"ops_per_s":1000}'`
+	var res cpuResult
+	if err := cpuShare(&res, []string{"sh", "-c", busy}, 200*time.Millisecond, 500*time.Millisecond, 3); err != nil {
+		t.Fatal(err)
+	}
+	if res.OpsPerS != 1000 || len(res.Processes) == 0 {
+		t.Fatalf("ops_per_s %v, processes %+v", res.OpsPerS, res.Processes)
+	}
+	var sh *cpuProc
+	for i, p := range res.Processes { // the busiest first
+		if p.Comm == "sh" {
+			sh = &res.Processes[i]
+			break
+		}
+	}
+	if sh == nil || sh.CPUPct < 30 || sh.UsPerOp != sh.CPUPct/100*1e6/1000 {
+		t.Fatalf("the busy shell not found busy: %+v", res.Processes)
+	}
+	var short cpuResult
+	if err := cpuShare(&short, []string{"sh", "-c", `echo '{"ops_per_s":5}'`}, 0, 300*time.Millisecond, 3); err == nil {
+		t.Fatalf("a command that ended before the window: no error (%+v)", short)
+	}
+}
