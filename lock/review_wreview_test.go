@@ -1,0 +1,196 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/batonhq/baton/lock"
+	"github.com/batonhq/baton/testenv"
+)
+
+// Review of eb61a62 (a holder watch fired during the grant's own release
+// waits for the release's outcome, awaitRelease, instead of reading the
+// node again).
+//
+// Fault injection: the engine talks to ZooKeeper through a testenv proxy
+// whose client->server bytes are held (HoldUpstream) while the release's
+// multi is in flight, so another client can change the node (firing the
+// holder watch while the release is under way) and take the WRITE
+// permission off the object node (an ACL): the release's multi then fails
+// with ErrNoAuth, neither a connection error nor a guard's (NoNode,
+// BadVersion): the path that leaves the grant held (releaseFailed).
+
+// wrSetup is one engine behind a proxy holding obj, and a direct client.
+type wrSetup struct {
+	p       *testenv.Proxy
+	e       *lock.Engine
+	conn    *zk.Conn
+	g       *lock.Grant
+	root    string
+	objPath string
+	plPath  string
+}
+
+func wrStart(t *testing.T, proto lock.Protocol, obj string, watchDelay time.Duration) *wrSetup {
+	t.Helper()
+	root := testRoot(t, zkServer)
+	p := testenv.ProxyT(t, zkServer.Addr(1))
+	e := newEngine(t, []string{p.Addr()}, root, func(o *lock.Options) {
+		o.Protocol = proto
+		o.HolderWatchDelay = watchDelay
+		o.AuditInterval = -1
+		o.SessionTimeout = 10 * time.Second // outlasts the holds below
+	})
+	name, err := lock.EscapeObject(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &wrSetup{p: p, e: e, conn: rawConn(t, zkServer.Servers()), root: root, objPath: root + "/" + name}
+	s.plPath = s.objPath + "/privateLock"
+	s.g = acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{})
+	return s
+}
+
+// startRelease holds the engine's requests and starts the grant's release;
+// it returns once the release is under way (its multi held).
+func (s *wrSetup) startRelease(t *testing.T) <-chan error {
+	t.Helper()
+	s.p.HoldUpstream()
+	ch := make(chan error, 1)
+	go func() { ch <- s.g.Release(context.Background()) }()
+	waitFor(t, 10*time.Second, "the release under way", s.g.WreviewReleasing)
+	return ch
+}
+
+// touch rewrites the node the holder watch follows (privateLock on the
+// plugin protocol, the object node on the native one) with the same data:
+// it fires the watch and takes nothing from the grant.
+func (s *wrSetup) touch(t *testing.T, proto lock.Protocol) {
+	t.Helper()
+	p := s.plPath
+	if proto == lock.Native {
+		p = s.objPath
+	}
+	data, st, err := s.conn.Get(p)
+	if err != nil {
+		t.Fatalf("get %s: %v", p, err)
+	}
+	if _, err := s.conn.Set(p, data, st.Version); err != nil {
+		t.Fatalf("set %s: %v", p, err)
+	}
+}
+
+// denyWrite takes WRITE off the object node (the release's guard, plugin,
+// or its rewrite of the holders, native, then fails with ErrNoAuth);
+// allowWrite gives it back.
+func (s *wrSetup) denyWrite(t *testing.T) {
+	t.Helper()
+	if _, err := s.conn.SetACL(s.objPath, zk.WorldACL(zk.PermAll&^zk.PermWrite), -1); err != nil {
+		t.Fatalf("setACL: %v", err)
+	}
+}
+
+func (s *wrSetup) allowWrite(t *testing.T) {
+	t.Helper()
+	if _, err := s.conn.SetACL(s.objPath, zk.WorldACL(zk.PermAll), -1); err != nil {
+		t.Fatalf("setACL: %v", err)
+	}
+}
+
+// failRelease lets the held release through and checks that it failed
+// with ErrNoAuth and left the grant held.
+func (s *wrSetup) failRelease(t *testing.T, ch <-chan error) {
+	t.Helper()
+	s.p.Heal()
+	var err error
+	select {
+	case err = <-ch:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the release did not return")
+	}
+	if !errors.Is(err, zk.ErrNoAuth) {
+		t.Fatalf("release = %v, want an error wrapping ErrNoAuth (the fault did not apply)", err)
+	}
+	if st := s.g.State(); st != lock.Held {
+		t.Fatalf("after the failed release the grant is %v, want Held", st)
+	}
+}
+
+// takeAway makes the grant lost by someone else's hand, as an operator
+// clearing a stuck lock would: privateLock (plugin) deleted, or the
+// object's holders rewritten to name nobody (native), then the holder's
+// child deleted.
+func (s *wrSetup) takeAway(t *testing.T, proto lock.Protocol) {
+	t.Helper()
+	var err error
+	if proto == lock.Native {
+		_, err = s.conn.Set(s.objPath, []byte(`{"native":1}`), -1)
+	} else {
+		err = s.conn.Delete(s.plPath, -1)
+	}
+	if err == nil {
+		err = s.conn.Delete(s.objPath+"/"+s.g.Node(), -1)
+	}
+	if err != nil {
+		t.Fatalf("take the grant away: %v", err)
+	}
+}
+
+// expectLost waits for the grant to be reported lost, then has another
+// engine take the object. A grant still reported held then is a silent
+// overlap: the other engine's grant is checked against it.
+func (s *wrSetup) expectLost(t *testing.T, proto lock.Protocol, obj string) {
+	t.Helper()
+	var chk overlapChecker
+	chk.enter(s.g.Token())
+	select {
+	case <-s.g.Done():
+		chk.leave()
+	case <-time.After(10 * time.Second):
+		t.Errorf("the grant was taken away by someone else but is still reported %v after 10s", s.g.State())
+	}
+	e2 := newEngine(t, zkServer.Servers(), s.root, func(o *lock.Options) { o.Protocol = proto })
+	g2 := acquire(t, e2, obj, lock.Foreground, lock.AcquireOptions{})
+	chk.enter(g2.Token())
+	if s.g.State() == lock.Held {
+		t.Errorf("another engine was granted %q (token %d) while this grant (token %d) is still reported held", obj, g2.Token(), s.g.Token())
+	}
+	chk.verify(t, 2)
+	release(t, g2)
+	if err := s.g.Err(); s.g.State() != lock.Held && !errors.Is(err, lock.ErrLockLost) {
+		t.Errorf("grant ended with %v, want ErrLockLost", err)
+	}
+}
+
+// A release fails and leaves the grant held after the holder watch fired
+// during it (someone else's write: the watch waits in awaitRelease). The
+// watch must resume: it reads the node again, and a later loss (privateLock
+// deleted, the holders rewritten) is reported. Fails if releaseFailed does
+// not wake the waiting watch (relFailed never closed): the grant stays
+// "held" forever while another holder may take the object.
+func TestReviewWatchResumesAfterFailedRelease(t *testing.T) {
+	for _, proto := range []lock.Protocol{lock.Plugin, lock.Native} {
+		t.Run(fmt.Sprint(proto), func(t *testing.T) {
+			const obj = "wr-resume"
+			s := wrStart(t, proto, obj, time.Millisecond)
+			waitFor(t, 10*time.Second, "the holder watch armed", func() bool { return s.e.WatchReads() > 0 })
+			ch := s.startRelease(t)
+			s.touch(t, proto) // fires the watch while the release is under way
+			s.denyWrite(t)
+			waitFor(t, 10*time.Second, "the watch waiting for the release's outcome", s.g.WreviewAwaitingRelease)
+			reads := s.e.WatchReads()
+			s.failRelease(t, ch)
+			s.allowWrite(t)
+			waitFor(t, 10*time.Second, "the holder watch reading again after the failed release", func() bool {
+				return s.e.WatchReads() > reads
+			})
+			s.takeAway(t, proto)
+			s.expectLost(t, proto, obj)
+		})
+	}
+}
