@@ -43,6 +43,7 @@ type Grant struct {
 	cause      error
 	releasing  bool
 	relFailed  chan struct{}   // closed when a release under way fails and the grant stays held (releaseUnderWay)
+	armLate    bool            // the holder watch came due during a release: armed if it fails (releaseFailed)
 	abandoned  bool            // ended by Abandon: leaves no fast-path prediction (its end is a vanish)
 	relVersion int32           // the object node's data version our release record set; -1 unknown (lock-delay: see request.acquire)
 	ctx        context.Context // cancelled, with the cause, when the grant ends
@@ -93,11 +94,22 @@ func (r *request) grant(ctx context.Context, node string, seq int64, st *zk.Stat
 	return g, nil
 }
 
-// arm starts the holder watch, unless the grant ended meanwhile.
+// arm starts the holder watch, unless the grant ended meanwhile. Due while
+// the grant's release is under way, it is left to that release: armed if
+// the release fails and leaves the grant held (releaseFailed).
 func (g *Grant) arm() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.state != Held || g.releasing {
+	g.armLocked()
+}
+
+// armLocked is arm with g.mu held.
+func (g *Grant) armLocked() {
+	if g.state != Held {
+		return
+	}
+	if g.releasing {
+		g.armLate = true
 		return
 	}
 	select {
@@ -296,12 +308,18 @@ func (g *Grant) releaseUnderWay() <-chan struct{} {
 	return g.relFailed
 }
 
-// releaseFailed ends a release that left the grant held (g.mu held).
+// releaseFailed ends a release that left the grant held (g.mu held): a
+// holder watch waiting for it reads again, one that came due during it is
+// armed now.
 func (g *Grant) releaseFailed() {
 	g.releasing = false
 	if g.relFailed != nil {
 		close(g.relFailed)
 		g.relFailed = nil
+	}
+	if g.armLate {
+		g.armLate = false
+		g.armLocked()
 	}
 }
 

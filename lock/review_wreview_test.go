@@ -194,3 +194,37 @@ func TestReviewWatchResumesAfterFailedRelease(t *testing.T) {
 		})
 	}
 }
+
+// A release starts before the holder watch is due (HolderWatchDelay: most
+// critical sections are short) and fails, leaving the grant held. The
+// watch's arm timer fired during the release and declined (arm: "the
+// grant is being released"); nothing arms it afterwards, so the grant is
+// held with no watch at all: privateLock deleted, or the holders rewritten,
+// by someone else is never reported, and another holder gets the object
+// while this grant still reads Held. The watch must be armed once the
+// release fails.
+func TestReviewWatchArmedAfterFailedRelease(t *testing.T) {
+	for _, proto := range []lock.Protocol{lock.Plugin, lock.Native} {
+		t.Run(fmt.Sprint(proto), func(t *testing.T) {
+			const obj = "wr-arm"
+			const delay = time.Second
+			s := wrStart(t, proto, obj, delay)
+			ch := s.startRelease(t)
+			if d := time.Since(s.g.AcquiredAt()); d > delay/2 {
+				// the case needs the release under way before the watch
+				// is due; on a machine this slow it cannot be set up
+				t.Skipf("the release started %v after the grant, want < %v", d, delay/2)
+			}
+			if n := s.e.WatchReads(); n != 0 {
+				t.Fatalf("%d watch reads before HolderWatchDelay", n)
+			}
+			s.denyWrite(t)
+			// the arm timer fires while the release is held
+			time.Sleep(time.Until(s.g.AcquiredAt().Add(delay + delay/2)))
+			s.failRelease(t, ch)
+			s.allowWrite(t)
+			s.takeAway(t, proto)
+			s.expectLost(t, proto, obj)
+		})
+	}
+}
