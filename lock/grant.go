@@ -265,14 +265,22 @@ func (g *Grant) watch() {
 		}
 		switch {
 		case err == nil && st.Czxid != g.token:
-			if !g.isReleasing() { // after our own release the next holder's is expected
-				g.lose(errors.New("privateLock was replaced by another holder's"))
+			if g.isReleasing() { // after our own release the next holder's is expected
+				if g.heldAfterRelease() { // ... unless it fails: then read again
+					continue
+				}
+				return
 			}
+			g.lose(errors.New("privateLock was replaced by another holder's"))
 			return
 		case errors.Is(err, zk.ErrNoNode):
-			if !g.isReleasing() {
-				g.lose(errors.New("privateLock was deleted by someone else"))
+			if g.isReleasing() {
+				if g.heldAfterRelease() {
+					continue
+				}
+				return
 			}
+			g.lose(errors.New("privateLock was deleted by someone else"))
 			return
 		case err != nil:
 			if !g.awaitSession(err) {
@@ -340,6 +348,17 @@ func (g *Grant) awaitRelease() {
 	case <-g.s.lost:
 	case <-ch:
 	}
+}
+
+// heldAfterRelease is for a holder watch whose read found the grant gone
+// while its release is under way: the release decides, but it may fail and
+// leave the grant held, and the watch must go on then. It waits for the
+// outcome and reports whether the grant is still held (read again).
+func (g *Grant) heldAfterRelease() bool {
+	g.awaitRelease()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.state == Held
 }
 
 // awaitSession handles a holder watch's failed read: the engine closing

@@ -123,8 +123,8 @@ func (s *wrSetup) failRelease(t *testing.T, ch <-chan error) {
 
 // takeAway makes the grant lost by someone else's hand, as an operator
 // clearing a stuck lock would: privateLock (plugin) deleted, or the
-// object's holders rewritten to name nobody (native), then the holder's
-// child deleted.
+// object's holders rewritten to name nobody (native); dropChild then
+// deletes the holder's child, which would otherwise keep others queued.
 func (s *wrSetup) takeAway(t *testing.T, proto lock.Protocol) {
 	t.Helper()
 	var err error
@@ -133,11 +133,15 @@ func (s *wrSetup) takeAway(t *testing.T, proto lock.Protocol) {
 	} else {
 		err = s.conn.Delete(s.plPath, -1)
 	}
-	if err == nil {
-		err = s.conn.Delete(s.objPath+"/"+s.g.Node(), -1)
-	}
 	if err != nil {
 		t.Fatalf("take the grant away: %v", err)
+	}
+}
+
+func (s *wrSetup) dropChild(t *testing.T) {
+	t.Helper()
+	if err := s.conn.Delete(s.objPath+"/"+s.g.Node(), -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		t.Fatalf("delete the holder's child: %v", err)
 	}
 }
 
@@ -190,6 +194,7 @@ func TestReviewWatchResumesAfterFailedRelease(t *testing.T) {
 				return s.e.WatchReads() > reads
 			})
 			s.takeAway(t, proto)
+			s.dropChild(t)
 			s.expectLost(t, proto, obj)
 		})
 	}
@@ -224,6 +229,44 @@ func TestReviewWatchArmedAfterFailedRelease(t *testing.T) {
 			s.failRelease(t, ch)
 			s.allowWrite(t)
 			s.takeAway(t, proto)
+			s.dropChild(t)
+			s.expectLost(t, proto, obj)
+		})
+	}
+}
+
+// The holder watch's read is in flight when the grant's release starts
+// (the watch fired just before: someone else's write), and answers that the
+// grant is gone (privateLock deleted, the holders rewritten). The watch
+// does not lose the grant then — the release's outcome decides — but it
+// must not stop watching either: the release may fail and leave the grant
+// held (here: ErrNoAuth, its guard denied), and then nothing reports the
+// loss; another engine gets the object while this grant reads Held.
+func TestReviewWatchKeptWhenReleaseFails(t *testing.T) {
+	for _, proto := range []lock.Protocol{lock.Plugin, lock.Native} {
+		t.Run(fmt.Sprint(proto), func(t *testing.T) {
+			const obj = "wr-kept"
+			s := wrStart(t, proto, obj, time.Millisecond)
+			waitFor(t, 10*time.Second, "the holder watch armed", func() bool { return s.e.WatchReads() > 0 })
+			reads := s.e.WatchReads()
+			s.p.HoldUpstream()
+			s.touch(t, proto) // fires the watch: its next read is held
+			// The watch sends its read within microseconds of the event; a
+			// release started before it would make the watch wait for the
+			// release's outcome instead (awaitRelease), and the case would
+			// pass without being exercised, never fail.
+			time.Sleep(300 * time.Millisecond)
+			ch := make(chan error, 1)
+			go func() { ch <- s.g.Release(context.Background()) }()
+			waitFor(t, 10*time.Second, "the release under way", s.g.WreviewReleasing)
+			s.takeAway(t, proto)
+			s.denyWrite(t)
+			s.failRelease(t, ch)
+			if got := s.e.WatchReads(); got <= reads {
+				t.Logf("the watch's read was not in flight before the release (reads %d, %d before): the case was not exercised", got, reads)
+			}
+			s.allowWrite(t)
+			s.dropChild(t)
 			s.expectLost(t, proto, obj)
 		})
 	}
