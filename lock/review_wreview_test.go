@@ -271,3 +271,68 @@ func TestReviewWatchKeptWhenReleaseFails(t *testing.T) {
 		})
 	}
 }
+
+// Local handoffs with the holder watch armed (HolderWatchDelay 1ms): the
+// holder's release grants the next request of its own engine in the same
+// write (plugin: privateLock deleted and created again for the successor;
+// native: the holders rewritten to name it). The old holder's watch fires
+// on that write while the release is under way: its grant must end
+// Released, not Lost; the new holder's watch must then follow the new
+// grant and report it lost when someone else takes it away. Fails if the
+// event of the grant's own release (privateLock deleted) loses it (mutation:
+// no isReleasing guard on the EventNodeDeleted case in watch).
+func TestReviewWatchHandoffs(t *testing.T) {
+	for _, proto := range []lock.Protocol{lock.Plugin, lock.Native} {
+		t.Run(fmt.Sprint(proto), func(t *testing.T) {
+			const obj = "wr-handoff"
+			s := wrStart(t, proto, obj, time.Millisecond)
+			conn := s.conn
+			var chk overlapChecker
+			l0 := s.e.LocalHandoffs()
+			var reads int64 // the engine's watch reads before the current grant (a fresh engine: none)
+			for i := range 5 {
+				a := s.g
+				chk.enter(a.Token())
+				waitFor(t, 10*time.Second, "the holder watch armed", func() bool { return s.e.WatchReads() > reads })
+				ch := make(chan *lock.Grant, 1)
+				go func() {
+					g, err := s.e.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
+					if err != nil {
+						t.Error(err)
+					}
+					ch <- g
+				}()
+				waitFor(t, 10*time.Second, "the waiter queued", func() bool { return len(children(t, conn, s.root, obj)) >= 3 })
+				if proto == lock.Plugin {
+					waitFor(t, 10*time.Second, "the waiter offered a handoff", func() bool { return s.e.HandoffOffers(obj) == 1 })
+				}
+				time.Sleep(50 * time.Millisecond) // the waiter is watching
+				chk.leave()
+				reads = s.e.WatchReads()
+				if err := a.Release(context.Background()); err != nil {
+					t.Fatalf("round %d: release: %v", i, err)
+				}
+				if st, err := a.State(), a.Err(); st != lock.Released || err != nil {
+					t.Fatalf("round %d: the released grant is %v (%v), want Released", i, st, err)
+				}
+				b := <-ch
+				if b == nil {
+					t.FailNow()
+				}
+				s.g = b
+			}
+			t.Logf("%d local handoffs of 5", s.e.LocalHandoffs()-l0)
+			chk.enter(s.g.Token())
+			waitFor(t, 10*time.Second, "the last holder's watch armed", func() bool { return s.e.WatchReads() > reads })
+			s.takeAway(t, proto)
+			s.dropChild(t)
+			select {
+			case <-s.g.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the last holder's grant was taken away but is still reported %v", s.g.State())
+			}
+			chk.leave()
+			chk.verify(t, 6)
+		})
+	}
+}
