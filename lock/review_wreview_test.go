@@ -336,3 +336,59 @@ func TestReviewWatchHandoffs(t *testing.T) {
 		})
 	}
 }
+
+// Someone else takes the grant away while its release is in flight and the
+// holder watch, armed, fires: the watch leaves the outcome to the release
+// (it does not read), so the release must report the loss itself
+// (ErrLockLost, the grant Lost), never a clean release of a lock that was
+// not ours any more. Variants: privateLock deleted (plugin), the holders
+// rewritten to name nobody (native), the object node deleted with our
+// child (native). Fails if a release that finds the grant gone ends it
+// Released (mutations checked: end's gone case finishing Released;
+// endNative's ErrBadVersion re-read not checking that the holders still
+// name us; endNative's ErrNoNode case finishing Released).
+func TestReviewWatchLossDuringRelease(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		proto lock.Protocol
+	}{{"plugin", lock.Plugin}, {"native", lock.Native}, {"native-object-deleted", lock.Native}} {
+		t.Run(c.name, func(t *testing.T) {
+			const obj = "wr-loss"
+			s := wrStart(t, c.proto, obj, time.Millisecond)
+			waitFor(t, 10*time.Second, "the holder watch armed", func() bool { return s.e.WatchReads() > 0 })
+			ch := s.startRelease(t)
+			if c.name == "native-object-deleted" {
+				wrDeleteTree(t, s.conn, s.objPath) // our child, the native sentinel, the object node
+			} else {
+				s.takeAway(t, c.proto)
+			}
+			waitFor(t, 10*time.Second, "the watch waiting for the release's outcome", s.g.WreviewAwaitingRelease)
+			s.p.Heal()
+			var err error
+			select {
+			case err = <-ch:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the release did not return")
+			}
+			if !errors.Is(err, lock.ErrLockLost) || !errors.Is(s.g.Err(), lock.ErrLockLost) || s.g.State() != lock.Lost {
+				t.Fatalf("release = %v, grant %v (%v): want the loss reported (ErrLockLost, Lost)", err, s.g.State(), s.g.Err())
+			}
+			s.dropChild(t) // the native holders rewritten: our child is the session's cleanup's, or ours here
+		})
+	}
+}
+
+// wrDeleteTree deletes p and everything under it.
+func wrDeleteTree(t *testing.T, conn *zk.Conn, p string) {
+	t.Helper()
+	kids, _, err := conn.Children(p)
+	if err != nil {
+		t.Fatalf("children of %s: %v", p, err)
+	}
+	for _, k := range kids {
+		wrDeleteTree(t, conn, p+"/"+k)
+	}
+	if err := conn.Delete(p, -1); err != nil {
+		t.Fatalf("delete %s: %v", p, err)
+	}
+}
