@@ -296,7 +296,9 @@ func (g *Grant) watch() {
 				g.lose(errors.New("privateLock was deleted by someone else"))
 				return
 			}
-			g.awaitRelease()
+			if !g.heldAfterRelease() {
+				return
+			}
 		}
 	}
 }
@@ -350,10 +352,14 @@ func (g *Grant) awaitRelease() {
 	}
 }
 
-// heldAfterRelease is for a holder watch whose read found the grant gone
-// while its release is under way: the release decides, but it may fail and
-// leave the grant held, and the watch must go on then. It waits for the
-// outcome and reports whether the grant is still held (read again).
+// heldAfterRelease waits for the outcome of a release under way, if any
+// (awaitRelease), and reports whether the grant is still held: the holder
+// watch reads again only then. Its state, not only its context: a release
+// marks the grant Released before it cancels the context (finish), and
+// the watch woken by that release's event in between would read for
+// nothing. A read that found the grant gone while its release is under
+// way waits the same way: the release decides, but it may fail and leave
+// the grant held, and the watch must go on then.
 func (g *Grant) heldAfterRelease() bool {
 	g.awaitRelease()
 	g.mu.Lock()

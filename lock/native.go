@@ -1669,7 +1669,9 @@ func (g *Grant) watchNative() {
 		case <-g.ctx.Done():
 		case <-g.s.lost:
 		case <-ev:
-			g.awaitRelease()
+			if !g.heldAfterRelease() {
+				return
+			}
 		}
 	}
 }

@@ -394,21 +394,6 @@ func wrDeleteTree(t *testing.T, conn *zk.Conn, p string) {
 	}
 }
 
-// wrDeleteTree deletes p and everything under it.
-func wrDeleteTree(t *testing.T, conn *zk.Conn, p string) {
-	t.Helper()
-	kids, _, err := conn.Children(p)
-	if err != nil {
-		t.Fatalf("children of %s: %v", p, err)
-	}
-	for _, k := range kids {
-		wrDeleteTree(t, conn, p+"/"+k)
-	}
-	if err := conn.Delete(p, -1); err != nil {
-		t.Fatalf("delete %s: %v", p, err)
-	}
-}
-
 // eb61a62's own claim, under a race it left open: the holder watch's
 // event from the grant's own release may be handled after the release
 // marked the grant Released but before it cancelled the grant's context
