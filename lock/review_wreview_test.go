@@ -401,9 +401,10 @@ func wrDeleteTree(t *testing.T, conn *zk.Conn, p string) {
 // whose loop looks only at the context, reads the node again — the read per
 // release the change meant to save (TestHolderWatchSkipsOwnRelease, which
 // this repeats 100 times, failed now and then under -race for it; native
-// mostly: its finish does more between the two). Fails on eb61a62 in about
-// every run; with the watch checking the grant's state after its event
-// (heldAfterRelease), no round can read.
+// mostly: its finish does more between the two). Without the fix it
+// failed in 5 of 6 runs here (a race: not every run); with the watch
+// checking the grant's state after its event (heldAfterRelease), no round
+// can read.
 func TestReviewWatchNoReadAfterOwnRelease(t *testing.T) {
 	for _, proto := range []lock.Protocol{lock.Plugin, lock.Native} {
 		t.Run(fmt.Sprint(proto), func(t *testing.T) {
