@@ -43,6 +43,7 @@ type Grant struct {
 	cause      error
 	releasing  bool
 	relFailed  chan struct{}   // closed when a release under way fails and the grant stays held (releaseUnderWay)
+	armLate    bool            // the holder watch came due during a release: armed if it fails (releaseFailed)
 	abandoned  bool            // ended by Abandon: leaves no fast-path prediction (its end is a vanish)
 	relVersion int32           // the object node's data version our release record set; -1 unknown (lock-delay: see request.acquire)
 	ctx        context.Context // cancelled, with the cause, when the grant ends
@@ -93,11 +94,22 @@ func (r *request) grant(ctx context.Context, node string, seq int64, st *zk.Stat
 	return g, nil
 }
 
-// arm starts the holder watch, unless the grant ended meanwhile.
+// arm starts the holder watch, unless the grant ended meanwhile. Due while
+// the grant's release is under way, it is left to that release: armed if
+// the release fails and leaves the grant held (releaseFailed).
 func (g *Grant) arm() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.state != Held || g.releasing {
+	g.armLocked()
+}
+
+// armLocked is arm with g.mu held.
+func (g *Grant) armLocked() {
+	if g.state != Held {
+		return
+	}
+	if g.releasing {
+		g.armLate = true
 		return
 	}
 	select {
@@ -253,14 +265,22 @@ func (g *Grant) watch() {
 		}
 		switch {
 		case err == nil && st.Czxid != g.token:
-			if !g.isReleasing() { // after our own release the next holder's is expected
-				g.lose(errors.New("privateLock was replaced by another holder's"))
+			if g.isReleasing() { // after our own release the next holder's is expected
+				if g.heldAfterRelease() { // ... unless it fails: then read again
+					continue
+				}
+				return
 			}
+			g.lose(errors.New("privateLock was replaced by another holder's"))
 			return
 		case errors.Is(err, zk.ErrNoNode):
-			if !g.isReleasing() {
-				g.lose(errors.New("privateLock was deleted by someone else"))
+			if g.isReleasing() {
+				if g.heldAfterRelease() {
+					continue
+				}
+				return
 			}
+			g.lose(errors.New("privateLock was deleted by someone else"))
 			return
 		case err != nil:
 			if !g.awaitSession(err) {
@@ -276,7 +296,9 @@ func (g *Grant) watch() {
 				g.lose(errors.New("privateLock was deleted by someone else"))
 				return
 			}
-			g.awaitRelease()
+			if !g.heldAfterRelease() {
+				return
+			}
 		}
 	}
 }
@@ -296,12 +318,18 @@ func (g *Grant) releaseUnderWay() <-chan struct{} {
 	return g.relFailed
 }
 
-// releaseFailed ends a release that left the grant held (g.mu held).
+// releaseFailed ends a release that left the grant held (g.mu held): a
+// holder watch waiting for it reads again, one that came due during it is
+// armed now.
 func (g *Grant) releaseFailed() {
 	g.releasing = false
 	if g.relFailed != nil {
 		close(g.relFailed)
 		g.relFailed = nil
+	}
+	if g.armLate {
+		g.armLate = false
+		g.armLocked()
 	}
 }
 
@@ -322,6 +350,21 @@ func (g *Grant) awaitRelease() {
 	case <-g.s.lost:
 	case <-ch:
 	}
+}
+
+// heldAfterRelease waits for the outcome of a release under way, if any
+// (awaitRelease), and reports whether the grant is still held: the holder
+// watch reads again only then. Its state, not only its context: a release
+// marks the grant Released before it cancels the context (finish), and
+// the watch woken by that release's event in between would read for
+// nothing. A read that found the grant gone while its release is under
+// way waits the same way: the release decides, but it may fail and leave
+// the grant held, and the watch must go on then.
+func (g *Grant) heldAfterRelease() bool {
+	g.awaitRelease()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.state == Held
 }
 
 // awaitSession handles a holder watch's failed read: the engine closing

@@ -1638,18 +1638,26 @@ func (g *Grant) watchNative() {
 		if err == nil {
 			d, perr := parseNativeData(data)
 			if _, ok := d.holder(g.reqID); perr != nil || !ok {
-				if !g.isReleasing() {
-					g.lose(errors.New("the object's holders no longer name this grant"))
+				if g.isReleasing() { // the release decides, unless it fails (heldAfterRelease)
+					if g.heldAfterRelease() {
+						continue
+					}
+					return
 				}
+				g.lose(errors.New("the object's holders no longer name this grant"))
 				return
 			}
 			g.noteNative(&d, st)
 		}
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
-			if !g.isReleasing() {
-				g.lose(errors.New("the object node was deleted"))
+			if g.isReleasing() {
+				if g.heldAfterRelease() {
+					continue
+				}
+				return
 			}
+			g.lose(errors.New("the object node was deleted"))
 			return
 		case err != nil:
 			if !g.awaitSession(err) {
@@ -1661,7 +1669,9 @@ func (g *Grant) watchNative() {
 		case <-g.ctx.Done():
 		case <-g.s.lost:
 		case <-ev:
-			g.awaitRelease()
+			if !g.heldAfterRelease() {
+				return
+			}
 		}
 	}
 }
