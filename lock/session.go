@@ -283,37 +283,72 @@ func (s *session) acked(sent, at time.Time, leader bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.touches = append(s.touches, touch{sent, at})
-	if !leader {
-		if len(s.touches) > 4096 { // only while nothing goes through the leader
-			s.touches = append(s.touches[:0], s.touches[len(s.touches)-1024:]...)
+	tick := s.e.opts.TickTime
+	if leader {
+		if sent.After(s.leaderSent) {
+			s.leaderSent = sent
 		}
-		return
+		if k := leadingAckedBy(s.touches, sent.Add(-tick)); k >= 0 {
+			if b := s.touches[k].sent; b.After(s.base) {
+				s.base = b
+				s.changed.Notify()
+			}
+			// Drop the older ones by reslicing, not by copying the rest
+			// down: the rest is every request acknowledged in the last
+			// tickTime (thousands on a busy session), and its copy on
+			// every leader-path answer was 5 % of the sidecar's CPU in
+			// W1. The dropped front is reclaimed when append next grows
+			// the slice (copying the live part once per growth).
+			s.touches = s.touches[k:]
+		}
 	}
-	if sent.After(s.leaderSent) {
-		s.leaderSent = sent
+	// Touches acknowledged more than twice tickTime ago count only through
+	// the newest of them: the cut of a leader-path request sent within the
+	// last tickTime is later. So the others go, on every answer, whatever
+	// its path. (A cap of 4,096 that kept the newest 1,024 on a read's
+	// answer, its predecessor, kept less than tickTime of them on a session
+	// answering a few thousand requests a second: no cut found a touch, the
+	// base stopped, and the session gave itself up as lost after its
+	// timeout, in the middle of W3 on one baton serve.)
+	if k := leadingAckedBy(s.touches, at.Add(-2*tick)); k > 0 {
+		s.touches = s.touches[k:]
 	}
-	cut := sent.Add(-s.e.opts.TickTime)
+	if len(s.touches) > maxTouches {
+		s.touches = thinTouches(s.touches)
+	}
+}
+
+// maxTouches bounds a session's touches where twice tickTime holds more
+// answers than this (about 16,000 a second at the default tickTime).
+const maxTouches = 1 << 16
+
+// leadingAckedBy returns the index of the last touch of ts's leading run
+// acknowledged no later than cut, or -1. (Touches are appended as answers
+// are read: in acknowledgement order.)
+func leadingAckedBy(ts []touch, cut time.Time) int {
 	k := -1
-	for i, t := range s.touches {
+	for i, t := range ts {
 		if t.acked.After(cut) {
 			break
 		}
 		k = i
 	}
-	if k < 0 {
-		return
+	return k
+}
+
+// thinTouches drops every second touch of the older half of ts, keeping
+// the oldest. That only ever makes a later base older, never newer: a cut
+// that would have found a dropped touch finds the one kept before it,
+// sent earlier.
+func thinTouches(ts []touch) []touch {
+	half := len(ts) / 2
+	w := 1
+	for i := 2; i < half; i += 2 {
+		ts[w] = ts[i]
+		w++
 	}
-	if b := s.touches[k].sent; b.After(s.base) {
-		s.base = b
-		s.changed.Notify()
-	}
-	// Drop the older ones by reslicing, not by copying the rest down:
-	// the rest is every request acknowledged in the last tickTime
-	// (thousands on a busy session), and its copy on every leader-path
-	// answer was 5 % of the sidecar's CPU in W1. The dropped front is
-	// reclaimed when append next grows the slice (copying the live part
-	// once per growth: amortized constant).
-	s.touches = s.touches[k:]
+	w += copy(ts[w:], ts[half:])
+	return ts[:w]
 }
 
 func (s *session) onEvent(ev zk.Event) {
