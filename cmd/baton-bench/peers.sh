@@ -65,6 +65,7 @@ SH
 done
 export OUT=${OUT:-$top/bench-results/$(date +%Y%m%dT%H%M%S)}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd) # absolute: run_all.sh writes it from the temp copy (a relative OUT landed there, and went with it)
 cd "$work"
 IMPLS=${IMPLS:-"./curator/bench ./kazoo/bench ./gozk/bench ./gozk/raw$baton_impls"} \
   ZK_SH=$ZK_SH ./run_all.sh
