@@ -60,7 +60,7 @@ run: deps ## baton dev: ZooKeeper, broker, demo app and sidecar; prints exports 
 deploy-test: ## docker-compose.yml in a real Docker engine (installs docker.io, builds images via debootstrap): lock, delivery, dead letter
 	bash deploy/test/run.sh
 
-bench: deps ## benchmarks with figures (engine, socket, queue, dlq, dispatcher), the waiter probe on one baton serve (WAITERS=10000 for the issue's), its latency per request against a raw echo (reqcost) and its CPU and context switches per W1 cycle and per request (cost)
+bench: deps ## benchmarks with figures (engine, socket, queue, dlq, dispatcher), the waiter probe on one baton serve (WAITERS=10000 for the issue's), its latency per request against a raw echo (reqcost) and its CPU and context switches per W1 cycle and per request, beside the control's (cost)
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./lock ./sidecar ./queue ./dlq ./ops
 	$(GO) build -o bin/baton ./cmd/baton && $(GO) build -o bin/baton-bench ./cmd/baton-bench
 	bin/baton-bench probe --baton bin/baton --waiters $(WAITERS)
