@@ -13,7 +13,6 @@ package main
 // count: figures, never assertions.
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -84,15 +83,7 @@ func costMain(args []string) int {
 	_ = fs.Parse(args)
 	res := costResult{Probe: "cost", Cycles: *cycles, Echo: 2 * *cycles, Sidecar: env.String(), LoadAvg: loadAvg()}
 	err := cost(&res, *zkAddr, *bat, *warmup, env)
-	if err != nil {
-		res.Error = err.Error()
-	}
-	out, _ := json.Marshal(res)
-	fmt.Println(string(out))
-	if err != nil {
-		return 1
-	}
-	return 0
+	return report(&res, err, &res.Error)
 }
 
 func cost(res *costResult, zkAddr, bat string, warmup int, env []string) error {

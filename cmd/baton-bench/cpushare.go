@@ -61,15 +61,7 @@ func cpuMain(args []string) int {
 	}
 	res := cpuResult{Probe: "cpu", Command: strings.Join(fs.Args(), " "), LoadAvg: loadAvg()}
 	err := cpuShare(&res, fs.Args(), *after, *window, *top)
-	if err != nil {
-		res.Error = err.Error()
-	}
-	out, _ := json.Marshal(res)
-	fmt.Println(string(out))
-	if err != nil {
-		return 1
-	}
-	return 0
+	return report(&res, err, &res.Error)
 }
 
 func cpuShare(res *cpuResult, argv []string, after, window time.Duration, top int) error {

@@ -728,6 +728,20 @@ func packetsReceived(addr string) (int64, error) {
 	return 0, errors.New("no zk_packets_received in mntr")
 }
 
+// report prints res as one JSON line, err recorded in it (errField: its
+// Error), and returns the probe's exit status.
+func report(res any, err error, errField *string) int {
+	if err != nil {
+		*errField = err.Error()
+	}
+	out, _ := json.Marshal(res)
+	fmt.Println(string(out))
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
 // fill sets elapsed, rate and nearest-rank quantiles.
 func fill(res *result, lat []time.Duration, elapsed time.Duration, n int) {
 	res.ElapsedS = elapsed.Seconds()

@@ -11,7 +11,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -48,15 +47,7 @@ func reqcostMain(args []string) int {
 	_ = fs.Parse(args)
 	res := reqcostResult{Probe: "reqcost", N: *n}
 	err := reqcost(&res, *zkAddr, *bat)
-	if err != nil {
-		res.Error = err.Error()
-	}
-	out, _ := json.Marshal(res)
-	fmt.Println(string(out))
-	if err != nil {
-		return 1
-	}
-	return 0
+	return report(&res, err, &res.Error)
 }
 
 // reqcost measures into res the latency of GET /healthz on a `baton serve`
