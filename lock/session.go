@@ -302,20 +302,33 @@ func (s *session) acked(sent, at time.Time, leader bool) {
 			s.touches = s.touches[k:]
 		}
 	}
-	// Touches acknowledged more than twice tickTime ago count only through
-	// the newest of them: the cut of a leader-path request sent within the
-	// last tickTime is later. So the others go, on every answer, whatever
-	// its path. (A cap of 4,096 that kept the newest 1,024 on a read's
-	// answer, its predecessor, kept less than tickTime of them on a session
-	// answering a few thousand requests a second: no cut found a touch, the
-	// base stopped, and the session gave itself up as lost after its
-	// timeout, in the middle of W3 on one baton serve.)
-	if k := leadingAckedBy(s.touches, at.Add(-2*tick)); k > 0 {
+	// A server answers a session's requests in order, so every later answer
+	// is of a request sent no earlier than this one: its cut is no earlier
+	// than sent - tickTime, and touches acknowledged by then count only
+	// through the newest of them. So the others go, on every answer,
+	// whatever its path; not later than twice tickTime ago either (sends
+	// out of order by a little). The bound is sent's, not at's: answers
+	// slower than tickTime (a loaded server, a fsync stall) come more than
+	// tickTime after their send, and at - 2×tickTime then dropped the very
+	// touches their cuts needed: the base stopped. (A cap of 4,096 that
+	// kept the newest 1,024 on a read's answer, its predecessor, kept less
+	// than tickTime of them on a session answering a few thousand requests
+	// a second: no cut found a touch, the base stopped, and the session
+	// gave itself up as lost after its timeout, in the middle of W3 on one
+	// baton serve.)
+	if k := leadingAckedBy(s.touches, earliest(sent.Add(-tick), at.Add(-2*tick))); k > 0 {
 		s.touches = s.touches[k:]
 	}
 	if len(s.touches) > maxTouches {
 		s.touches = thinTouches(s.touches)
 	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // maxTouches bounds a session's touches where twice tickTime holds more
