@@ -59,3 +59,47 @@ func TestReviewSessionBaseMovesWhenSlowerThanTick(t *testing.T) {
 		}
 	}
 }
+
+// TestReviewSessionThinnedBaseMoves: a session whose tickTime holds several
+// times maxTouches answers (zookeeper.tick.time 60 s, the largest allowed,
+// at 6,000 answers a second, or 10 s at 40,000) keeps its base about
+// tickTime behind, close to its definition's. ee26b1d's thinTouches
+// dropped every second touch of the older half each time the touches
+// passed maxTouches: a touch went through one such halving per 16,000 or
+// so answers, so within a tick (hundreds of thousands) every touch older
+// than a fraction of it was gone but the very first one after the
+// handshake (always kept): each cut found only that one, and the base
+// stopped for good (a minute behind its definition after 2 ticks).
+func TestReviewSessionThinnedBaseMoves(t *testing.T) {
+	for _, c := range []struct {
+		tick time.Duration
+		rate int // answers a second, each through the leader
+	}{{60 * time.Second, 6000}, {10 * time.Second, 40000}} {
+		s := &session{e: &Engine{opts: Options{TickTime: c.tick}}}
+		var want reviewExact
+		start := time.Unix(1_700_000_000, 0)
+		step := time.Second / time.Duration(c.rate)
+		keep := int(2*c.tick/step) + 2 // what want needs of its touches
+		for i := range int(3 * c.tick / step) {
+			at := start.Add(time.Duration(i) * step)
+			sent := at.Add(-300 * time.Microsecond)
+			s.acked(sent, at, true)
+			want.acked(sent, at, true, c.tick)
+			if n := len(want.touches); n > 2*keep {
+				want.touches = append(want.touches[:0], want.touches[n-keep:]...)
+			}
+			if len(s.touches) > maxTouches {
+				t.Fatalf("tick %v: ack %d: %d touches kept, want at most %d", c.tick, i, len(s.touches), maxTouches)
+			}
+			if s.base.After(want.base) {
+				t.Fatalf("tick %v: ack %d: base %v newer than its definition's %v", c.tick, i, s.base, want.base)
+			}
+			if at.Sub(start) > 2*c.tick {
+				if lag := want.base.Sub(s.base); lag > c.tick/1000 {
+					t.Fatalf("tick %v, %d answers a second: after %v the base is %v behind its definition's (%v behind the answer)",
+						c.tick, c.rate, at.Sub(start), lag, at.Sub(s.base))
+				}
+			}
+		}
+	}
+}
