@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"math/rand/v2"
 	"sort"
 	"testing"
 	"time"
@@ -99,6 +100,58 @@ func TestReviewSessionThinnedBaseMoves(t *testing.T) {
 					t.Fatalf("tick %v, %d answers a second: after %v the base is %v behind its definition's (%v behind the answer)",
 						c.tick, c.rate, at.Sub(start), lag, at.Sub(s.base))
 				}
+			}
+		}
+	}
+}
+
+// TestReviewSessionAckedExactInOrder: on acknowledgements as a connection
+// gives them (a server answers a session's requests in order: sends and
+// acknowledgements both in order), with latencies from nothing to three
+// ticks (stalls), a coarse clock (equal times everywhere), phases of reads
+// only for several ticks, and reconnects, the base is its definition's
+// exactly while no thinning happens: what acked drops no later cut needs.
+// Fails on ee26b1d (answers slower than tickTime: the base stops) and on
+// a leadingAckedBy that does not count a touch acknowledged at the cut
+// itself (older: an equal time is common on a coarse clock).
+func TestReviewSessionAckedExactInOrder(t *testing.T) {
+	tick := 100 * time.Millisecond
+	r := rand.New(rand.NewPCG(7, 8))
+	for run := range 40 {
+		s := &session{e: &Engine{opts: Options{TickTime: tick}}}
+		var want reviewExact
+		now := time.Unix(1_700_000_000, 0)
+		var inflight []time.Time // sent, oldest first
+		stallUntil := now
+		readsOnly := false
+		for i := range 30_000 {
+			if r.IntN(4) == 0 { // a coarse clock: many events at one time
+				now = now.Add(time.Duration(r.IntN(3)) * time.Millisecond)
+			}
+			if r.IntN(3000) == 0 {
+				stallUntil = now.Add(time.Duration(r.IntN(int(3 * tick))))
+			}
+			if r.IntN(2000) == 0 {
+				readsOnly = !readsOnly
+			}
+			if r.IntN(8000) == 0 { // a new connection: nothing in flight, touches reset
+				inflight = inflight[:0]
+				s.touches, want.touches = s.touches[:0], want.touches[:0]
+			}
+			if len(inflight) < 200 && (len(inflight) == 0 || r.IntN(2) == 0) {
+				inflight = append(inflight, now)
+				continue
+			}
+			if now.Before(stallUntil) {
+				continue
+			}
+			sent := inflight[0]
+			inflight = inflight[1:]
+			leader := !readsOnly && r.IntN(3) != 0
+			s.acked(sent, now, leader)
+			want.acked(sent, now, leader, tick)
+			if !s.base.Equal(want.base) {
+				t.Fatalf("run %d, step %d: base %v, its definition's %v (answer %v after its send)", run, i, s.base, want.base, now.Sub(sent))
 			}
 		}
 	}
