@@ -73,17 +73,24 @@ func TestReviewSessionBaseMovesWhenSlowerThanTick(t *testing.T) {
 // stopped for good (a minute behind its definition after 2 ticks).
 func TestReviewSessionThinnedBaseMoves(t *testing.T) {
 	for _, c := range []struct {
-		tick time.Duration
-		rate int // answers a second, each through the leader
-	}{{60 * time.Second, 6000}, {10 * time.Second, 40000}} {
+		tick    time.Duration
+		rate    int           // answers a second, each through the leader
+		latency time.Duration // from send to answer
+		run     time.Duration
+	}{
+		{60 * time.Second, 6000, 300 * time.Microsecond, 180 * time.Second},
+		{10 * time.Second, 40000, 300 * time.Microsecond, 30 * time.Second},
+		// answers 5 s late at a 100 ms tick: the touches span 5 s (coarser grains)
+		{100 * time.Millisecond, 20000, 5 * time.Second, 12 * time.Second},
+	} {
 		s := &session{e: &Engine{opts: Options{TickTime: c.tick}}}
 		var want reviewExact
 		start := time.Unix(1_700_000_000, 0)
 		step := time.Second / time.Duration(c.rate)
-		keep := int(2*c.tick/step) + 2 // what want needs of its touches
-		for i := range int(3 * c.tick / step) {
+		keep := int((2*c.tick+c.latency)/step) + 2 // what want needs of its touches
+		for i := range int(c.run / step) {
 			at := start.Add(time.Duration(i) * step)
-			sent := at.Add(-300 * time.Microsecond)
+			sent := at.Add(-c.latency)
 			s.acked(sent, at, true)
 			want.acked(sent, at, true, c.tick)
 			if n := len(want.touches); n > 2*keep {
@@ -95,8 +102,8 @@ func TestReviewSessionThinnedBaseMoves(t *testing.T) {
 			if s.base.After(want.base) {
 				t.Fatalf("tick %v: ack %d: base %v newer than its definition's %v", c.tick, i, s.base, want.base)
 			}
-			if at.Sub(start) > 2*c.tick {
-				if lag := want.base.Sub(s.base); lag > c.tick/1000 {
+			if at.Sub(start) > 2*c.tick+c.latency {
+				if lag := want.base.Sub(s.base); lag > max(c.tick/1000, time.Millisecond) {
 					t.Fatalf("tick %v, %d answers a second: after %v the base is %v behind its definition's (%v behind the answer)",
 						c.tick, c.rate, at.Sub(start), lag, at.Sub(s.base))
 				}
