@@ -306,16 +306,18 @@ func (s *session) acked(sent, at time.Time, leader bool) {
 	// is of a request sent no earlier than this one: its cut is no earlier
 	// than sent - tickTime, and touches acknowledged by then count only
 	// through the newest of them. So the others go, on every answer,
-	// whatever its path; not later than twice tickTime ago either (sends
-	// out of order by a little). The bound is sent's, not at's: answers
-	// slower than tickTime (a loaded server, a fsync stall) come more than
-	// tickTime after their send, and at - 2×tickTime then dropped the very
-	// touches their cuts needed: the base stopped. (A cap of 4,096 that
-	// kept the newest 1,024 on a read's answer, its predecessor, kept less
-	// than tickTime of them on a session answering a few thousand requests
-	// a second: no cut found a touch, the base stopped, and the session
-	// gave itself up as lost after its timeout, in the middle of W3 on one
-	// baton serve.)
+	// whatever its path, if also acknowledged by at - 2×tickTime (the
+	// earlier bound when answers come within a tick: it keeps a little
+	// more, room for sends out of order by a little, which one connection
+	// does not make). The bound is never later than sent - tickTime:
+	// answers slower than tickTime (a loaded server, a fsync stall) come
+	// more than tickTime after their send, and at - 2×tickTime alone then
+	// dropped the very touches their cuts needed: the base stopped. (A cap
+	// of 4,096 that kept the newest 1,024 on a read's answer, before that,
+	// kept less than tickTime of them on a session answering a few thousand
+	// requests a second: no cut found a touch, the base stopped, and the
+	// session gave itself up as lost after its timeout, in the middle of W3
+	// on one baton serve.)
 	if k := leadingAckedBy(s.touches, earliest(sent.Add(-tick), at.Add(-2*tick))); k > 0 {
 		s.touches = s.touches[k:]
 	}
@@ -364,8 +366,9 @@ func leadingAckedBy(ts []touch, cut time.Time) int {
 // (Halving the older half by count, its predecessor, thinned the oldest
 // touches again on every pass: on a session whose tickTime held a few
 // times maxTouches answers, none older than a part of the tick was left,
-// no cut found one, and the base stopped.) A pass is O(len) and leaves at
-// most maxTouches/2: amortized constant per answer.
+// no cut found one, and the base stopped.) It is O(len) per doubling (one
+// unless answers are slower than tickTime) and leaves at most maxTouches/2:
+// amortized constant per answer.
 func thinTouches(ts []touch, tick time.Duration) []touch {
 	g := max(tick/8192, time.Microsecond)
 	for {
