@@ -302,24 +302,40 @@ func (s *session) acked(sent, at time.Time, leader bool) {
 			s.touches = s.touches[k:]
 		}
 	}
-	// Touches acknowledged more than twice tickTime ago count only through
-	// the newest of them: the cut of a leader-path request sent within the
-	// last tickTime is later. So the others go, on every answer, whatever
-	// its path. (A cap of 4,096 that kept the newest 1,024 on a read's
-	// answer, its predecessor, kept less than tickTime of them on a session
-	// answering a few thousand requests a second: no cut found a touch, the
-	// base stopped, and the session gave itself up as lost after its
-	// timeout, in the middle of W3 on one baton serve.)
-	if k := leadingAckedBy(s.touches, at.Add(-2*tick)); k > 0 {
+	// A server answers a session's requests in order, so every later answer
+	// is of a request sent no earlier than this one: its cut is no earlier
+	// than sent - tickTime, and touches acknowledged by then count only
+	// through the newest of them. So the others go, on every answer,
+	// whatever its path, if also acknowledged by at - 2×tickTime (the
+	// earlier bound when answers come within a tick: it keeps a little
+	// more, room for sends out of order by a little, which one connection
+	// does not make). The bound is never later than sent - tickTime:
+	// answers slower than tickTime (a loaded server, a fsync stall) come
+	// more than tickTime after their send, and at - 2×tickTime alone then
+	// dropped the very touches their cuts needed: the base stopped. (A cap
+	// of 4,096 that kept the newest 1,024 on a read's answer, before that,
+	// kept less than tickTime of them on a session answering a few thousand
+	// requests a second: no cut found a touch, the base stopped, and the
+	// session gave itself up as lost after its timeout, in the middle of W3
+	// on one baton serve.)
+	if k := leadingAckedBy(s.touches, earliest(sent.Add(-tick), at.Add(-2*tick))); k > 0 {
 		s.touches = s.touches[k:]
 	}
 	if len(s.touches) > maxTouches {
-		s.touches = thinTouches(s.touches)
+		s.touches = thinTouches(s.touches, tick)
 	}
 }
 
-// maxTouches bounds a session's touches where twice tickTime holds more
-// answers than this (about 16,000 a second at the default tickTime).
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// maxTouches bounds a session's touches where what they span (twice
+// tickTime, or tickTime and the answers' delay when that is longer) holds
+// more answers than this (about 16,000 a second at the default tickTime).
 const maxTouches = 1 << 16
 
 // leadingAckedBy returns the index of the last touch of ts's leading run
@@ -336,19 +352,53 @@ func leadingAckedBy(ts []touch, cut time.Time) int {
 	return k
 }
 
-// thinTouches drops every second touch of the older half of ts, keeping
-// the oldest. That only ever makes a later base older, never newer: a cut
-// that would have found a dropped touch finds the one kept before it,
-// sent earlier.
-func thinTouches(ts []touch) []touch {
-	half := len(ts) / 2
-	w := 1
-	for i := 2; i < half; i += 2 {
-		ts[w] = ts[i]
-		w++
+// thinTouches keeps, of the touches acknowledged within one grain of a
+// time grid, only the newest: a grain of tickTime/8,192 (two ticks, what
+// the touches span unless answers are slower than tickTime, fit in
+// maxTouches/4 of them), doubled until at most maxTouches/2 are left. Any
+// subset only ever makes a later base older, never newer: a cut that would
+// have found a dropped touch finds a kept one acknowledged before it, sent
+// no later. And by no more than a grain or two: the touch kept in the
+// grain before the cut's (if it has any). The grid is fixed (grains of
+// powers of two times the finest, from touchEpoch, each the union of two
+// of the next finer), so thinning the kept touches again on it keeps them:
+// the gaps do not grow however often a touch is thinned.
+// (Halving the older half by count, its predecessor, thinned the oldest
+// touches again on every pass: on a session whose tickTime held a few
+// times maxTouches answers, none older than a part of the tick was left,
+// no cut found one, and the base stopped.) It is O(len) per doubling (one
+// unless answers are slower than tickTime) and leaves at most maxTouches/2:
+// amortized constant per answer.
+func thinTouches(ts []touch, tick time.Duration) []touch {
+	g := max(tick/8192, time.Microsecond)
+	for {
+		w := 0
+		for i, t := range ts {
+			if i+1 < len(ts) && grain(ts[i+1].acked, g) == grain(t.acked, g) {
+				continue
+			}
+			ts[w] = t
+			w++
+		}
+		ts = ts[:w]
+		if len(ts) <= maxTouches/2 {
+			return ts
+		}
+		g *= 2
 	}
-	w += copy(ts[w:], ts[half:])
-	return ts[:w]
+}
+
+// touchEpoch anchors thinTouches' grid.
+var touchEpoch = time.Now()
+
+// grain is the index of the grain of g that holds t.
+func grain(t time.Time, g time.Duration) int64 {
+	d := t.Sub(touchEpoch)
+	q := d / g
+	if d < 0 && d%g != 0 {
+		q--
+	}
+	return int64(q)
 }
 
 func (s *session) onEvent(ev zk.Event) {
