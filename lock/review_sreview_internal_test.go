@@ -2,32 +2,9 @@ package lock
 
 import (
 	"math/rand/v2"
-	"sort"
 	"testing"
 	"time"
 )
-
-// reviewExact is the validity base by its definition, kept independently of
-// the one in session_internal_test.go: over every touch since the last
-// reset, a leader-path answer moves the base to the send time of the newest
-// request acknowledged no later than tickTime before its own send.
-type reviewExact struct {
-	touches []touch
-	base    time.Time
-}
-
-func (x *reviewExact) acked(sent, at time.Time, leader bool, tick time.Duration) {
-	x.touches = append(x.touches, touch{sent, at}) // in acknowledgement order
-	if !leader {
-		return
-	}
-	cut := sent.Add(-tick)
-	if i := sort.Search(len(x.touches), func(i int) bool { return x.touches[i].acked.After(cut) }) - 1; i >= 0 {
-		if b := x.touches[i].sent; b.After(x.base) {
-			x.base = b
-		}
-	}
-}
 
 // TestReviewSessionBaseMovesWhenSlowerThanTick: requests pipelined on a
 // session whose answers take longer than tickTime (a loaded ZooKeeper, a
@@ -42,7 +19,7 @@ func TestReviewSessionBaseMovesWhenSlowerThanTick(t *testing.T) {
 	tick := 100 * time.Millisecond
 	const latency = 250 * time.Millisecond
 	s := &session{e: &Engine{opts: Options{TickTime: tick}}}
-	var want reviewExact
+	var want exactBase
 	start := time.Unix(1_700_000_000, 0)
 	for i := range 10_000 {
 		sent := start.Add(time.Duration(i) * time.Millisecond)
@@ -84,7 +61,7 @@ func TestReviewSessionThinnedBaseMoves(t *testing.T) {
 		{100 * time.Millisecond, 20000, 5 * time.Second, 12 * time.Second},
 	} {
 		s := &session{e: &Engine{opts: Options{TickTime: c.tick}}}
-		var want reviewExact
+		var want exactBase
 		start := time.Unix(1_700_000_000, 0)
 		step := time.Second / time.Duration(c.rate)
 		keep := int((2*c.tick+c.latency)/step) + 2 // what want needs of its touches
@@ -126,7 +103,7 @@ func TestReviewSessionAckedExactInOrder(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	for run := range 40 {
 		s := &session{e: &Engine{opts: Options{TickTime: tick}}}
-		var want reviewExact
+		var want exactBase
 		now := time.Unix(1_700_000_000, 0)
 		var inflight []time.Time // sent, oldest first
 		stallUntil := now

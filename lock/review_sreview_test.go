@@ -125,13 +125,7 @@ func TestReviewSessionSlowAnswersKeepGrant(t *testing.T) {
 	}
 	// Past the session timeout (4 s) from the slowdown; the least validity
 	// left seen on the way says how close it came.
-	least := time.Hour
-	for end := time.Now().Add(5500 * time.Millisecond); time.Now().Before(end); {
-		time.Sleep(50 * time.Millisecond)
-		if d := e.Health().Deadline; !d.IsZero() {
-			least = min(least, time.Until(d))
-		}
-	}
+	least := leastValidity(e, 5500*time.Millisecond)
 	h := e.Health()
 	left := time.Until(h.Deadline)
 	err := held.Err()
@@ -191,13 +185,7 @@ func TestReviewSessionBusyKeepsGrant(t *testing.T) {
 		}
 	}
 	const run = 5 * time.Second // past the session timeout (4 s)
-	least := time.Hour
-	for end := time.Now().Add(run); time.Now().Before(end); {
-		time.Sleep(50 * time.Millisecond)
-		if d := e.Health().Deadline; !d.IsZero() {
-			least = min(least, time.Until(d))
-		}
-	}
+	least := leastValidity(e, run)
 	h := e.Health()
 	left := time.Until(h.Deadline)
 	err := held.Err()
@@ -213,4 +201,17 @@ func TestReviewSessionBusyKeepsGrant(t *testing.T) {
 		t.Logf("under 2,500 reads a second: perhaps too few to have lost the session before ee26b1d (this run guards little)")
 	}
 	release(t, held)
+}
+
+// leastValidity watches e's session deadline for d and returns the least
+// validity it had left on the way.
+func leastValidity(e *lock.Engine, d time.Duration) time.Duration {
+	least := time.Hour
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		time.Sleep(50 * time.Millisecond)
+		if dl := e.Health().Deadline; !dl.IsZero() {
+			least = min(least, time.Until(dl))
+		}
+	}
+	return least
 }
