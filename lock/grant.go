@@ -265,22 +265,15 @@ func (g *Grant) watch() {
 		}
 		switch {
 		case err == nil && st.Czxid != g.token:
-			if g.isReleasing() { // after our own release the next holder's is expected
-				if g.heldAfterRelease() { // ... unless it fails: then read again
-					continue
-				}
-				return
+			// (after our own release the next holder's is expected)
+			if g.goneOnRead(errors.New("privateLock was replaced by another holder's")) {
+				continue
 			}
-			g.lose(errors.New("privateLock was replaced by another holder's"))
 			return
 		case errors.Is(err, zk.ErrNoNode):
-			if g.isReleasing() {
-				if g.heldAfterRelease() {
-					continue
-				}
-				return
+			if g.goneOnRead(errors.New("privateLock was deleted by someone else")) {
+				continue
 			}
-			g.lose(errors.New("privateLock was deleted by someone else"))
 			return
 		case err != nil:
 			if !g.awaitSession(err) {
@@ -350,6 +343,18 @@ func (g *Grant) awaitRelease() {
 	case <-g.s.lost:
 	case <-ch:
 	}
+}
+
+// goneOnRead is for a holder watch whose read found the grant gone: lost
+// with cause, unless the grant's release is under way, which decides (the
+// next holder's node is expected after it). It reports whether the watch
+// reads again: only when that release failed and left the grant held.
+func (g *Grant) goneOnRead(cause error) (readAgain bool) {
+	if g.isReleasing() {
+		return g.heldAfterRelease()
+	}
+	g.lose(cause)
+	return false
 }
 
 // heldAfterRelease waits for the outcome of a release under way, if any

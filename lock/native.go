@@ -1638,26 +1638,18 @@ func (g *Grant) watchNative() {
 		if err == nil {
 			d, perr := parseNativeData(data)
 			if _, ok := d.holder(g.reqID); perr != nil || !ok {
-				if g.isReleasing() { // the release decides, unless it fails (heldAfterRelease)
-					if g.heldAfterRelease() {
-						continue
-					}
-					return
+				if g.goneOnRead(errors.New("the object's holders no longer name this grant")) {
+					continue
 				}
-				g.lose(errors.New("the object's holders no longer name this grant"))
 				return
 			}
 			g.noteNative(&d, st)
 		}
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
-			if g.isReleasing() {
-				if g.heldAfterRelease() {
-					continue
-				}
-				return
+			if g.goneOnRead(errors.New("the object node was deleted")) {
+				continue
 			}
-			g.lose(errors.New("the object node was deleted"))
 			return
 		case err != nil:
 			if !g.awaitSession(err) {

@@ -5,7 +5,8 @@ package main
 // unix socket by Go's stock net/http client, against a raw echo server
 // (another process: hand-written HTTP/1.1, one canned answer) driven by the
 // same client, and against the control (peersidecar.go: go-zookeeper's
-// lock behind a plain net/http server) on the same W1 cycles. CPU is the sum over the process's threads of the first field
+// lock behind a plain net/http server) on the same W1 cycles. CPU is the
+// sum over the process's threads of the first field
 // of /proc/PID/task/TID/schedstat (ns on CPU; the leader's own
 // /proc/PID/schedstat counts one thread only); context switches the sum of
 // voluntary_ctxt_switches + nonvoluntary_ctxt_switches of each thread's
