@@ -139,6 +139,13 @@ func (s *wrSetup) takeAway(t *testing.T, proto lock.Protocol) {
 	}
 }
 
+// clear is takeAway and dropChild: the grant taken away, its child gone.
+func (s *wrSetup) clear(t *testing.T, proto lock.Protocol) {
+	t.Helper()
+	s.takeAway(t, proto)
+	s.dropChild(t)
+}
+
 func (s *wrSetup) dropChild(t *testing.T) {
 	t.Helper()
 	if err := s.conn.Delete(s.objPath+"/"+s.g.Node(), -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
@@ -194,8 +201,7 @@ func TestReviewWatchResumesAfterFailedRelease(t *testing.T) {
 			waitFor(t, 10*time.Second, "the holder watch reading again after the failed release", func() bool {
 				return s.e.WatchReads() > reads
 			})
-			s.takeAway(t, proto)
-			s.dropChild(t)
+			s.clear(t, proto)
 			s.expectLost(t, proto, obj)
 		})
 	}
@@ -229,8 +235,7 @@ func TestReviewWatchArmedAfterFailedRelease(t *testing.T) {
 			time.Sleep(time.Until(s.g.AcquiredAt().Add(delay + delay/2)))
 			s.failRelease(t, ch, true)
 			s.allowWrite(t)
-			s.takeAway(t, proto)
-			s.dropChild(t)
+			s.clear(t, proto)
 			s.expectLost(t, proto, obj)
 		})
 	}
@@ -325,8 +330,7 @@ func TestReviewWatchHandoffs(t *testing.T) {
 			t.Logf("%d local handoffs of 5", s.e.LocalHandoffs()-l0)
 			chk.enter(s.g.Token())
 			waitFor(t, 10*time.Second, "the last holder's watch armed", func() bool { return s.e.WatchReads() > reads })
-			s.takeAway(t, proto)
-			s.dropChild(t)
+			s.clear(t, proto)
 			select {
 			case <-s.g.Done():
 			case <-time.After(10 * time.Second):
