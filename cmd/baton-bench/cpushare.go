@@ -15,6 +15,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -95,7 +96,7 @@ func cpuShare(res *cpuResult, argv []string, after, window time.Duration, top in
 	}
 	os.Stdout.Write(stdout.Bytes())
 	res.WindowS = el.Seconds()
-	res.CPUs = len(b1.perCPU)
+	res.CPUs = b1.cpus
 	if d := b1.total - b0.total; d > 0 {
 		res.BusyPct = 100 * (1 - float64(b1.idle-b0.idle)/float64(d))
 	}
@@ -112,7 +113,7 @@ func cpuShare(res *cpuResult, argv []string, after, window time.Duration, top in
 		}
 		res.Processes = append(res.Processes, p)
 	}
-	slices.SortFunc(res.Processes, func(a, b cpuProc) int { return -cmpFloat(a.CPUPct, b.CPUPct) })
+	slices.SortFunc(res.Processes, func(a, b cpuProc) int { return cmp.Compare(b.CPUPct, a.CPUPct) })
 	res.Processes = res.Processes[:min(top, len(res.Processes))]
 	if runErr != nil {
 		return fmt.Errorf("%s: %w", argv[0], runErr)
@@ -126,16 +127,6 @@ func cpuShare(res *cpuResult, argv []string, after, window time.Duration, top in
 	return nil
 }
 
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 type procTick struct {
 	comm  string
 	ticks int64 // utime + stime
@@ -143,7 +134,7 @@ type procTick struct {
 
 type busyTicks struct {
 	total, idle int64 // all CPUs: every field; idle + iowait
-	perCPU      []string
+	cpus        int
 }
 
 // procTimes reads every process's CPU ticks and the machine's.
@@ -166,7 +157,7 @@ func procTimes() (map[int]procTick, busyTicks, error) {
 				}
 			}
 		case strings.HasPrefix(f[0], "cpu"):
-			b.perCPU = append(b.perCPU, f[0])
+			b.cpus++
 		}
 	}
 	ents, err := os.ReadDir("/proc")
