@@ -28,6 +28,9 @@ type request struct {
 	data     []byte
 	tryOnce  bool
 	onSignal func(Signal)
+	// parkKey: the native request this is, which may host requests
+	// parked behind its coming grant (park.go); nil otherwise
+	parkKey *nreq
 
 	node     string // our child, once created
 	seq      int64
@@ -747,6 +750,9 @@ func (r *request) recoverOrphans(ctx context.Context) error {
 // cleaner after a reconnect) and a wait that ran out becomes an
 // InstanceLockError with the holder and our position.
 func (r *request) fail(ctx context.Context, cause error) error {
+	if r.parkKey != nil { // no grant to host what is parked behind it: they queue
+		r.e.parkFailed(r.name, r.parkKey)
+	}
 	waited := time.Since(r.start)
 	var ile *InstanceLockError
 	if errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, context.Canceled) || errors.Is(cause, ErrNotFirst) {

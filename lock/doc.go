@@ -350,6 +350,35 @@
 //     its listings: 10,000 arrivals send a few listings, not one each of up
 //     to 10,000 children (those clogged the session's connection until its
 //     acknowledgements were older than the session timeout).
+//   - Local waiters park: a foreground exclusive request (no lock-delay,
+//     not try-once) that finds an exclusive holder of this engine and
+//     session on the object, or a request that holder's release is
+//     handing the lock to, creates nothing: it waits in process, in
+//     order. A release that names nobody grants the first parked request
+//     in its own multi: our child deleted, its child created, the data
+//     rewritten to name it (guarded by the version, as always) and the
+//     sentinel checked. The token is that write's zxid. One write per
+//     acquisition, and nothing else: W2 on one sidecar was a create, a
+//     view of two reads and a watch besides the release (five requests
+//     per acquisition; the peers make four). The data is written last in
+//     the multi, so its stat counts the children the multi left: the
+//     sentinel and the new holder's alone, and the new holder hosts the
+//     rest of the queue; anyone else (a waiter of another engine, a child
+//     of ours, a plugin node), and the parked requests queue the usual
+//     way behind them while the new holder lists to learn whom to name.
+//     So a request of another engine is passed by one parked request at
+//     most, and a plugin node under a native root is still found by a
+//     listing. A release naming a waiter of this engine moves the queue
+//     behind it; naming another engine's waiter, leaving the object free,
+//     an Abandon, a lost grant or a failed multi send the parked requests
+//     to queue the usual way (a multi whose answer was lost leaves its
+//     request to give back what landed, as any create's). A parked
+//     request whose wait ends leaves the queue with nothing to delete;
+//     once a release took it, it waits for that multi's outcome first
+//     (the child it may have is known only then) and gives back what it
+//     got. Parked requests are not in ZooKeeper: Inspect and the status
+//     of other sidecars do not show them. Options.DisableParking turns it
+//     off.
 //   - A contended grant (its request found someone ahead of it, even if
 //     that holder left before its watch was set) that knows of nobody
 //     behind it learns arrivals: a children watch on the object, the

@@ -79,7 +79,14 @@ type Engine struct {
 	// nativeHandoff); local counts the grants handed over in process.
 	handoffs sync.Map
 	natHeld  sync.Map // native grants held here, by request id
-	local    atomic.Int64
+	// natWaiters: the native requests waiting with a child (slow), by
+	// request id
+	natWaiters sync.Map
+	local      atomic.Int64
+	// parks: requests parked behind a local holder; parkGrants: those a
+	// release multi granted (park.go)
+	parks      atomic.Int64
+	parkGrants atomic.Int64
 
 	dialMu   sync.Mutex
 	dialErr  string    // last connection error, "" after a success
@@ -138,6 +145,11 @@ type objState struct {
 	nq        []nchild             // native: the children in grant order, as this engine last listed them (topUp)
 	missed    bool                 // native: another engine's write refused our last predicted one: read first
 	learnList chan struct{}        // native: a local holder's listing of arrivals in flight (learnNative)
+	// native: the exclusive holder of this engine that requests park
+	// behind (a *Grant, or the *nreq a holder's release multi grants), and
+	// the requests parked there in order (park.go)
+	parkHost any
+	parked   []*parkWait
 
 	// behind (plugin protocol): local waiters offered a handoff, by the
 	// child each watches (handoff.go).

@@ -77,3 +77,8 @@ func (g *Grant) FollowsQueue() bool {
 	defer g.mu.Unlock()
 	return g.native != nil && (g.native.learning || len(g.native.next) > 0)
 }
+
+// Parks counts requests parked behind a local holder; ParkGrants those a
+// release multi granted.
+func (e *Engine) Parks() int64      { return e.parks.Load() }
+func (e *Engine) ParkGrants() int64 { return e.parkGrants.Load() }

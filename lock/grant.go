@@ -214,6 +214,7 @@ func (g *Grant) finish(st State, cause error) bool {
 	g.mu.Unlock()
 	if g.native != nil {
 		g.e.natHeld.CompareAndDelete(g.reqID, g)
+		g.e.parkEnd(g.name, g)
 	}
 	g.cancel(cause)
 	g.s.unregister(g)

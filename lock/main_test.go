@@ -103,6 +103,10 @@ func testLogger(t testing.TB) *slog.Logger {
 func newEngine(t testing.TB, servers []string, root string, tweak ...func(*lock.Options)) *lock.Engine {
 	t.Helper()
 	o := lock.Options{Servers: servers, Root: root, SessionTimeout: 4 * time.Second, TickTime: testenv.DefaultTickTime, Logger: testLogger(t), NodeID: "test-" + t.Name()}
+	// Most tests of the native protocol follow local waiters through
+	// their own children: parking (park_test.go) is opted into (parking),
+	// or forced on for the whole suite with BATON_TEST_PARKING=1.
+	o.DisableParking = os.Getenv("BATON_TEST_PARKING") != "1"
 	for _, f := range tweak {
 		f(&o)
 	}

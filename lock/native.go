@@ -356,6 +356,10 @@ type nreq struct {
 	created bool        // a child of this request was created (or may have been)
 	waited  bool        // the object was held or contended when it came, or it queued behind another
 	missed  bool        // its predicted write was refused by the data version (fast)
+	// parkGrant, parkFail: how the request ended, for a parked queue a
+	// release moves behind it after the fact (parkMove); under e.objMu
+	parkGrant *Grant
+	parkFail  bool
 }
 
 func (e *Engine) acquireNative(ctx context.Context, r *request, shared bool) (*Grant, error) {
@@ -364,6 +368,7 @@ func (e *Engine) acquireNative(ctx context.Context, r *request, shared bool) (*G
 	}
 	r.nat, r.shared = true, shared
 	n := &nreq{request: r, shared: shared}
+	r.parkKey = n
 	p := e.objEnter(r.name, r.s.gen)
 	g, err := n.run(ctx, p)
 	if err != nil && !r.registered {
@@ -372,7 +377,37 @@ func (e *Engine) acquireNative(ctx context.Context, r *request, shared bool) (*G
 	return g, err
 }
 
+// run makes the request's id live in its session (see owners) before
+// anything is created (a parked request's child is created by another
+// request's release), until it fails or its grant ends.
 func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
+	if err := n.s.own.enter(ctx, n.objPath, n.reqID); err != nil {
+		return nil, n.fail(ctx, err)
+	}
+	g, err := n.acquire(ctx, p)
+	if err != nil && !n.registered {
+		n.s.own.leave(n.objPath, n.reqID)
+	}
+	return g, err
+}
+
+func (n *nreq) acquire(ctx context.Context, p prediction) (*Grant, error) {
+	if o, cancelled, ok := n.park(ctx); ok {
+		switch {
+		case cancelled:
+			return nil, n.fail(ctx, ctx.Err())
+		case o.child != "":
+			return n.grantedParked(ctx, o)
+		case o.uncertain:
+			// the multi that would have granted us may have landed: the
+			// slow path gives back whatever of ours it left, then queues
+			n.uncertain, n.created, n.waited = true, true, true
+			return n.slow(ctx)
+		}
+		// The holder named someone else, or ended: queue at once (the
+		// object is contended, and its sentinel known).
+		p = prediction{seq: -1, contended: true}
+	}
 	// Our own clean release left the object (its sentinel is known), and
 	// no other engine's write refused our last predicted one (missed: read
 	// first, below).
@@ -420,9 +455,6 @@ func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
 				return nil, n.fail(ctx, err)
 			}
 		}
-	}
-	if err := n.s.own.enter(ctx, n.objPath, n.reqID); err != nil {
-		return nil, n.fail(ctx, err)
 	}
 	var g *Grant
 	var err error
@@ -497,9 +529,6 @@ func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
 			t.Stop()
 		}
 		g, err = n.slow(ctx)
-	}
-	if err != nil && !n.registered {
-		n.s.own.leave(n.objPath, n.reqID)
 	}
 	return g, err
 }
@@ -876,8 +905,9 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 	defer n.s.addWaiter(-1)
 	handed := make(chan nativeHandoff, 1)
 	n.e.handoffs.Store(n.reqID, handed)
-	defer func() { n.e.handoffs.Delete(n.reqID) }() // renew moves it
-	again := func(err error) error {                // nil: go round again
+	n.e.natWaiters.Store(n.reqID, n)
+	defer func() { n.e.handoffs.Delete(n.reqID); n.e.natWaiters.Delete(n.reqID) }() // renew moves them
+	again := func(err error) error {                                                // nil: go round again
 		if retry(err) {
 			return n.s.waitConnected(ctx)
 		}
@@ -1241,6 +1271,9 @@ func (n *nreq) granted(ctx context.Context, token int64, st *zk.Stat, d nativeDa
 		if g.State() == Lost || g.State() == Released { // ended meanwhile: finish may have missed the entry
 			n.e.natHeld.CompareAndDelete(n.reqID, g)
 		}
+		if !n.shared {
+			n.e.parkHostSet(n.name, g, n)
+		}
 		if len(next) == 0 && (predict < 0 || n.waited) {
 			// Contended, and we know of nobody to hand over to: learn of
 			// arrivals while we hold, off the handoff's path.
@@ -1455,6 +1488,7 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 		}
 		passed := false
 		var named []string // the successors' children, checked in the multi
+		var pw *parkWait   // a parked request this multi grants (park.go)
 		if len(nd.H) == 0 {
 			if !mark {
 				nd.X = g.token
@@ -1466,6 +1500,13 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 					g.e.listed(g.name, nd.N[nativeLocalNext-1:]) {
 					nd.N = nd.N[:nativeLocalNext]
 				}
+			}
+		}
+		if mark && !passed && len(nd.H) == 0 && !g.shared {
+			// Nobody to name: the first request parked behind us, if any,
+			// is granted by this multi (its child created in it).
+			if pw = g.e.parkTake(g.name, g); pw != nil {
+				nd = nativeData{H: []nativeHolder{{R: pw.n.reqID}}}
 			}
 		}
 		ops := []any{
@@ -1483,6 +1524,10 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 		if passed { // a successor is granted by this write: only beside our sentinel
 			ops = append(ops, &zk.CheckVersionRequest{Path: sentinelMark(g.objPath), Version: -1})
 		}
+		sentinelAt := 2 + len(named)
+		if pw != nil {
+			ops, sentinelAt = g.parkOps(pw, nd, ng.version), 3
+		}
 		res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return g.s.conn.Multi(ops...) },
 			func(_ []zk.MultiResponse, err error) {
 				// the release reported done when ctx ended: any failure
@@ -1492,10 +1537,34 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 					g.s.addCleanup(cleanup{kind: cleanNative, objPath: g.objPath, reqID: g.reqID, lost: !mark, token: g.token})
 				}
 			})
+		if pw != nil {
+			switch {
+			case err == nil:
+				g.e.noteGone(g.name, g.node)
+				parkGranted(pw, nd, res)
+				g.e.local.Add(1)
+				g.e.parkGrants.Add(1)
+				g.finish(Released, nil)
+				return nil
+			case isConnErr(err), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+				pw.out <- parkOutcome{uncertain: true} // may have landed: it gives back what did
+			default:
+				pw.out <- parkOutcome{} // nothing created: it queues
+			}
+			g.e.parkEnd(g.name, pw.n)
+		}
 		switch {
 		case err == nil:
 			g.e.noteGone(g.name, g.node)
 			if passed {
+				if len(nd.H) == 1 && !nd.H[0].S {
+					// The requests parked behind us stay parked behind a
+					// successor of this engine (its grant hosts them);
+					// behind another engine's, they queue (finish).
+					if v, ok := g.e.natWaiters.Load(nd.H[0].R); ok {
+						g.e.parkMove(g.name, g, v.(*nreq))
+					}
+				}
 				g.e.handOver(g.s, nd, res[1].Stat, named)
 			}
 			if mark && !passed && len(nd.H) == 0 {
@@ -1520,7 +1589,7 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 			}
 			g.noteNative(&nd, st)
 			continue
-		case errors.Is(err, zk.ErrNoNode) && passed && sentinelGone(res, 2+len(named)):
+		case errors.Is(err, zk.ErrNoNode) && (passed || pw != nil) && sentinelGone(res, sentinelAt):
 			// the sentinel went (an operator): release without naming
 			// anyone; the next request finds out (take)
 			g.e.objSentinel(g.name, false)
@@ -2064,6 +2133,11 @@ func (g *Grant) learnBeforeRelease(ctx context.Context) {
 			return
 		}
 	}
+	if g.e.parkWaiting(g.name, g) {
+		// A request parked behind us takes the lock in our multi; the
+		// multi's answer tells whether anyone else queued (park.go).
+		return
+	}
 	g.e.relLists.Add(1)
 	if kids, err := g.s.children(ctx, g.objPath); err == nil {
 		if ks, err := g.e.nativeOrder(g.objPath, kids); err == nil {
@@ -2165,5 +2239,7 @@ func (n *nreq) renew(ctx context.Context, handed chan nativeHandoff) error {
 	n.s.own.leave(n.objPath, old)
 	n.e.handoffs.CompareAndDelete(old, handed)
 	n.e.handoffs.Store(id, handed)
+	n.e.natWaiters.CompareAndDelete(old, n)
+	n.e.natWaiters.Store(id, n)
 	return nil
 }

@@ -61,6 +61,10 @@ type Options struct {
 	// and create-then-verify without one): every acquire follows the
 	// plugin's create-child, list, create-privateLock steps.
 	DisableFastPath bool
+	// DisableParking makes every native request queue with a child of its
+	// own, even behind a holder of this engine (see "Local waiters park"
+	// in the package doc).
+	DisableParking bool
 	// AuditInterval is how often the engine audits the ephemeral nodes its
 	// session owns under the objects it has touched, and deletes those no
 	// acquire in progress or grant owns (an orphan left by a bug would
