@@ -472,8 +472,11 @@ type ZKInfo struct {
 	TimeoutMS         int64  `json:"timeout_ms"`
 	DisconnectedForMS int64  `json:"disconnected_for_ms"`
 	LocksHeld         int    `json:"locks_held"`
-	Waiting           int    `json:"waiting"`
-	CleanupPending    int    `json:"cleanup_pending"`
+	Waiting           int    `json:"waiting"` // parked ones included
+	// Parked are the acquires waiting in the sidecar behind a holder of
+	// its own (native protocol), not yet in ZooKeeper.
+	Parked         int `json:"parked,omitempty"`
+	CleanupPending int `json:"cleanup_pending"`
 	// Servers is the ensemble the sidecar connects to (zookeeper.servers,
 	// "host:port" each, the chroot after the last).
 	Servers []string `json:"servers"`

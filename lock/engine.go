@@ -87,6 +87,7 @@ type Engine struct {
 	// release multi granted (park.go)
 	parks      atomic.Int64
 	parkGrants atomic.Int64
+	parkedNow  atomic.Int64 // parked at this moment
 
 	dialMu   sync.Mutex
 	dialErr  string    // last connection error, "" after a success
@@ -272,6 +273,7 @@ type Health struct {
 	Deadline       time.Time     // validity deadline of the current session's grants
 	Held           int           // grants held
 	Waiting        int           // acquires waiting
+	Parked         int           // of them, parked behind a holder of this engine (not in ZooKeeper)
 	CleanupPending int           // deletes waiting for a reconnect
 	Syncs          int64         // syncs the keeper sent in this session (see TickTime)
 	LastError      string        // the last connection error while it keeps failing; "" once connected
@@ -294,6 +296,7 @@ func (e *Engine) Health() Health {
 	s.mu.Unlock()
 	h.Held = int(e.held.Load())
 	h.Waiting = int(e.waiting.Load())
+	h.Parked = int(e.parkedNow.Load())
 	h.CleanupPending = int(s.pending.Load())
 	h.Syncs = s.syncs.Load()
 	h.LockDelays = e.delays.Load()

@@ -43,6 +43,8 @@ func (n *nreq) park(ctx context.Context) (o parkOutcome, cancelled, ok bool) {
 		return parkOutcome{}, false, false
 	}
 	n.e.parks.Add(1)
+	n.e.parkedNow.Add(1)
+	defer n.e.parkedNow.Add(-1)
 	n.e.waiting.Add(1)
 	defer n.e.waiting.Add(-1)
 	n.s.addWaiter(1)

@@ -341,3 +341,36 @@ func TestNativeRefusals(t *testing.T) {
 	}
 	n.release(l.LeaseID)
 }
+
+// Two callers of one native sidecar, one object: the second parks in the
+// sidecar (nothing of it in ZooKeeper; /healthz counts it), and the
+// first's release grants it with a later token.
+func TestNativeParkedCaller(t *testing.T) {
+	root := testRoot(t)
+	a := start(t, nativeConfig(t, root, "sc-a"))
+	first := a.acquire("o", `{"info":"first","wait_ms":30000}`)
+	second := acquireAsync(a, "o", `{"info":"second","wait_ms":30000}`)
+	waitFor(t, 20*time.Second, "the second caller parked", func() bool {
+		var h api.Health
+		return json.Unmarshal(a.mustCall(200, "GET", "/healthz", ""), &h) == nil && h.ZooKeeper.Parked == 1 && h.ZooKeeper.Waiting == 1
+	})
+	if st := a.lockStatus("o"); len(st.Waiters) != 0 || st.Holder == nil || st.Holder.Info != "first" {
+		t.Errorf("status while the second caller is parked: %+v (want the first holding, no waiter in ZooKeeper)", st)
+	}
+	a.release(first.LeaseID)
+	r := <-second
+	if r.status != 200 {
+		t.Fatalf("the parked caller: %d %s", r.status, r.body)
+	}
+	var l api.Lease
+	if err := json.Unmarshal(r.body, &l); err != nil {
+		t.Fatal(err)
+	}
+	if l.Token <= first.Token {
+		t.Errorf("the parked caller's token %d, not above the first's %d", l.Token, first.Token)
+	}
+	if st := a.lockStatus("o"); st.Holder == nil || st.Holder.Info != "second" {
+		t.Errorf("status after the handoff: %+v", st)
+	}
+	a.release(l.LeaseID)
+}

@@ -316,7 +316,7 @@ func (s *Server) health() (h api.Health, kind string) {
 		PID: os.Getpid(), Reload: s.lastReload.Load(), LockProtocol: s.proto.String(),
 		ZooKeeper: api.ZKInfo{
 			Connected: eh.Connected, TimeoutMS: eh.Timeout.Milliseconds(),
-			LocksHeld: eh.Held, Waiting: eh.Waiting, CleanupPending: eh.CleanupPending,
+			LocksHeld: eh.Held, Waiting: eh.Waiting, Parked: eh.Parked, CleanupPending: eh.CleanupPending,
 			Servers: zkServers(cfg), LastError: eh.LastError,
 		},
 	}

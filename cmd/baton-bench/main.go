@@ -52,6 +52,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/trace"
@@ -64,6 +65,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/client"
 	"github.com/batonhq/baton/lock"
 	"github.com/batonhq/baton/props"
@@ -540,17 +542,50 @@ func (nopLogger) Printf(string, ...any) {}
 // waitQueued polls the object node until it has n children. Baton's object
 // node holds privateLock beside the contenders, so n counts it too.
 func waitQueued(c *zk.Conn, path string, n int, poll time.Duration) error {
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	return pollQueued(func() (int, error) {
 		ch, _, err := c.Children(path)
 		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return 0, err
+		}
+		return len(ch), nil
+	}, path, n, poll)
+}
+
+// waitQueued is waitQueued counting the requests parked on the shared
+// sidecar too (baton-shared, native protocol): queued behind a holder of
+// that sidecar, in it and not yet in ZooKeeper (its /healthz says how
+// many).
+func (e *env) waitQueued(c *zk.Conn, path string, n int, poll time.Duration) error {
+	if e.cfg.impl != "baton-shared" || e.shared == nil {
+		return waitQueued(c, path, n, poll)
+	}
+	hc := unixHTTPClient(e.shared.socket)
+	defer hc.CloseIdleConnections()
+	return pollQueued(func() (int, error) {
+		ch, _, err := c.Children(path)
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return 0, err
+		}
+		var h api.Health
+		if err := httpDo(hc, http.MethodGet, "/healthz", nil, &h); err != nil {
+			return 0, err
+		}
+		return len(ch) + h.ZooKeeper.Parked, nil
+	}, path, n, poll)
+}
+
+func pollQueued(count func() (int, error), path string, n int, poll time.Duration) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		have, err := count()
+		if err != nil {
 			return err
 		}
-		if len(ch) >= n {
+		if have >= n {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("timeout waiting for %d children of %s (have %d)", n, path, len(ch))
+			return fmt.Errorf("timeout waiting for %d children of %s (have %d)", n, path, have)
 		}
 		time.Sleep(poll)
 	}
@@ -595,7 +630,7 @@ func (e *env) w4() (result, error) {
 			done <- err
 		}()
 		// holder's node + privateLock + the waiter's node
-		if err := waitQueued(raw, path, 1+e.holderNodes(), 500*time.Microsecond); err != nil {
+		if err := e.waitQueued(raw, path, 1+e.holderNodes(), 500*time.Microsecond); err != nil {
 			return res, err
 		}
 		time.Sleep(e.cfg.settle)
@@ -665,7 +700,7 @@ func (e *env) w5() (result, error) {
 			})
 		}
 		// gate's node + privateLock + every waiter's node
-		if err := waitQueued(raw, path, len(waiters)+e.holderNodes(), 20*time.Millisecond); err != nil {
+		if err := e.waitQueued(raw, path, len(waiters)+e.holderNodes(), 20*time.Millisecond); err != nil {
 			return res, err
 		}
 		var p0 int64

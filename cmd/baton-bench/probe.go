@@ -52,6 +52,9 @@ type probeResult struct {
 	// do not count)
 	ZnodesBase    int64 `json:"znodes_baseline"`
 	ZnodesWaiting int64 `json:"znodes_waiting"`
+	// Parked: of the waiters, those parked in the sidecar behind its gate
+	// (native protocol): no znode of theirs is in ZnodesWaiting
+	Parked int `json:"parked"`
 	ZnodesAfter   int64 `json:"znodes_after"`
 	ZnodesBack    bool  `json:"znodes_back_to_baseline"` // baseline plus what the protocol keeps by design (ZnodesKept)
 	// native protocol: an object keeps its node, its persistent privateLock
@@ -253,7 +256,7 @@ func (p *prober) do(res *probeResult) error {
 			})
 		}
 		started += n
-		if err := p.waitWaiting(started, ephBase); err != nil {
+		if res.Parked, err = p.waitWaiting(started, ephBase); err != nil {
 			return fmt.Errorf("%w; first error: %v", err, firstErr.Load())
 		}
 	}
@@ -316,9 +319,10 @@ func (p *prober) do(res *probeResult) error {
 
 // waitWaiting polls /healthz until n acquires wait in the sidecar
 // (zookeeper.waiting) and ZooKeeper holds an ephemeral node for each of
-// them and for each object's gate, beyond ephBase (the server's ephemeral
-// count before the probe).
-func (p *prober) waitWaiting(n int, ephBase int64) error {
+// them not parked in the sidecar (zookeeper.parked: native, behind a
+// holder of the sidecar) and for each object's gate, beyond ephBase (the
+// server's ephemeral count before the probe).
+func (p *prober) waitWaiting(n int, ephBase int64) (parked int, _ error) {
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -328,19 +332,19 @@ func (p *prober) waitWaiting(n int, ephBase int64) error {
 			// each waiter's child and each gate's are ephemeral: counted
 			// server-wide, which old roots' containers being reaped do not
 			// change (the znode count did: the check then never passed)
-			if z, err := mntr(p.zk, "zk_ephemerals_count"); err == nil && z >= ephBase+int64(n+p.objects) {
-				return nil
+			if z, err := mntr(p.zk, "zk_ephemerals_count"); err == nil && z >= ephBase+int64(n-h.ZooKeeper.Parked+p.objects) {
+				return h.ZooKeeper.Parked, nil
 			}
 		}
 		if p.errs.Load() > 0 {
-			return fmt.Errorf("waiters failed while queueing (%d errors)", p.errs.Load())
+			return 0, fmt.Errorf("waiters failed while queueing (%d errors)", p.errs.Load())
 		}
 		if time.Now().After(deadline) {
 			w := -1
 			if h != nil {
 				w = h.ZooKeeper.Waiting
 			}
-			return fmt.Errorf("only %d of %d acquires waiting after 5 min (%v)", w, n, err)
+			return 0, fmt.Errorf("only %d of %d acquires waiting after 5 min (%v)", w, n, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
