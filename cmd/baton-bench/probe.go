@@ -54,9 +54,9 @@ type probeResult struct {
 	ZnodesWaiting int64 `json:"znodes_waiting"`
 	// Parked: of the waiters, those parked in the sidecar behind its gate
 	// (native protocol): no znode of theirs is in ZnodesWaiting
-	Parked int `json:"parked"`
-	ZnodesAfter   int64 `json:"znodes_after"`
-	ZnodesBack    bool  `json:"znodes_back_to_baseline"` // baseline plus what the protocol keeps by design (ZnodesKept)
+	Parked      int   `json:"parked"`
+	ZnodesAfter int64 `json:"znodes_after"`
+	ZnodesBack  bool  `json:"znodes_back_to_baseline"` // baseline plus what the protocol keeps by design (ZnodesKept)
 	// native protocol: an object keeps its node, its persistent privateLock
 	// and that sentinel's child (README, "Native protocol"): 3 per object
 	ZnodesKept  int64   `json:"znodes_kept,omitempty"`
