@@ -89,13 +89,18 @@ func (r *request) sweepLater() {
 	r.s.addCleanup(cleanup{kind: cleanSweep, objPath: r.objPath, reqID: r.reqID})
 }
 
-// run makes the request's id live in its session (see owners) before
-// anything is created, until it fails or its grant ends.
 func (r *request) run(ctx context.Context, p prediction) (*Grant, error) {
+	return r.owned(ctx, func() (*Grant, error) { return r.acquire(ctx, p) })
+}
+
+// owned runs acquire with the request's id live in its session (see
+// owners) before anything is created (for a parked native request, by
+// another request's release), until it fails or its grant ends.
+func (r *request) owned(ctx context.Context, acquire func() (*Grant, error)) (*Grant, error) {
 	if err := r.s.own.enter(ctx, r.objPath, r.reqID); err != nil {
 		return nil, r.fail(ctx, err)
 	}
-	g, err := r.acquire(ctx, p)
+	g, err := acquire()
 	if err != nil && !r.registered {
 		r.s.own.leave(r.objPath, r.reqID)
 	}

@@ -377,18 +377,8 @@ func (e *Engine) acquireNative(ctx context.Context, r *request, shared bool) (*G
 	return g, err
 }
 
-// run makes the request's id live in its session (see owners) before
-// anything is created (a parked request's child is created by another
-// request's release), until it fails or its grant ends.
 func (n *nreq) run(ctx context.Context, p prediction) (*Grant, error) {
-	if err := n.s.own.enter(ctx, n.objPath, n.reqID); err != nil {
-		return nil, n.fail(ctx, err)
-	}
-	g, err := n.acquire(ctx, p)
-	if err != nil && !n.registered {
-		n.s.own.leave(n.objPath, n.reqID)
-	}
-	return g, err
+	return n.owned(ctx, func() (*Grant, error) { return n.acquire(ctx, p) })
 }
 
 func (n *nreq) acquire(ctx context.Context, p prediction) (*Grant, error) {
