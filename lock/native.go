@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -1532,6 +1533,9 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 			case err == nil:
 				g.e.noteGone(g.name, g.node)
 				parkGranted(pw, nd, res)
+				// The successor's answer is the handoff's path; ours is not
+				// (`baton serve` runs one P): let it run first.
+				runtime.Gosched()
 				g.e.local.Add(1)
 				g.e.parkGrants.Add(1)
 				g.finish(Released, nil)
