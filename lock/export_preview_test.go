@@ -17,3 +17,20 @@ func (e *Engine) PreviewParked(obj string) (parked int, hostIsReq bool) {
 	_, hostIsReq = st.parkHost.(*nreq)
 	return len(st.parked), hostIsReq
 }
+
+// PreviewHoldLearnStart keeps every learnNative that starts from running
+// (as if its goroutine were not scheduled yet) until the returned func is
+// called.
+func PreviewHoldLearnStart() (release func()) {
+	gate := make(chan struct{})
+	f := func() { <-gate }
+	learnStartHook.Store(&f)
+	var once bool
+	return func() {
+		if !once {
+			once = true
+			learnStartHook.Store(nil)
+			close(gate)
+		}
+	}
+}

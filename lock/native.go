@@ -2150,12 +2150,19 @@ func (g *Grant) learnBeforeRelease(ctx context.Context) {
 // listing in flight (learnList set), just before the listing is sent.
 var learnListHook atomic.Pointer[func()]
 
+// learnStartHook, when set (tests only), runs first in learnNative: a
+// goroutine not yet scheduled when the grant's release begins.
+var learnStartHook atomic.Pointer[func()]
+
 // learnNative keeps the waiters a holder may hand over to up to date while
 // it holds: a children watch on the object, re-listed when it fires (an
 // arrival), until the grant ends or its release begins. The first arrival
 // after the grant is listed at once; later ones at most once per
 // nativeLearnPause (bursts).
 func (g *Grant) learnNative() {
+	if f := learnStartHook.Load(); f != nil {
+		(*f)()
+	}
 	var relisted time.Time // when the last listing after a change was sent
 	for {
 		select {

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"path"
 
 	"github.com/go-zookeeper/zk"
@@ -217,21 +218,37 @@ func parkGranted(w *parkWait, nd nativeData, res []zk.MultiResponse) {
 // hosts the requests still parked, and predicts the next sequence number
 // like a fast grant. Otherwise someone queued the usual way meanwhile:
 // they come first (the multi may have passed one of them, once), so the
-// parked requests queue too and the grant learns who waits (a listing).
+// parked requests queue too, and the grant lists before it is reported:
+// its release names whom it passed (TestReviewParkRemotePassedTwice), and
+// a plugin node fails the request (TestReviewParkForeignNode).
 func (n *nreq) grantedParked(ctx context.Context, o parkOutcome) (*Grant, error) {
 	n.node, n.seq, n.created = o.child, nativeSeq(o.child), true
 	n.objCzxid = o.st.Czxid
 	if ctx.Err() != nil { // gave up while its grant was on the way: give it back
 		return nil, n.fail(ctx, ctx.Err())
 	}
-	predict := int64(-1)
 	if o.alone {
-		predict = n.seq + 1
-	} else {
-		n.e.parkEnd(n.name, n)
-		n.waited = true
+		return n.granted(ctx, o.st.Mzxid, o.st, o.d, nil, n.seq+1)
 	}
-	return n.granted(ctx, o.st.Mzxid, o.st, o.d, nil, predict)
+	n.e.parkEnd(n.name, n)
+	n.waited = true
+	// Someone else is there: learn who before the grant is reported. A
+	// plugin node fails the request (never a grant beside one), and the
+	// waiters it passed are named by its release: a request parking
+	// behind it meanwhile passes nobody a second time (a release that
+	// knows of nobody and has requests parked grants them without
+	// listing).
+	v, err := n.readAfter(ctx, o.d, o.st)
+	switch {
+	case errors.Is(err, ErrForeignNode):
+		return nil, n.fail(ctx, err)
+	case err != nil: // unknown yet: the grant learns (learnNative)
+		return n.granted(ctx, o.st.Mzxid, o.st, o.d, nil, -1)
+	case !v.holds(n.reqID): // taken away since (an operator): give back, queue
+		n.uncertain = true
+		return n.slow(ctx)
+	}
+	return n.granted(ctx, o.st.Mzxid, v.st, v.d, n.after(v), -1)
 }
 
 // parkWaiting reports whether requests are parked behind g.

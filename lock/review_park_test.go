@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -335,4 +336,83 @@ func TestReviewParkHostChildDeleted(t *testing.T) {
 	var chk overlapChecker
 	serveAll(t, &chk, first, second)
 	chk.verify(t, 2)
+}
+
+// A plugin participant's node ("A-…") appears under the native root
+// while a request is parked: the release multi that would grant the
+// parked request sees it (the children count). The parked request must
+// not be reported granted beside it: it fails with ErrForeignNode naming
+// the root, as any native acquire beside a plugin node does, and leaves
+// nothing of its own.
+func TestReviewParkForeignNode(t *testing.T) {
+	s := prStart(t, "obj")
+	first := s.park(t, context.Background(), 1, 5*time.Second)
+	a, err := s.conn.Create(s.objPath+"/A-", nil, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(t, s.h)
+	r := prGet(t, first, "the parked request")
+	if r.err == nil {
+		t.Errorf("granted (token %d) beside the plugin node %s", r.g.Token(), a)
+		release(t, r.g)
+	} else if !errors.Is(r.err, lock.ErrForeignNode) || !strings.Contains(r.err.Error(), s.root) {
+		t.Errorf("parked request beside a plugin node: %v; want ErrForeignNode naming %s", r.err, s.root)
+	}
+	if err := s.conn.Delete(a, -1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A request of another engine queues behind a holder with a request
+// parked: the holder's release grants the parked request past it (once,
+// allowed: that multi's answer shows it queued). That grant then knows
+// whom it passed; a request of its engine that parks behind it meanwhile
+// must not pass the remote request a second time. The second grant's
+// learnNative (its listing of who waits) is held from starting, as a
+// goroutine not yet scheduled when a short critical section ends.
+func TestReviewParkRemotePassedTwice(t *testing.T) {
+	s := prStart(t, "obj")
+	other := newEngine(t, zkServer.Servers(), s.root, native)
+	first := s.park(t, context.Background(), 1, 30*time.Second)
+	remote := make(chan prResult, 1)
+	go func() {
+		g, err := other.Acquire(context.Background(), s.obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, RequestID: "remote"})
+		remote <- prResult{g, err}
+	}()
+	waitFor(t, 10*time.Second, "the remote request queued", func() bool {
+		return strings.Contains(strings.Join(s.kidsBut(t), " "), "remote")
+	})
+	unhold := lock.PreviewHoldLearnStart()
+	t.Cleanup(unhold)
+	release(t, s.h)
+	r1 := prGet(t, first, "the parked request")
+	if r1.err != nil {
+		t.Fatalf("the parked request: %v", r1.err)
+	}
+	second := s.park(t, context.Background(), 1, 30*time.Second)
+	release(t, r1.g)
+	var order []string
+	for range 2 {
+		select {
+		case r := <-remote:
+			if r.err != nil {
+				t.Fatalf("remote: %v", r.err)
+			}
+			order = append(order, "remote")
+			release(t, r.g)
+		case r := <-second:
+			if r.err != nil {
+				t.Fatalf("second parked request: %v", r.err)
+			}
+			order = append(order, "second")
+			release(t, r.g)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no grant after 30s (so far %v)", order)
+		}
+	}
+	unhold()
+	if order[0] != "remote" {
+		t.Errorf("grant order %v: the remote request was passed by two parked requests; want at most one", order)
+	}
 }
