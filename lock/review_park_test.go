@@ -416,3 +416,52 @@ func TestReviewParkRemotePassedTwice(t *testing.T) {
 		t.Errorf("grant order %v: the remote request was passed by two parked requests; want at most one", order)
 	}
 }
+
+// A parked request whose caller gives up while the answer of the release
+// multi granting it is lost (it landed; the connection is then reset):
+// InstanceLockError, what landed is given back (nothing of it left), and
+// the request parked behind it is served.
+func TestReviewParkCancelReplyLost(t *testing.T) {
+	s := prStart(t, "obj")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := s.park(t, ctx, 1, 30*time.Second)
+	second := s.park(t, context.Background(), 2, 30*time.Second)
+	s.p.BlackHoleDownstream()
+	rel := make(chan error, 1)
+	go func() { rel <- s.h.Release(context.Background()) }()
+	waitFor(t, 10*time.Second, "the release multi landed", func() bool {
+		k := s.kidsBut(t)
+		return len(k) == 1 && k[0] != s.h.Node()
+	})
+	cancel()
+	time.Sleep(100 * time.Millisecond)
+	s.p.ResetConnections()
+	s.p.Heal()
+	prGet(t, rel, "the release")
+	r := prGet(t, first, "the cancelled parked request")
+	var ile *lock.InstanceLockError
+	if r.err == nil {
+		r.g.Release(context.Background())
+		t.Fatalf("the cancelled request was granted (token %d)", r.g.Token())
+	}
+	if !errors.As(r.err, &ile) {
+		t.Errorf("cancelled parked request: %v; want InstanceLockError", r.err)
+	}
+	var chk overlapChecker
+	serveAll(t, &chk, second)
+	chk.verify(t, 1)
+}
+
+// The holder abandons with requests parked: they queue and are served.
+func TestReviewParkAbandon(t *testing.T) {
+	s := prStart(t, "obj")
+	first := s.park(t, context.Background(), 1, 30*time.Second)
+	second := s.park(t, context.Background(), 2, 30*time.Second)
+	if err := s.h.Abandon(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var chk overlapChecker
+	serveAll(t, &chk, first, second)
+	chk.verify(t, 2)
+}
