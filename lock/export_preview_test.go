@@ -1,5 +1,10 @@
 package lock
 
+import (
+	"fmt"
+	"sync"
+)
+
 // PreviewParked reports how many requests are parked on obj, and whether
 // its parking host is a request a release multi is granting (parkTake
 // took it: the multi is under way or its answer not yet handled).
@@ -33,4 +38,16 @@ func PreviewHoldLearnStart() (release func()) {
 			close(gate)
 		}
 	}
+}
+
+// PreviewLoseOnRegister makes the session of the next grant registered
+// lost just after its registration (before grant looks at its state);
+// the returned func removes the hook.
+func PreviewLoseOnRegister() (remove func()) {
+	var once sync.Once
+	f := func(s *session) {
+		once.Do(func() { s.fail(fmt.Errorf("%w: the test's", ErrSessionLost)) })
+	}
+	grantRegisteredHook.Store(&f)
+	return func() { grantRegisteredHook.Store(nil) }
 }

@@ -395,7 +395,11 @@ func (n *nreq) acquire(ctx context.Context, p prediction) (*Grant, error) {
 	if o, cancelled, ok := n.park(ctx); ok {
 		switch {
 		case cancelled:
-			return nil, n.fail(ctx, ctx.Err())
+			cause := ctx.Err()
+			if cause == nil { // the session was lost
+				cause = n.s.lostCause()
+			}
+			return nil, n.fail(ctx, cause)
 		case o.child != "":
 			return n.grantedParked(ctx, o)
 		case o.uncertain:

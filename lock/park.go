@@ -31,7 +31,8 @@ type parkOutcome struct {
 
 // park parks n behind this engine's exclusive holder of the object when
 // it may (see parkAdd) and waits: ok false, it did not park. A parked
-// request whose wait ends is taken out of the queue, unless a release
+// request whose wait ends (cancelled: its context ended, or its session
+// was lost) is taken out of the queue, unless a release
 // already took it: then its multi is under way, and the request waits
 // for the outcome whatever its context says (it knows whether a child of
 // its own exists only then).
@@ -51,6 +52,14 @@ func (n *nreq) park(ctx context.Context) (o parkOutcome, cancelled, ok bool) {
 	select {
 	case o = <-w.out:
 	case <-ctx.Done():
+		if n.e.parkRemove(n.name, w) {
+			return parkOutcome{}, true, true
+		}
+		o = <-w.out
+	case <-n.s.lost:
+		// Our session is gone, and the host with it: a host that ended
+		// between its registration and its first look at its state never
+		// ends its hosting (TestReviewParkHostLostOnRegister).
 		if n.e.parkRemove(n.name, w) {
 			return parkOutcome{}, true, true
 		}

@@ -465,3 +465,29 @@ func TestReviewParkAbandon(t *testing.T) {
 	serveAll(t, &chk, first, second)
 	chk.verify(t, 2)
 }
+
+// The session is lost just as the grant a release multi made for a parked
+// request is registered (grant sees its grant lost and reports
+// ErrUnavailable): the request parked behind it must not wait out its
+// Wait behind a host that is gone; it fails at once with ErrUnavailable.
+func TestReviewParkHostLostOnRegister(t *testing.T) {
+	s := prStart(t, "obj")
+	first := s.park(t, context.Background(), 1, time.Minute)
+	second := s.park(t, context.Background(), 2, time.Minute)
+	t.Cleanup(lock.PreviewLoseOnRegister())
+	if err := s.h.Release(context.Background()); err != nil {
+		t.Logf("release: %v", err)
+	}
+	for i, ch := range []<-chan prResult{first, second} {
+		select {
+		case r := <-ch:
+			if r.err == nil {
+				t.Errorf("parked request %d granted (token %d) on a lost session", i, r.g.Token())
+			} else if !errors.Is(r.err, lock.ErrUnavailable) {
+				t.Errorf("parked request %d: %v; want ErrUnavailable", i, r.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("parked request %d still waits 10s after its session was lost", i)
+		}
+	}
+}
