@@ -249,6 +249,8 @@ func (n *nreq) grantedParked(ctx context.Context, o parkOutcome) (*Grant, error)
 	// listing).
 	v, err := n.readAfter(ctx, o.d, o.st)
 	switch {
+	case ctx.Err() != nil: // gave up meanwhile: give it back
+		return nil, n.fail(ctx, ctx.Err())
 	case errors.Is(err, ErrForeignNode):
 		return nil, n.fail(ctx, err)
 	case err != nil: // unknown yet: the grant learns (learnNative)
