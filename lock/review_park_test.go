@@ -3,7 +3,11 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -489,5 +493,91 @@ func TestReviewParkHostLostOnRegister(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("parked request %d still waits 10s after its session was lost", i)
 		}
+	}
+}
+
+// Stress with faults: six callers of a parking engine behind a proxy (the
+// connection reset now and then, some callers giving up after a few
+// milliseconds, some holders abandoning) and one caller of another engine
+// on one object. No overlap while the grants are held, rising tokens,
+// every failure a wait that ran out (or the connection's), nothing left.
+func TestReviewParkStressFaults(t *testing.T) {
+	for _, remote := range []bool{false, true} {
+		t.Run(fmt.Sprint("remote=", remote), func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			p := testenv.ProxyT(t, zkServer.Addr(1))
+			e := newEngine(t, []string{p.Addr()}, root, native, parking, func(o *lock.Options) {
+				o.HolderWatchDelay = time.Minute
+				o.SessionTimeout = 10 * time.Second
+			})
+			other := newEngine(t, zkServer.Servers(), root, native)
+			var chk overlapChecker
+			stop := make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(time.Duration(300+rand.IntN(300)) * time.Millisecond):
+						p.ResetConnections()
+					}
+				}
+			}()
+			var wg sync.WaitGroup
+			var grants, fails atomic.Int64
+			for c := range 7 {
+				eng := e
+				if c == 6 {
+					eng = other
+				}
+				wg.Go(func() {
+					for j := range 30 {
+						if c == 6 {
+							time.Sleep(time.Duration(5+rand.IntN(10)) * time.Millisecond)
+						}
+						ctx, cancel := context.WithCancel(context.Background())
+						wait := 30 * time.Second
+						if (c+j)%4 == 1 {
+							d := time.Duration(1+rand.IntN(15)) * time.Millisecond
+							time.AfterFunc(d, cancel)
+						}
+						g, err := eng.Acquire(ctx, "obj", lock.Foreground, lock.AcquireOptions{Wait: wait})
+						if err != nil {
+							cancel()
+							fails.Add(1)
+							var ile *lock.InstanceLockError
+							if !errors.As(err, &ile) && !errors.Is(err, lock.ErrUnavailable) {
+								t.Errorf("caller %d: %v", c, err)
+							}
+							continue
+						}
+						grants.Add(1)
+						chk.enter(g.Token())
+						time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+						if st := g.State(); st != lock.Held && st != lock.Suspect {
+							t.Errorf("caller %d: grant %v inside its critical section: %v", c, g.State(), g.Err())
+						}
+						chk.leave()
+						end := g.Release
+						if j%9 == 4 {
+							end = g.Abandon
+						}
+						if err := end(context.Background()); err != nil && !errors.Is(err, lock.ErrUnavailable) {
+							t.Errorf("caller %d release: %v", c, err)
+						}
+						cancel()
+					}
+				})
+			}
+			wg.Wait()
+			close(stop)
+			<-done
+			chk.verify(t, -1)
+			t.Logf("%d grants, %d failures; %d parked, %d granted parked", grants.Load(), fails.Load(), e.Parks(), e.ParkGrants())
+			conn := rawConn(t, zkServer.Servers())
+			waitFor(t, 20*time.Second, "nothing left", func() bool { return len(children(t, conn, root, "obj")) <= 1 })
+		})
 	}
 }
