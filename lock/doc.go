@@ -377,9 +377,13 @@
 //     request whose wait ends leaves the queue with nothing to delete;
 //     once a release took it, it waits for that multi's outcome first
 //     (the child it may have is known only then) and gives back what it
-//     got. Parked requests are not in ZooKeeper: Inspect and the status
-//     of other sidecars do not show them. Options.DisableParking turns it
-//     off.
+//     got. A request parked for a second (parkPatience) queues the
+//     usual way: parking is for short holds, and a host whose child an
+//     operator deleted (still "held", it may hold for an hour) is found
+//     by the usual waiter's view or watch. A parked request whose
+//     session is lost leaves at once. Parked requests are not in
+//     ZooKeeper: Inspect and the status of other sidecars do not show
+//     them. Options.DisableParking turns it off.
 //   - A contended grant (its request found someone ahead of it, even if
 //     that holder left before its watch was set) that knows of nobody
 //     behind it learns arrivals: a children watch on the object, the

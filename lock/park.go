@@ -4,11 +4,19 @@ import (
 	"context"
 	"errors"
 	"path"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 )
 
 // Parking (native protocol): see "Local waiters park" in the package doc.
+
+// parkPatience bounds how long a request stays parked: then it queues the
+// usual way (a child of its own, watching the holder's). Parking pays off
+// for short holds (a turn of W2 is a round trip or two); a long hold costs
+// the usual waiter's requests once, and a host whose child is gone is
+// found by that waiter's view or watch.
+const parkPatience = time.Second
 
 // parkWait is a foreground exclusive request parked behind a holder of
 // this engine: nothing of it is in ZooKeeper yet.
@@ -49,11 +57,22 @@ func (n *nreq) park(ctx context.Context) (o parkOutcome, cancelled, ok bool) {
 	defer n.e.waiting.Add(-1)
 	n.s.addWaiter(1)
 	defer n.s.addWaiter(-1)
+	patience := time.NewTimer(parkPatience)
+	defer patience.Stop()
 	select {
 	case o = <-w.out:
 	case <-ctx.Done():
 		if n.e.parkRemove(n.name, w) {
 			return parkOutcome{}, true, true
+		}
+		o = <-w.out
+	case <-patience.C:
+		// The host holds long, or is gone unseen (its child deleted by an
+		// operator: named in the data, its grant still reads held, and it
+		// may hold for an hour): queue the usual way, watching it
+		// (TestReviewParkHostChildDeletedNoHang).
+		if n.e.parkRemove(n.name, w) {
+			return parkOutcome{}, false, true
 		}
 		o = <-w.out
 	case <-n.s.lost:

@@ -581,3 +581,37 @@ func TestReviewParkStressFaults(t *testing.T) {
 		})
 	}
 }
+
+// A holder whose child an operator deleted is gone for ZooKeeper, but
+// its grant still reads "held" (the data names it; its watch follows the
+// data, not the child) and it may hold for an hour. A request of the same
+// engine that parks behind it must not wait for its end: as a waiter with
+// a child of its own does (TestReviewMidviewDeletedHolderChildNoHang), it
+// takes the object, and the holder, named no more, is lost. Deleted
+// before the request came, and while it was parked.
+func TestReviewParkHostChildDeletedNoHang(t *testing.T) {
+	for _, order := range []string{"deleted-then-parked", "parked-then-deleted"} {
+		t.Run(order, func(t *testing.T) {
+			s := prStart(t, "obj", func(o *lock.Options) { o.HolderWatchDelay = 0 })
+			defer s.h.Release(context.Background())
+			del := func() {
+				if err := s.conn.Delete(s.objPath+"/"+s.h.Node(), -1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if order == "deleted-then-parked" {
+				del()
+			}
+			ch := s.park(t, context.Background(), 1, 15*time.Second)
+			if order == "parked-then-deleted" {
+				del()
+			}
+			r := prGet(t, ch, "the parked request")
+			if r.err != nil {
+				t.Fatalf("parked behind a holder whose child was deleted: %v (holder state %v)", r.err, s.h.State())
+			}
+			waitFor(t, 10*time.Second, "holder lost", func() bool { return s.h.State() == lock.Lost })
+			release(t, r.g)
+		})
+	}
+}
