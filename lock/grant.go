@@ -52,13 +52,13 @@ type Grant struct {
 	armTimer   *time.Timer // arms the holder watch after HolderWatchDelay
 }
 
-// grant reports the request granted. The session may have ended while the
-// grant multi was answered: then nothing is reported held (the session's
-// nodes die with it) and the acquire fails.
 // grantRegisteredHook, when set (tests only), runs in grant just after
 // the grant is registered in its session.
 var grantRegisteredHook atomic.Pointer[func(*session)]
 
+// grant reports the request granted. The session may have ended while the
+// grant multi was answered: then nothing is reported held (the session's
+// nodes die with it) and the acquire fails.
 func (r *request) grant(ctx context.Context, node string, seq int64, st *zk.Stat, objVersion int32, next int64) (*Grant, error) {
 	now := time.Now()
 	g := &Grant{
