@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -613,5 +614,63 @@ func TestReviewParkHostChildDeletedNoHang(t *testing.T) {
 			waitFor(t, 10*time.Second, "holder lost", func() bool { return s.h.State() == lock.Lost })
 			release(t, r.g)
 		})
+	}
+}
+
+// The local holder is background, a request of another engine queues
+// (foreground), a foreground request of the holder's engine parks behind
+// it. The holder's release may grant the parked request past the remote
+// one (once); the next request parking behind that grant comes after the
+// remote one. (The second grant's learnNative is held from starting.)
+func TestReviewParkBackgroundHost(t *testing.T) {
+	s := prStart(t, "warm")
+	release(t, s.h)
+	s.obj = "bg"
+	name, _ := lock.EscapeObject("bg")
+	s.objPath = s.root + "/" + name
+	s.h = acquire(t, s.e, "bg", lock.Background, lock.AcquireOptions{})
+	other := newEngine(t, zkServer.Servers(), s.root, native)
+	first := s.park(t, context.Background(), 1, 30*time.Second)
+	remote := make(chan prResult, 1)
+	go func() {
+		g, err := other.Acquire(context.Background(), s.obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, RequestID: "remote"})
+		remote <- prResult{g, err}
+	}()
+	waitFor(t, 10*time.Second, "the remote request queued", func() bool {
+		return strings.Contains(strings.Join(s.kidsBut(t), " "), "remote")
+	})
+	unhold := lock.PreviewHoldLearnStart()
+	t.Cleanup(unhold)
+	release(t, s.h)
+	var order []string
+	var second <-chan prResult
+	for len(order) < 3 {
+		select {
+		case r := <-first:
+			if r.err != nil {
+				t.Fatalf("first parked request: %v", r.err)
+			}
+			order = append(order, "first")
+			second = s.park(t, context.Background(), 1, 30*time.Second)
+			release(t, r.g)
+		case r := <-remote:
+			if r.err != nil {
+				t.Fatalf("remote: %v", r.err)
+			}
+			order = append(order, "remote")
+			release(t, r.g)
+		case r := <-second:
+			if r.err != nil {
+				t.Fatalf("second parked request: %v", r.err)
+			}
+			order = append(order, "second")
+			release(t, r.g)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no grant after 30s (so far %v)", order)
+		}
+	}
+	unhold()
+	if slices.Index(order, "remote") > 1 {
+		t.Errorf("grant order %v: the remote request was passed by two parked requests; want at most one", order)
 	}
 }
