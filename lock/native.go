@@ -1292,6 +1292,11 @@ func (n *nreq) granted(ctx context.Context, token int64, st *zk.Stat, d nativeDa
 		// with the session when it ended)
 		n.s.addCleanup(cleanup{kind: cleanNative, objPath: n.objPath, reqID: n.reqID})
 	}
+	if err != nil && !n.shared {
+		// no grant to host what is parked behind us (grant ends some
+		// failures without fail: lost just after its registration)
+		n.e.parkFailed(n.name, n)
+	}
 	return g, err
 }
 

@@ -495,6 +495,26 @@ func TestReviewParkHostLostOnRegister(t *testing.T) {
 			t.Fatalf("parked request %d still waits 10s after its session was lost", i)
 		}
 	}
+	// On the engine's next session the object hosts parked requests again
+	// (the request whose grant was lost on registration is no host).
+	waitFor(t, 20*time.Second, "a new session", func() bool { return s.e.Health().Connected })
+	h := acquire(t, s.e, s.obj, lock.Foreground, lock.AcquireOptions{})
+	p0 := s.e.Parks()
+	ch := make(chan prResult, 1)
+	go func() {
+		g, err := s.e.Acquire(context.Background(), s.obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
+		ch <- prResult{g, err}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if s.e.Parks() == p0 {
+		t.Errorf("no request parks on %q after the session loss: its parking host is still the request that was never granted", s.obj)
+	}
+	release(t, h)
+	r := prGet(t, ch, "the request behind the new holder")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	release(t, r.g)
 }
 
 // Stress with faults: six callers of a parking engine behind a proxy (the
