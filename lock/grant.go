@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -51,6 +52,10 @@ type Grant struct {
 	armTimer   *time.Timer // arms the holder watch after HolderWatchDelay
 }
 
+// grantRegisteredHook, when set (tests only), runs in grant just after
+// the grant is registered in its session.
+var grantRegisteredHook atomic.Pointer[func(*session)]
+
 // grant reports the request granted. The session may have ended while the
 // grant multi was answered: then nothing is reported held (the session's
 // nodes die with it) and the acquire fails.
@@ -76,6 +81,9 @@ func (r *request) grant(ctx context.Context, node string, seq int64, st *zk.Stat
 		return nil, r.fail(ctx, err)
 	}
 	r.registered = true // from here the grant's finish does objLeave
+	if f := grantRegisteredHook.Load(); f != nil {
+		(*f)(r.s)
+	}
 	r.e.held.Add(1)
 	if r.e.log.Enabled(ctx, slog.LevelDebug) { // the attributes allocate: only when shown
 		r.e.log.Debug("lock granted", "object", r.object, "type", r.typ, "token", g.token, "node", node, "waited", g.waited)

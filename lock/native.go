@@ -386,7 +386,11 @@ func (n *nreq) acquire(ctx context.Context, p prediction) (*Grant, error) {
 	if o, cancelled, ok := n.park(ctx); ok {
 		switch {
 		case cancelled:
-			return nil, n.fail(ctx, ctx.Err())
+			cause := ctx.Err()
+			if cause == nil { // the session was lost
+				cause = n.s.lostCause()
+			}
+			return nil, n.fail(ctx, cause)
 		case o.child != "":
 			return n.grantedParked(ctx, o)
 		case o.uncertain:
@@ -1279,6 +1283,11 @@ func (n *nreq) granted(ctx context.Context, token int64, st *zk.Stat, d nativeDa
 		// with the session when it ended)
 		n.s.addCleanup(cleanup{kind: cleanNative, objPath: n.objPath, reqID: n.reqID})
 	}
+	if err != nil && !n.shared {
+		// no grant to host what is parked behind us (grant ends some
+		// failures without fail: lost just after its registration)
+		n.e.parkFailed(n.name, n)
+	}
 	return g, err
 }
 
@@ -2144,12 +2153,19 @@ func (g *Grant) learnBeforeRelease(ctx context.Context) {
 // listing in flight (learnList set), just before the listing is sent.
 var learnListHook atomic.Pointer[func()]
 
+// learnStartHook, when set (tests only), runs first in learnNative: a
+// goroutine not yet scheduled when the grant's release begins.
+var learnStartHook atomic.Pointer[func()]
+
 // learnNative keeps the waiters a holder may hand over to up to date while
 // it holds: a children watch on the object, re-listed when it fires (an
 // arrival), until the grant ends or its release begins. The first arrival
 // after the grant is listed at once; later ones at most once per
 // nativeLearnPause (bursts).
 func (g *Grant) learnNative() {
+	if f := learnStartHook.Load(); f != nil {
+		(*f)()
+	}
 	var relisted time.Time // when the last listing after a change was sent
 	for {
 		select {

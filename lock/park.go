@@ -2,12 +2,21 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"path"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 )
 
 // Parking (native protocol): see "Local waiters park" in the package doc.
+
+// parkPatience bounds how long a request stays parked: then it queues the
+// usual way (a child of its own, watching the holder's). Parking pays off
+// for short holds (a turn of W2 is a round trip or two); a long hold costs
+// the usual waiter's requests once, and a host whose child is gone is
+// found by that waiter's view or watch.
+const parkPatience = time.Second
 
 // parkWait is a foreground exclusive request parked behind a holder of
 // this engine: nothing of it is in ZooKeeper yet.
@@ -30,7 +39,8 @@ type parkOutcome struct {
 
 // park parks n behind this engine's exclusive holder of the object when
 // it may (see parkAdd) and waits: ok false, it did not park. A parked
-// request whose wait ends is taken out of the queue, unless a release
+// request whose wait ends (cancelled: its context ended, or its session
+// was lost) is taken out of the queue, unless a release
 // already took it: then its multi is under way, and the request waits
 // for the outcome whatever its context says (it knows whether a child of
 // its own exists only then).
@@ -49,9 +59,28 @@ func (n *nreq) park(ctx context.Context) (o parkOutcome, cancelled, ok bool) {
 	defer n.e.waiting.Add(-1)
 	n.s.addWaiter(1)
 	defer n.s.addWaiter(-1)
+	patience := time.NewTimer(parkPatience)
+	defer patience.Stop()
 	select {
 	case o = <-w.out:
 	case <-ctx.Done():
+		if n.e.parkRemove(n.name, w) {
+			return parkOutcome{}, true, true
+		}
+		o = <-w.out
+	case <-patience.C:
+		// The host holds long, or is gone unseen (its child deleted by an
+		// operator: named in the data, its grant still reads held, and it
+		// may hold for an hour): queue the usual way, watching it
+		// (TestReviewParkHostChildDeletedNoHang).
+		if n.e.parkRemove(n.name, w) {
+			return parkOutcome{}, false, true
+		}
+		o = <-w.out
+	case <-n.s.lost:
+		// Our session is gone, and the host with it: a host that ended
+		// between its registration and its first look at its state never
+		// ends its hosting (TestReviewParkHostLostOnRegister).
 		if n.e.parkRemove(n.name, w) {
 			return parkOutcome{}, true, true
 		}
@@ -219,21 +248,39 @@ func parkGranted(w *parkWait, nd nativeData, res []zk.MultiResponse) {
 // hosts the requests still parked, and predicts the next sequence number
 // like a fast grant. Otherwise someone queued the usual way meanwhile:
 // they come first (the multi may have passed one of them, once), so the
-// parked requests queue too and the grant learns who waits (a listing).
+// parked requests queue too, and the grant lists before it is reported:
+// its release names whom it passed (TestReviewParkRemotePassedTwice), and
+// a plugin node fails the request (TestReviewParkForeignNode).
 func (n *nreq) grantedParked(ctx context.Context, o parkOutcome) (*Grant, error) {
 	n.node, n.seq, n.created = o.child, nativeSeq(o.child), true
 	n.objCzxid = o.st.Czxid
 	if ctx.Err() != nil { // gave up while its grant was on the way: give it back
 		return nil, n.fail(ctx, ctx.Err())
 	}
-	predict := int64(-1)
 	if o.alone {
-		predict = n.seq + 1
-	} else {
-		n.e.parkEnd(n.name, n)
-		n.waited = true
+		return n.granted(ctx, o.st.Mzxid, o.st, o.d, nil, n.seq+1)
 	}
-	return n.granted(ctx, o.st.Mzxid, o.st, o.d, nil, predict)
+	n.e.parkEnd(n.name, n)
+	n.waited = true
+	// Someone else is there: learn who before the grant is reported. A
+	// plugin node fails the request (never a grant beside one), and the
+	// waiters it passed are named by its release: a request parking
+	// behind it meanwhile passes nobody a second time (a release that
+	// knows of nobody and has requests parked grants them without
+	// listing).
+	v, err := n.readAfter(ctx, o.d, o.st)
+	switch {
+	case ctx.Err() != nil: // gave up meanwhile: give it back
+		return nil, n.fail(ctx, ctx.Err())
+	case errors.Is(err, ErrForeignNode):
+		return nil, n.fail(ctx, err)
+	case err != nil: // unknown yet: the grant learns (learnNative)
+		return n.granted(ctx, o.st.Mzxid, o.st, o.d, nil, -1)
+	case !v.holds(n.reqID): // taken away since (an operator): give back, queue
+		n.uncertain = true
+		return n.slow(ctx)
+	}
+	return n.granted(ctx, o.st.Mzxid, v.st, v.d, n.after(v), -1)
 }
 
 // parkWaiting reports whether requests are parked behind g.
