@@ -227,8 +227,9 @@ func floorTable(prim map[string][]time.Duration, runs map[string]*floorRun) {
 	w := p50("zk write: multi (delete child + setData, guarded)")
 	rs := p50("http round trip: stock client → raw echo")
 	rg := p50("http round trip: Baton's Go client → raw echo")
-	fmt.Printf("\nfloors (peer = gozk W4 p50 %.0f µs; write %.0f, stock-client round trip %.0f, Go-client round trip %.0f):\n\n"+
-		"| mode | impl | W4 p50 µs | × peer | floor µs | floor × peer | goal | above the floor µs |\n|---|---|---|---|---|---|---|---|\n", peer, w, rs, rg)
+	fmt.Printf("\nfloors (peer = gozk W4 p50 %.0f µs; write %.0f (a parked handoff's: %.0f), stock-client round trip %.0f, Go-client round trip %.0f):\n\n"+
+		"| mode | impl | W4 p50 µs | × peer | floor µs | floor × peer | goal | above the floor µs |\n|---|---|---|---|---|---|---|---|\n",
+		peer, w, p50("zk write: multi (delete child + create child + setData, guarded + check: a parked handoff)"), rs, rg)
 	for _, m := range []struct {
 		mode, impl, floor string
 		f, goal           float64
@@ -277,6 +278,27 @@ func primitives(a, b *zk.Conn, hc *http.Client, echoes []*http.Client, bc, be *c
 			return err
 		}
 		s["zk write: multi (delete child + setData, guarded)"] = append(s["zk write: multi (delete child + setData, guarded)"], time.Since(t))
+		// a parked handoff's shape: delete our child, create the
+		// successor's, rewrite the data guarded, check the sentinel
+		c, err = a.Create(obj+"/c-", nil, zk.FlagEphemeral|zk.FlagSequence, acl)
+		if err != nil {
+			return err
+		}
+		if _, st, err = a.Get(obj); err != nil {
+			return err
+		}
+		t = time.Now()
+		res, err := a.Multi(&zk.DeleteRequest{Path: c, Version: -1},
+			&zk.CreateRequest{Path: obj + "/c-", Data: data, Acl: acl, Flags: zk.FlagEphemeral | zk.FlagSequence},
+			&zk.SetDataRequest{Path: obj, Data: data, Version: st.Version},
+			&zk.CheckVersionRequest{Path: obj, Version: -1})
+		if err != nil {
+			return err
+		}
+		s["zk write: multi (delete child + create child + setData, guarded + check: a parked handoff)"] = append(s["zk write: multi (delete child + create child + setData, guarded + check: a parked handoff)"], time.Since(t))
+		if err := a.Delete(res[1].String, -1); err != nil {
+			return err
+		}
 		// the peer's release: a delete, watched from another session
 		c, err = a.Create(obj+"/c-", nil, zk.FlagEphemeral|zk.FlagSequence, acl)
 		if err != nil {
