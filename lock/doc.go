@@ -369,21 +369,22 @@
 //     reported, to learn whom to name. So a request of another engine is
 //     passed by one parked request at most, and a plugin node under a
 //     native root fails the request with ErrForeignNode (its child and
-//     name given back): never a grant reported beside it. A release naming a waiter of this engine moves the queue
-//     behind it; naming another engine's waiter, leaving the object free,
-//     an Abandon, a lost grant or a failed multi send the parked requests
-//     to queue the usual way (a multi whose answer was lost leaves its
-//     request to give back what landed, as any create's). A parked
-//     request whose wait ends leaves the queue with nothing to delete;
-//     once a release took it, it waits for that multi's outcome first
-//     (the child it may have is known only then) and gives back what it
-//     got. A request parked for a second (parkPatience) queues the
-//     usual way: parking is for short holds, and a host whose child an
-//     operator deleted (still "held", it may hold for an hour) is found
-//     by the usual waiter's view or watch. A parked request whose
-//     session is lost leaves at once. Parked requests are not in
-//     ZooKeeper: Inspect and the status of other sidecars do not show
-//     them. Options.DisableParking turns it off.
+//     name given back): never a grant reported beside it. A release
+//     naming a waiter of this engine moves the queue behind it; naming
+//     another engine's waiter, leaving the object free, an Abandon, a
+//     lost grant or a failed multi send the parked requests to queue the
+//     usual way (a multi whose answer was lost leaves its request to give
+//     back what landed, as any create's). A parked request whose wait
+//     ends leaves the queue with nothing to delete; once a release took
+//     it, it waits for that multi's outcome first (the child it may have
+//     is known only then) and gives back what it got. A request parked
+//     for a second (parkPatience) queues the usual way: parking is for
+//     short holds, and a host whose child an operator deleted (still
+//     "held", it may hold for an hour) is found by the usual waiter's
+//     view or watch. A parked request whose session is lost leaves at
+//     once. Parked requests are not in ZooKeeper: Inspect and the status
+//     of other sidecars do not show them. Options.DisableParking turns it
+//     off.
 //   - A contended grant (its request found someone ahead of it, even if
 //     that holder left before its watch was set) that knows of nobody
 //     behind it learns arrivals: a children watch on the object, the
