@@ -122,6 +122,32 @@ func prGet[T any](t *testing.T, ch <-chan T, what string) T {
 }
 
 // kidsBut lists obj's children but the sentinel.
+// remoteQueued starts a foreground request of engine other on the object
+// (request id "remote") and waits until its child is there.
+func (s *prSetup) remoteQueued(t *testing.T, other *lock.Engine) <-chan prResult {
+	t.Helper()
+	remote := make(chan prResult, 1)
+	go func() {
+		g, err := other.Acquire(context.Background(), s.obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, RequestID: "remote"})
+		remote <- prResult{g, err}
+	}()
+	waitFor(t, 10*time.Second, "the remote request queued", func() bool {
+		return strings.Contains(strings.Join(s.kidsBut(t), " "), "remote")
+	})
+	return remote
+}
+
+// prTake records a grant's label in order and releases it (what: the
+// request, for the failure).
+func prTake(t *testing.T, order *[]string, label, what string, r prResult) {
+	t.Helper()
+	if r.err != nil {
+		t.Fatalf("%s: %v", what, r.err)
+	}
+	*order = append(*order, label)
+	release(t, r.g)
+}
+
 func (s *prSetup) kidsBut(t *testing.T) []string {
 	t.Helper()
 	var out []string
@@ -380,14 +406,7 @@ func TestReviewParkRemotePassedTwice(t *testing.T) {
 	s := prStart(t, "obj")
 	other := newEngine(t, zkServer.Servers(), s.root, native)
 	first := s.park(t, context.Background(), 1, 30*time.Second)
-	remote := make(chan prResult, 1)
-	go func() {
-		g, err := other.Acquire(context.Background(), s.obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, RequestID: "remote"})
-		remote <- prResult{g, err}
-	}()
-	waitFor(t, 10*time.Second, "the remote request queued", func() bool {
-		return strings.Contains(strings.Join(s.kidsBut(t), " "), "remote")
-	})
+	remote := s.remoteQueued(t, other)
 	unhold := lock.PreviewHoldLearnStart()
 	t.Cleanup(unhold)
 	release(t, s.h)
@@ -401,17 +420,9 @@ func TestReviewParkRemotePassedTwice(t *testing.T) {
 	for range 2 {
 		select {
 		case r := <-remote:
-			if r.err != nil {
-				t.Fatalf("remote: %v", r.err)
-			}
-			order = append(order, "remote")
-			release(t, r.g)
+			prTake(t, &order, "remote", "remote", r)
 		case r := <-second:
-			if r.err != nil {
-				t.Fatalf("second parked request: %v", r.err)
-			}
-			order = append(order, "second")
-			release(t, r.g)
+			prTake(t, &order, "second", "second parked request", r)
 		case <-time.After(30 * time.Second):
 			t.Fatalf("no grant after 30s (so far %v)", order)
 		}
@@ -651,14 +662,7 @@ func TestReviewParkBackgroundHost(t *testing.T) {
 	s.h = acquire(t, s.e, "bg", lock.Background, lock.AcquireOptions{})
 	other := newEngine(t, zkServer.Servers(), s.root, native)
 	first := s.park(t, context.Background(), 1, 30*time.Second)
-	remote := make(chan prResult, 1)
-	go func() {
-		g, err := other.Acquire(context.Background(), s.obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, RequestID: "remote"})
-		remote <- prResult{g, err}
-	}()
-	waitFor(t, 10*time.Second, "the remote request queued", func() bool {
-		return strings.Contains(strings.Join(s.kidsBut(t), " "), "remote")
-	})
+	remote := s.remoteQueued(t, other)
 	unhold := lock.PreviewHoldLearnStart()
 	t.Cleanup(unhold)
 	release(t, s.h)
@@ -667,24 +671,13 @@ func TestReviewParkBackgroundHost(t *testing.T) {
 	for len(order) < 3 {
 		select {
 		case r := <-first:
-			if r.err != nil {
-				t.Fatalf("first parked request: %v", r.err)
-			}
-			order = append(order, "first")
+			// before its release: it parks behind the grant
 			second = s.park(t, context.Background(), 1, 30*time.Second)
-			release(t, r.g)
+			prTake(t, &order, "first", "first parked request", r)
 		case r := <-remote:
-			if r.err != nil {
-				t.Fatalf("remote: %v", r.err)
-			}
-			order = append(order, "remote")
-			release(t, r.g)
+			prTake(t, &order, "remote", "remote", r)
 		case r := <-second:
-			if r.err != nil {
-				t.Fatalf("second parked request: %v", r.err)
-			}
-			order = append(order, "second")
-			release(t, r.g)
+			prTake(t, &order, "second", "second parked request", r)
 		case <-time.After(30 * time.Second):
 			t.Fatalf("no grant after 30s (so far %v)", order)
 		}
