@@ -393,6 +393,10 @@ type LockStatus struct {
 	Holder  *Holder  `json:"holder"`
 	Holders []Holder `json:"holders"`
 	Waiters []Waiter `json:"waiters"`
+	// Parked counts the answering sidecar's acquires parked behind its
+	// holder of the object (native protocol): waiting in that sidecar,
+	// not in Waiters (not in ZooKeeper yet).
+	Parked int `json:"parked,omitempty"`
 }
 
 // CheckResult is the answer of GET /v1/locks/{object}/check?token=N

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
 	"sort"
 	"strings"
 	"sync"
@@ -21,6 +22,10 @@ type Status struct {
 	// holders. Empty when free.
 	Holders []Node
 	Waiters []Node
+	// Parked counts this engine's requests parked behind its holder of
+	// the object (native protocol): waiting, and not in Waiters (not in
+	// ZooKeeper yet). Other engines' are not known here.
+	Parked int
 }
 
 // Inspect returns the object's holder and waiters in grant order. Nodes Baton
@@ -35,6 +40,7 @@ func (e *Engine) Inspect(ctx context.Context, object string) (*Status, error) {
 		return nil, err
 	}
 	st.Object = object
+	st.Parked = e.parkedOn(path.Base(objPath))
 	return st, nil
 }
 

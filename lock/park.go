@@ -290,3 +290,13 @@ func (e *Engine) parkWaiting(name string, g *Grant) bool {
 	st := e.objs[name]
 	return st != nil && st.parkHost == g && len(st.parked) > 0
 }
+
+// parkedOn counts the requests parked on the object (by its escaped name).
+func (e *Engine) parkedOn(name string) int {
+	e.objMu.Lock()
+	defer e.objMu.Unlock()
+	if st := e.objs[name]; st != nil {
+		return len(st.parked)
+	}
+	return 0
+}

@@ -354,8 +354,8 @@ func TestNativeParkedCaller(t *testing.T) {
 		var h api.Health
 		return json.Unmarshal(a.mustCall(200, "GET", "/healthz", ""), &h) == nil && h.ZooKeeper.Parked == 1 && h.ZooKeeper.Waiting == 1
 	})
-	if st := a.lockStatus("o"); len(st.Waiters) != 0 || st.Holder == nil || st.Holder.Info != "first" {
-		t.Errorf("status while the second caller is parked: %+v (want the first holding, no waiter in ZooKeeper)", st)
+	if st := a.lockStatus("o"); len(st.Waiters) != 0 || st.Parked != 1 || st.Holder == nil || st.Holder.Info != "first" {
+		t.Errorf("status while the second caller is parked: %+v (want the first holding, no waiter in ZooKeeper, one parked)", st)
 	}
 	a.release(first.LeaseID)
 	r := <-second
@@ -369,7 +369,7 @@ func TestNativeParkedCaller(t *testing.T) {
 	if l.Token <= first.Token {
 		t.Errorf("the parked caller's token %d, not above the first's %d", l.Token, first.Token)
 	}
-	if st := a.lockStatus("o"); st.Holder == nil || st.Holder.Info != "second" {
+	if st := a.lockStatus("o"); st.Holder == nil || st.Holder.Info != "second" || st.Parked != 0 {
 		t.Errorf("status after the handoff: %+v", st)
 	}
 	a.release(l.LeaseID)

@@ -219,7 +219,7 @@ func (t *leaseTable) status(obj string, st *lock.Status) api.LockStatus {
 	if len(holders) == 0 && st.Holder != nil {
 		holders = []lock.Node{*st.Holder}
 	}
-	out := api.LockStatus{Object: obj, Holders: make([]api.Holder, 0, len(holders)), Waiters: make([]api.Waiter, 0, len(st.Waiters))}
+	out := api.LockStatus{Object: obj, Holders: make([]api.Holder, 0, len(holders)), Waiters: make([]api.Waiter, 0, len(st.Waiters)), Parked: st.Parked}
 	for i := range holders {
 		h := holderOf(&holders[i])
 		if l := t.byToken(obj, h.Token); l != nil {

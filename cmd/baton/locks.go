@@ -122,6 +122,9 @@ func printLock(w io.Writer, st *api.LockStatus) error {
 		fmt.Fprintln(tw, "holder\tnone")
 	}
 	fmt.Fprintf(tw, "waiters\t%d\n", len(st.Waiters))
+	if st.Parked > 0 {
+		fmt.Fprintf(tw, "parked\t%d (in this sidecar, behind its holder; not in ZooKeeper yet)\n", st.Parked)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

@@ -200,6 +200,9 @@ func printHealth(w io.Writer, socket string, h *api.Health) error {
 	}
 	fmt.Fprintf(tw, "locks held\t%d\n", zk.LocksHeld)
 	fmt.Fprintf(tw, "waiters\t%d\n", zk.Waiting)
+	if zk.Parked > 0 {
+		fmt.Fprintf(tw, "  parked\t%d (behind a holder of this sidecar; not in ZooKeeper yet)\n", zk.Parked)
+	}
 	fmt.Fprintf(tw, "cleanup pending\t%d\n", zk.CleanupPending)
 	fmt.Fprintf(tw, "leases\t%d\n", h.Leases)
 	fmt.Fprintf(tw, "last reload\t%s\n", reloadText(h.Reload))
