@@ -75,14 +75,13 @@ type Engine struct {
 	preReads atomic.Int64
 	watch    watchSet     // watched objects (watch.go)
 	delays   atomic.Int64 // vanished holders waited out (lock-delay)
-	// handoffs: the native protocol's local waiters by request id (see
-	// nativeHandoff); local counts the grants handed over in process.
+	// handoffs: the native protocol's local waiters (*nreq, waiting with a
+	// child: slow) by request id, for in-process handoffs (see
+	// nativeHandoff) and the parked queue a release moves behind one
+	// (parkMove); local counts the grants handed over in process.
 	handoffs sync.Map
 	natHeld  sync.Map // native grants held here, by request id
-	// natWaiters: the native requests waiting with a child (slow), by
-	// request id
-	natWaiters sync.Map
-	local      atomic.Int64
+	local    atomic.Int64
 	// parks: requests parked behind a local holder; parkGrants: those a
 	// release multi granted (park.go)
 	parks      atomic.Int64

@@ -361,6 +361,9 @@ type nreq struct {
 	// release moves behind it after the fact (parkMove); under e.objMu
 	parkGrant *Grant
 	parkFail  bool
+	// handed: in-process handoffs to this request while it waits with a
+	// child (slow; Engine.handoffs finds it)
+	handed chan nativeHandoff
 }
 
 func (e *Engine) acquireNative(ctx context.Context, r *request, shared bool) (*Grant, error) {
@@ -899,10 +902,10 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 	n.s.addWaiter(1)
 	defer n.s.addWaiter(-1)
 	handed := make(chan nativeHandoff, 1)
-	n.e.handoffs.Store(n.reqID, handed)
-	n.e.natWaiters.Store(n.reqID, n)
-	defer func() { n.e.handoffs.Delete(n.reqID); n.e.natWaiters.Delete(n.reqID) }() // renew moves them
-	again := func(err error) error {                                                // nil: go round again
+	n.handed = handed
+	n.e.handoffs.Store(n.reqID, n)
+	defer func() { n.e.handoffs.Delete(n.reqID) }() // renew moves it
+	again := func(err error) error {                // nil: go round again
 		if retry(err) {
 			return n.s.waitConnected(ctx)
 		}
@@ -934,7 +937,7 @@ func (n *nreq) slow(ctx context.Context) (*Grant, error) {
 			// a live holder (two waiters watched each other:
 			// TestReviewNativeFuzzCutsCancels), and a cleanup still queued
 			// for the old one would delete the new child.
-			if err := n.renew(ctx, handed); err != nil {
+			if err := n.renew(ctx); err != nil {
 				return nil, n.fail(ctx, err)
 			}
 		}
@@ -1564,7 +1567,7 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 					// The requests parked behind us stay parked behind a
 					// successor of this engine (its grant hosts them);
 					// behind another engine's, they queue (finish).
-					if v, ok := g.e.natWaiters.Load(nd.H[0].R); ok {
+					if v, ok := g.e.handoffs.Load(nd.H[0].R); ok {
 						g.e.parkMove(g.name, g, v.(*nreq))
 					}
 				}
@@ -2063,7 +2066,7 @@ func (e *Engine) handOver(s *session, d nativeData, st *zk.Stat, named []string)
 			continue // another sidecar's: it wakes on its watch
 		}
 		select {
-		case v.(chan nativeHandoff) <- nativeHandoff{s: s, node: named[i], d: d, st: st}:
+		case v.(*nreq).handed <- nativeHandoff{s: s, node: named[i], d: d, st: st}:
 			e.local.Add(1)
 		default:
 		}
@@ -2233,7 +2236,7 @@ func (g *Grant) learnNative() {
 // renew gives the request a new request id (the caller's part kept, a
 // new suffix): its ownership, its node data and its registration for
 // in-process handoffs move to it.
-func (n *nreq) renew(ctx context.Context, handed chan nativeHandoff) error {
+func (n *nreq) renew(ctx context.Context) error {
 	old := n.reqID
 	base, _, _ := strings.Cut(old, "~")
 	id := base + "~" + newRequestID()[:12]
@@ -2247,9 +2250,7 @@ func (n *nreq) renew(ctx context.Context, handed chan nativeHandoff) error {
 	}
 	n.reqID = id
 	n.s.own.leave(n.objPath, old)
-	n.e.handoffs.CompareAndDelete(old, handed)
-	n.e.handoffs.Store(id, handed)
-	n.e.natWaiters.CompareAndDelete(old, n)
-	n.e.natWaiters.Store(id, n)
+	n.e.handoffs.CompareAndDelete(old, n)
+	n.e.handoffs.Store(id, n)
 	return nil
 }
