@@ -542,13 +542,15 @@ func (nopLogger) Printf(string, ...any) {}
 // waitQueued polls the object node until it has n children. Baton's object
 // node holds privateLock beside the contenders, so n counts it too.
 func waitQueued(c *zk.Conn, path string, n int, poll time.Duration) error {
-	return pollQueued(func() (int, error) {
-		ch, _, err := c.Children(path)
-		if err != nil && !errors.Is(err, zk.ErrNoNode) {
-			return 0, err
-		}
-		return len(ch), nil
-	}, path, n, poll)
+	return pollQueued(func() (int, error) { return countChildren(c, path) }, path, n, poll)
+}
+
+func countChildren(c *zk.Conn, path string) (int, error) {
+	ch, _, err := c.Children(path)
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return 0, err
+	}
+	return len(ch), nil
 }
 
 // waitQueued is waitQueued counting the requests parked on the shared
@@ -562,15 +564,15 @@ func (e *env) waitQueued(c *zk.Conn, path string, n int, poll time.Duration) err
 	hc := unixHTTPClient(e.shared.socket)
 	defer hc.CloseIdleConnections()
 	return pollQueued(func() (int, error) {
-		ch, _, err := c.Children(path)
-		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		kids, err := countChildren(c, path)
+		if err != nil {
 			return 0, err
 		}
 		var h api.Health
 		if err := httpDo(hc, http.MethodGet, "/healthz", nil, &h); err != nil {
 			return 0, err
 		}
-		return len(ch) + h.ZooKeeper.Parked, nil
+		return kids + h.ZooKeeper.Parked, nil
 	}, path, n, poll)
 }
 
