@@ -390,11 +390,20 @@
 //     behind it learns arrivals: a children watch on the object, the
 //     first arrival listed at once, later ones at most once per 5 ms
 //     (bursts), until the first waiter is foreground (nobody later sorts
-//     ahead of it). A release that still knows of nobody waits for that
-//     listing if it is in flight (the arrival that fired it is the one a
-//     caller releasing "as soon as someone waits" knows of), else lists
-//     itself: one read before the write, rather than the successor's two
-//     writes.
+//     ahead of it) or more than 64 wait (background ones first: a
+//     release names none of them, and re-listing a long queue per
+//     arrival costs more than a foreground arrival's own take). A
+//     release that still knows of nobody waits for that listing if it is
+//     in flight (the arrival that fired it is the one a caller releasing
+//     "as soon as someone waits" knows of), else lists itself: one read
+//     before the write, rather than the successor's two writes.
+//   - An uncontended grant learns arrivals the same way once it has been
+//     held for HolderWatchDelay (with the holder watch): a waiter that
+//     queued during a long hold is named by the release, one write and
+//     one read, where it listed and took the free object itself (two
+//     writes and two reads). Its release lists only if the watch fired
+//     since the last listing: a long hold nobody queued behind costs
+//     that one listing, off the release's path.
 //   - An uncontended acquire with a prediction (the engine's own clean
 //     release left the data at a known version, and the sequence number it
 //     predicts proves nobody created a child since) is one multi: create

@@ -127,6 +127,15 @@ func (g *Grant) armLocked() {
 	}
 	if g.native != nil {
 		g.e.wg.Go(g.watchNative)
+		if !g.native.learning && len(g.native.next) == 0 {
+			// Uncontended, and held long enough for someone to queue:
+			// follow arrivals too, so that the release can name the next
+			// holder in its write (one write and one read per handoff)
+			// instead of leaving the object free to the waiter's listing
+			// and take (two writes and two reads).
+			g.native.learning, g.native.late = true, true
+			g.e.wg.Go(g.learnNative)
+		}
 		return
 	}
 	g.e.wg.Go(g.watch)

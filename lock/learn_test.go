@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -186,5 +187,125 @@ func pingPong(t *testing.T, es []*lock.Engine, obj string, rounds int, held *loc
 		}
 	}
 	chk.leave()
+	release(t, held)
+}
+
+// An uncontended native grant held past HolderWatchDelay follows arrivals
+// too, so that a waiter of another engine that queues during a long hold
+// is named in the release's write and finds its grant with one read: no
+// listing and no take of its own (two writes and two reads on the
+// handoff's path before, the whole cost of a low-contention handoff). A
+// long hold that nobody queues behind costs one listing, off the release's
+// path: the release does not list when the children watch never fired.
+func TestNativeLongHoldLearns(t *testing.T) {
+	set := func(o *lock.Options) {
+		o.Protocol = lock.Native
+		o.HolderWatchDelay = 20 * time.Millisecond
+		o.AuditInterval = -1
+	}
+	root := testRoot(t, zkServer)
+	a := newEngine(t, zkServer.Servers(), root, set)
+	b := newEngine(t, zkServer.Servers(), root, set)
+	conn := rawConn(t, zkServer.Servers())
+	var chk overlapChecker
+
+	t.Run("waiter", func(t *testing.T) {
+		for round := range 3 {
+			obj := fmt.Sprintf("lh%d", round)
+			held := acquire(t, a, obj, lock.Foreground, lock.AcquireOptions{})
+			chk.enter(held.Token())
+			got := make(chan *lock.Grant, 1)
+			go func() {
+				g, err := b.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
+				if err != nil {
+					t.Errorf("waiter: %v", err)
+				}
+				got <- g
+			}()
+			waitFor(t, 10*time.Second, "the waiter queued", func() bool { return len(children(t, conn, root, obj)) == 3 })
+			waitFor(t, 10*time.Second, "the holder learned the waiter", func() bool { return len(held.KnownNext()) == 1 })
+			l0, r0 := b.Listings(), a.ReleaseListings()
+			chk.leave()
+			release(t, held)
+			g := <-got
+			if g == nil {
+				return
+			}
+			chk.enter(g.Token())
+			if n := b.Listings() - l0; n != 0 {
+				t.Errorf("round %d: the waiter listed the object %d times after the release: not named in its write", round, n)
+			}
+			if n := a.ReleaseListings() - r0; n != 0 {
+				t.Errorf("round %d: the release listed the object %d times though it knew its successor", round, n)
+			}
+			chk.leave()
+			release(t, g)
+		}
+	})
+
+	t.Run("nobody", func(t *testing.T) {
+		l0, r0 := a.LearnListings(), a.ReleaseListings()
+		for round := range 3 {
+			held := acquire(t, a, "quiet", lock.Foreground, lock.AcquireOptions{})
+			waitFor(t, 10*time.Second, "the holder followed arrivals", func() bool { return held.FollowsQueue() && a.LearnListings() > l0+int64(round) })
+			time.Sleep(30 * time.Millisecond)
+			release(t, held)
+		}
+		if n := a.LearnListings() - l0; n != 3 {
+			t.Errorf("3 long uncontended holds sent %d listings to learn arrivals, want one each", n)
+		}
+		if n := a.ReleaseListings() - r0; n != 0 {
+			t.Errorf("%d releases of uncontended holds nobody queued behind listed the object", n)
+		}
+	})
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("overlaps=%d non-increasing tokens=%d", chk.overlaps, chk.badToken)
+	}
+}
+
+// A holder stops following arrivals once more background waiters queue
+// behind it than a release hands on: each arrival re-listed the whole
+// queue, at most every 5 ms, for nothing (a release names no background
+// waiter).
+func TestNativeLearnStopsOnLongBackgroundQueue(t *testing.T) {
+	defer lock.SetLearnPause(time.Millisecond)()
+	set := func(o *lock.Options) {
+		o.Protocol = lock.Native
+		o.HolderWatchDelay = 10 * time.Millisecond
+		o.AuditInterval = -1
+	}
+	root := testRoot(t, zkServer)
+	a := newEngine(t, zkServer.Servers(), root, set)
+	b := newEngine(t, zkServer.Servers(), root, set)
+	conn := rawConn(t, zkServer.Servers())
+	held := acquire(t, a, "bq", lock.Foreground, lock.AcquireOptions{})
+	waitFor(t, 10*time.Second, "the holder followed arrivals", func() bool { return a.LearnListings() > 0 })
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	queue := func(n, total int) {
+		for range n {
+			wg.Go(func() {
+				g, err := b.Acquire(ctx, "bq", lock.Background, lock.AcquireOptions{Wait: time.Minute})
+				if err == nil {
+					t.Error("a background waiter was granted while the lock was held")
+					g.Release(context.Background())
+				}
+			})
+		}
+		waitFor(t, 30*time.Second, "the waiters queued", func() bool { return len(children(t, conn, root, "bq")) == total+2 })
+	}
+	queue(70, 70)
+	time.Sleep(50 * time.Millisecond) // the last arrivals' listings
+	l0 := a.LearnListings()
+	for i := range 5 {
+		queue(1, 71+i)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := a.LearnListings() - l0; n != 0 {
+		t.Errorf("with 70 background waiters queued, 5 more arrivals cost %d listings of the whole queue", n)
+	}
+	cancel()
+	wg.Wait()
 	release(t, held)
 }

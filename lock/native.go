@@ -1450,6 +1450,11 @@ type nativeGrant struct {
 	// in flight if there is one (learnList: closed when it is answered).
 	learning  bool
 	learnList chan struct{}
+	// late: learning began when the holder watch was armed, the grant
+	// uncontended (nobody behind it then) and held past HolderWatchDelay;
+	// its release lists only if the children watch fired since the last
+	// listing was sent (arrived).
+	late, arrived bool
 }
 
 // learn puts node, a waiter of this engine first in line behind this
@@ -2139,6 +2144,17 @@ func (g *Grant) learnBeforeRelease(ctx context.Context) {
 			return
 		}
 	}
+	g.mu.Lock()
+	quiet := g.native.late && !g.native.arrived
+	g.mu.Unlock()
+	if quiet {
+		// An uncontended grant whose children watch has not fired since
+		// its last listing: most often nobody came. Listing on every such
+		// release would cost a long uncontended hold a read on its path;
+		// an arrival whose event is still on its way takes the lock
+		// itself (two writes), as before this grant learned at all.
+		return
+	}
 	if g.e.parkWaiting(g.name, g) {
 		// A request parked behind us takes the lock in our multi; the
 		// multi's answer tells whether anyone else queued (park.go).
@@ -2184,6 +2200,7 @@ func (g *Grant) learnNative() {
 		done := make(chan struct{})
 		g.mu.Lock()
 		g.native.learnList = done
+		g.native.arrived = false
 		g.mu.Unlock()
 		g.e.objLearnList(g.name, done, nil)
 		g.e.learnLists.Add(1)
@@ -2211,6 +2228,13 @@ func (g *Grant) learnNative() {
 			// thousands of children clogged the session's connection.)
 			return
 		}
+		if len(ks) > nativeMaxNext {
+			// Background waiters first, more than a release hands on: a
+			// foreground arrival would sort ahead of them and could be
+			// named, but re-listing a long queue on every arrival costs
+			// more than that arrival's own take (two writes).
+			return
+		}
 		select {
 		case <-g.ctx.Done():
 			return
@@ -2218,6 +2242,9 @@ func (g *Grant) learnNative() {
 			return
 		case <-ev:
 		}
+		g.mu.Lock()
+		g.native.arrived = true
+		g.mu.Unlock()
 		// Arrivals come in bursts: at most one listing per pause after
 		// the first, so a burst is listed a few times, not once per
 		// arrival; a lone arrival (a ping-pong) is listed at once, so
