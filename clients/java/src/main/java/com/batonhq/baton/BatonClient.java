@@ -211,7 +211,8 @@ public final class BatonClient implements AutoCloseable {
         Holder holder = Holder.from(Json.obj(v, "holder"));
         List<Holder> holders = holders(v.get("holders"));
         if (holders.isEmpty() && holder != null) holders = List.of(holder); // a sidecar older than shared locks
-        return new LockStatus(Json.str(v, "object"), holder, holders(v.get("waiters")), holders);
+        return new LockStatus(Json.str(v, "object"), holder, holders(v.get("waiters")), holders,
+                (int) Json.num(v, "parked", 0));
     }
 
     private static List<Holder> holders(Object list) {

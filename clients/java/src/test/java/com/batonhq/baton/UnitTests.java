@@ -170,6 +170,22 @@ public final class UnitTests {
         }
     }
 
+    static void testInspectParked() throws Exception {
+        String holder = "{\"type\":\"foreground\",\"node\":\"A_x_r1_0000000003\",\"token\":\"77\",\"since\":\"2026-11-27T19:00:00Z\"}";
+        try (FakeSidecar f = new FakeSidecar(r -> Answer.json(200, r.target().contains("P2")
+                ? "{\"object\":\"P2\",\"holder\":" + holder + ",\"holders\":[" + holder + "],\"waiters\":[],\"parked\":3}"
+                : "{\"object\":\"P3\",\"holder\":null,\"waiters\":[]}"));
+                BatonClient c = new BatonClient(f.socket)) {
+            LockStatus s = c.inspect("P2");
+            eq(3, s.parked(), "parked counted");
+            eq(77L, s.holder().token(), "holder's token");
+            check(s.waiters().isEmpty(), "parked requests are not waiters");
+            LockStatus free = c.inspect("P3");
+            eq(0, free.parked(), "parked absent: 0");
+            check(free.holder() == null && free.holders().isEmpty(), "free");
+        }
+    }
+
     static void testAcquireAllAndPermitRequests() throws Exception {
         try (FakeSidecar f = new FakeSidecar(r -> Answer.json(200, lease("held", 4000,
                 ",\"objects\":[{\"object\":\"a\",\"token\":\"7\",\"node\":\"A-1\"},{\"object\":\"b\",\"token\":\"9\",\"node\":\"A-2\"}]"
