@@ -410,6 +410,7 @@ func TestE2E(t *testing.T) {
 		t.Run("serve/kill9-1000-ops", func(t *testing.T) { t.Parallel(); testKill9Ops(t, e) })
 		t.Run("ops/handler-reenters", func(t *testing.T) { t.Parallel(); testOpHandlerReenters(t, e) })
 		t.Run("lock/delay-kill9", func(t *testing.T) { t.Parallel(); testLockDelayKill9(t, e) })
+		t.Run("lock/native-kill9-mid-handoff", func(t *testing.T) { t.Parallel(); testNativeKill9MidHandoff(t, e) })
 	})
 	shared.stop(t)
 }
