@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/batonhq/baton/lock"
 )
 
@@ -198,15 +200,7 @@ func pingPong(t *testing.T, es []*lock.Engine, obj string, rounds int, held *loc
 // long hold that nobody queues behind costs one listing, off the release's
 // path: the release does not list when the children watch never fired.
 func TestNativeLongHoldLearns(t *testing.T) {
-	set := func(o *lock.Options) {
-		o.Protocol = lock.Native
-		o.HolderWatchDelay = 20 * time.Millisecond
-		o.AuditInterval = -1
-	}
-	root := testRoot(t, zkServer)
-	a := newEngine(t, zkServer.Servers(), root, set)
-	b := newEngine(t, zkServer.Servers(), root, set)
-	conn := rawConn(t, zkServer.Servers())
+	root, a, b, conn := twoLateEngines(t, 20*time.Millisecond)
 	var chk overlapChecker
 
 	t.Run("waiter", func(t *testing.T) {
@@ -269,15 +263,7 @@ func TestNativeLongHoldLearns(t *testing.T) {
 // waiter).
 func TestNativeLearnStopsOnLongBackgroundQueue(t *testing.T) {
 	defer lock.SetLearnPause(time.Millisecond)()
-	set := func(o *lock.Options) {
-		o.Protocol = lock.Native
-		o.HolderWatchDelay = 10 * time.Millisecond
-		o.AuditInterval = -1
-	}
-	root := testRoot(t, zkServer)
-	a := newEngine(t, zkServer.Servers(), root, set)
-	b := newEngine(t, zkServer.Servers(), root, set)
-	conn := rawConn(t, zkServer.Servers())
+	root, a, b, conn := twoLateEngines(t, 10*time.Millisecond)
 	held := acquire(t, a, "bq", lock.Foreground, lock.AcquireOptions{})
 	waitFor(t, 10*time.Second, "the holder followed arrivals", func() bool { return a.LearnListings() > 0 })
 	ctx, cancel := context.WithCancel(context.Background())
@@ -308,4 +294,19 @@ func TestNativeLearnStopsOnLongBackgroundQueue(t *testing.T) {
 	cancel()
 	wg.Wait()
 	release(t, held)
+}
+
+// twoLateEngines starts two native engines on a fresh root whose grants arm
+// their holder watch (and, uncontended, follow arrivals) after delay, with
+// no session audit, and a plain connection to look at the children.
+func twoLateEngines(t *testing.T, delay time.Duration) (root string, a, b *lock.Engine, conn *zk.Conn) {
+	set := func(o *lock.Options) {
+		o.Protocol = lock.Native
+		o.HolderWatchDelay = delay
+		o.AuditInterval = -1
+	}
+	root = testRoot(t, zkServer)
+	a = newEngine(t, zkServer.Servers(), root, set)
+	b = newEngine(t, zkServer.Servers(), root, set)
+	return root, a, b, rawConn(t, zkServer.Servers())
 }
