@@ -5,7 +5,8 @@ package main
 // unix socket by Go's stock net/http client, against a raw echo server
 // (another process: hand-written HTTP/1.1, one canned answer) driven by the
 // same client, and against the control (peersidecar.go: go-zookeeper's
-// lock behind a plain net/http server) on the same W1 cycles. CPU is the
+// lock behind a plain net/http server) on the same W1 cycles, and against
+// W1's ZooKeeper work alone (zkcycles.go) plus two echo requests. CPU is the
 // sum over the process's threads of the first field
 // of /proc/PID/task/TID/schedstat (ns on CPU; the leader's own
 // /proc/PID/schedstat counts one thread only); context switches the sum of
@@ -57,8 +58,17 @@ type costResult struct {
 	ControlCtxSwPerCycle float64 `json:"control_ctxsw_per_cycle"`
 	ControlCycleP50us    float64 `json:"control_cycle_p50_us"`
 	CPUOverControl       float64 `json:"cpu_ratio_to_control"` // cpu_us_per_cycle / control_cpu_us_per_cycle
-	LoadAvg              string  `json:"loadavg"`
-	Error                string  `json:"error,omitempty"`
+	// W1's ZooKeeper work alone (zkcycles.go: the native fast path's two
+	// multis through go-zookeeper, GOMAXPROCS as the sidecar's, no HTTP),
+	// and the floor of a sidecar of this shape: that plus the raw echo's
+	// two requests (cpu_us_per_cycle can go below it only with a cheaper
+	// ZooKeeper client than the one Baton must use, or a cheaper HTTP
+	// exchange than a raw echo's)
+	ZKOnlyCPUUsPerCycle float64 `json:"zk_only_cpu_us_per_cycle"`
+	ZKOnlyCtxSwPerCycle float64 `json:"zk_only_ctxsw_per_cycle"`
+	FloorCPUUsPerCycle  float64 `json:"floor_cpu_us_per_cycle"` // zk_only + 2 × echo_cpu_us_per_request
+	LoadAvg             string  `json:"loadavg"`
+	Error               string  `json:"error,omitempty"`
 }
 
 // envFlags collects repeated --env KEY=VALUE flags.
@@ -215,6 +225,10 @@ func cost(res *costResult, zkAddr, bat string, warmup int, env []string) error {
 	if cw.cpuUs > 0 {
 		res.CPUOverControl = res.CPUUsPerCycle / cw.cpuUs
 	}
+	if res.ZKOnlyCPUUsPerCycle, res.ZKOnlyCtxSwPerCycle, err = zkCyclesCost(addr, warmup, res.Cycles); err != nil {
+		return fmt.Errorf("zk-cycles: %w", err)
+	}
+	res.FloorCPUUsPerCycle = res.ZKOnlyCPUUsPerCycle + 2*res.EchoCPUUsPerRq
 	return nil
 }
 

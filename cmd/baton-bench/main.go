@@ -133,6 +133,8 @@ func main() {
 		os.Exit(cpuMain(os.Args[2:]))
 	case "peer-sidecar":
 		os.Exit(peerSidecarMain(os.Args[2:]))
+	case "zk-cycles":
+		os.Exit(zkCyclesMain(os.Args[2:]))
 	}
 	cfg := config{workload: os.Args[1]}
 	fs := flag.NewFlagSet("baton-bench", flag.ExitOnError)
