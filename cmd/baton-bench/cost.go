@@ -67,8 +67,15 @@ type costResult struct {
 	ZKOnlyCPUUsPerCycle float64 `json:"zk_only_cpu_us_per_cycle"`
 	ZKOnlyCtxSwPerCycle float64 `json:"zk_only_ctxsw_per_cycle"`
 	FloorCPUUsPerCycle  float64 `json:"floor_cpu_us_per_cycle"` // zk_only + 2 × echo_cpu_us_per_request
-	LoadAvg             string  `json:"loadavg"`
-	Error               string  `json:"error,omitempty"`
+	// the leanest sidecar of this shape (zkcycles.go --socket): the raw
+	// echo's hand-written HTTP/1.1, each acquire and release one of those
+	// multis through go-zookeeper in the connection's goroutine, no lock
+	// logic; the same W1 cycles from the same client
+	LeanCPUUsPerCycle float64 `json:"lean_cpu_us_per_cycle"`
+	LeanCtxSwPerCycle float64 `json:"lean_ctxsw_per_cycle"`
+	LeanCycleP50us    float64 `json:"lean_cycle_p50_us"`
+	LoadAvg           string  `json:"loadavg"`
+	Error             string  `json:"error,omitempty"`
 }
 
 // envFlags collects repeated --env KEY=VALUE flags.
@@ -126,7 +133,7 @@ func cost(res *costResult, zkAddr, bat string, warmup int, env []string) error {
 	defer sc.stop()
 	hc := unixHTTPClient(sc.socket)
 	defer hc.CloseIdleConnections()
-	w, err := w1Cost(sc, hc, warmup, res.Cycles)
+	w, err := w1Cost(sc.pid(), hc, warmup, res.Cycles)
 	if err != nil {
 		return err
 	}
@@ -217,7 +224,7 @@ func cost(res *costResult, zkAddr, bat string, warmup int, env []string) error {
 	defer ctl.stop()
 	cc := unixHTTPClient(ctl.socket)
 	defer cc.CloseIdleConnections()
-	cw, err := w1Cost(ctl, cc, warmup, res.Cycles)
+	cw, err := w1Cost(ctl.pid(), cc, warmup, res.Cycles)
 	if err != nil {
 		return fmt.Errorf("control: %w", err)
 	}
@@ -229,6 +236,18 @@ func cost(res *costResult, zkAddr, bat string, warmup int, env []string) error {
 		return fmt.Errorf("zk-cycles: %w", err)
 	}
 	res.FloorCPUUsPerCycle = res.ZKOnlyCPUUsPerCycle + 2*res.EchoCPUUsPerRq
+	lean, err := startLean(addr, filepath.Join(dir, "lean.sock"))
+	if err != nil {
+		return fmt.Errorf("lean: %w", err)
+	}
+	defer lean.stop()
+	lc := unixHTTPClient(lean.socket)
+	defer lc.CloseIdleConnections()
+	lw, err := w1Cost(lean.pid, lc, warmup, res.Cycles)
+	if err != nil {
+		return fmt.Errorf("lean: %w", err)
+	}
+	res.LeanCPUUsPerCycle, res.LeanCtxSwPerCycle, res.LeanCycleP50us = lw.cpuUs, lw.ctxsw, lw.p50us
 	return nil
 }
 
@@ -240,9 +259,9 @@ type w1Figures struct {
 }
 
 // w1Cost drives cycles W1 cycles (acquire and release of one uncontended
-// object, Go's stock net/http client over the unix socket) through sc,
-// after warmup unmeasured ones.
-func w1Cost(sc *sidecarProc, hc *http.Client, warmup, cycles int) (w1Figures, error) {
+// object, Go's stock net/http client over the unix socket) through the
+// server process pid that hc reaches, after warmup unmeasured ones.
+func w1Cost(pid int, hc *http.Client, warmup, cycles int) (w1Figures, error) {
 	l := &httpLocker{c: hc, obj: "cost/w1"}
 	cycle := func() error {
 		if err := l.Lock(); err != nil {
@@ -256,7 +275,7 @@ func w1Cost(sc *sidecarProc, hc *http.Client, warmup, cycles int) (w1Figures, er
 		}
 	}
 	lat := make([]time.Duration, 0, cycles)
-	c0, err := procCost(sc.pid())
+	c0, err := procCost(pid)
 	if err != nil {
 		return w1Figures{}, err
 	}
@@ -267,7 +286,7 @@ func w1Cost(sc *sidecarProc, hc *http.Client, warmup, cycles int) (w1Figures, er
 		}
 		lat = append(lat, time.Since(t0))
 	}
-	c1, err := procCost(sc.pid())
+	c1, err := procCost(pid)
 	if err != nil {
 		return w1Figures{}, err
 	}

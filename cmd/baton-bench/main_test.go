@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "peer-sidecar" { // the gozk-* impls start this executable as their sidecar
 		os.Exit(peerSidecarMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "zk-cycles" { // cost starts this executable for W1's ZooKeeper work alone
+		os.Exit(zkCyclesMain(os.Args[2:]))
+	}
 	code := m.Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
@@ -171,8 +174,8 @@ func TestEcho(t *testing.T) {
 }
 
 // TestCost runs cost small: it produces every figure (CPU and context
-// switches of baton serve per W1 cycle and per request, the echo's and the
-// control's),
+// switches of baton serve per W1 cycle and per request, the echo's, the
+// control's, W1's ZooKeeper work alone and the lean server's),
 // without asserting any of their values.
 func TestCost(t *testing.T) {
 	if testing.Short() {
@@ -186,7 +189,8 @@ func TestCost(t *testing.T) {
 	}
 	if res.CPUUsPerCycle <= 0 || res.CtxSwPerCycle <= 0 || res.CycleP50us <= 0 || res.HealthCPUUsPerRq <= 0 ||
 		res.EchoCPUUsPerRq <= 0 || res.EchoP50us <= 0 || res.ThreadsSidecar <= 0 ||
-		res.ControlCPUUsPerCycle <= 0 || res.ControlCycleP50us <= 0 || res.CPUOverControl <= 0 {
+		res.ControlCPUUsPerCycle <= 0 || res.ControlCycleP50us <= 0 || res.CPUOverControl <= 0 ||
+		res.ZKOnlyCPUUsPerCycle <= 0 || res.FloorCPUUsPerCycle <= res.ZKOnlyCPUUsPerCycle || res.LeanCPUUsPerCycle <= 0 || res.LeanCycleP50us <= 0 {
 		t.Fatalf("a figure missing: %+v", res)
 	}
 	t.Logf("%+v", res)

@@ -11,6 +11,11 @@ package main
 //
 // Protocol with the parent: after the warm-up it prints "ready"; it runs
 // the measured cycles when a line arrives on stdin, then prints "done".
+//
+// With --socket it is instead the leanest sidecar of Baton's shape: the
+// raw echo's hand-written HTTP/1.1 on a unix socket, each POST one acquire
+// multi and each DELETE one release multi, sent from the connection's
+// goroutine, with a canned answer; no lock logic, no net/http.
 
 import (
 	"bufio"
@@ -18,11 +23,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -34,50 +41,85 @@ func zkCyclesMain(args []string) int {
 	root := fs.String("root", "", "a fresh znode path for the object")
 	cycles := fs.Int("cycles", 2000, "measured cycles")
 	warmup := fs.Int("warmup", 300, "unmeasured cycles first")
+	sock := fs.String("socket", "", "serve W1 cycles over HTTP/1.1 on this unix socket instead")
 	_ = fs.Parse(args)
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(1) // as `baton serve` (cmd/baton/runtime.go)
 	}
-	if err := zkCycles(*addr, *root, *cycles, *warmup); err != nil {
+	run := func() error { return zkCycles(*addr, *root, *cycles, *warmup) }
+	if *sock != "" {
+		run = func() error { return leanServe(*addr, *root, *sock) }
+	}
+	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "zk-cycles:", err)
 		return 1
 	}
 	return 0
 }
 
-func zkCycles(addr, root string, cycles, warmup int) error {
+// zkObject is one object node and the two multis of a W1 cycle on it.
+type zkObject struct {
+	c       *zk.Conn
+	root    string
+	version int32
+	child   string
+}
+
+// newZKObject connects and creates root.
+func newZKObject(addr, root string) (*zkObject, error) {
 	c, _, err := zk.Connect([]string{addr}, 15*time.Second, zk.WithLogger(nopLogger{}))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer c.Close()
-	acl := zk.WorldACL(zk.PermAll)
-	if _, err := c.Create(root, nil, 0, acl); err != nil {
-		return fmt.Errorf("create %s: %w", root, err)
+	if _, err := c.Create(root, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("create %s: %w", root, err)
 	}
 	_, st, err := c.Get(root)
 	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &zkObject{c: c, root: root, version: st.Version}, nil
+}
+
+// acquire creates our child and names it in the data, guarded by its version.
+func (o *zkObject) acquire() error {
+	res, err := o.c.Multi(
+		&zk.CreateRequest{Path: o.root + "/A_x_r_", Data: []byte(`{"r":"r"}`), Acl: zk.WorldACL(zk.PermAll), Flags: zk.FlagEphemeral | zk.FlagSequence},
+		&zk.SetDataRequest{Path: o.root, Data: []byte(`{"native":1,"h":[{"r":"r","t":0}]}`), Version: o.version},
+	)
+	if err != nil {
 		return err
 	}
-	version := st.Version
+	o.child = res[0].String
+	o.version++
+	return nil
+}
+
+// release deletes our child and rewrites the data, guarded by its version.
+func (o *zkObject) release() error {
+	if _, err := o.c.Multi(
+		&zk.DeleteRequest{Path: o.child, Version: -1},
+		&zk.SetDataRequest{Path: o.root, Data: []byte(`{"native":1}`), Version: o.version},
+	); err != nil {
+		return err
+	}
+	o.version++
+	return nil
+}
+
+func zkCycles(addr, root string, cycles, warmup int) error {
+	o, err := newZKObject(addr, root)
+	if err != nil {
+		return err
+	}
+	defer o.c.Close()
 	cycle := func() error {
-		res, err := c.Multi(
-			&zk.CreateRequest{Path: root + "/A_x_r_", Data: []byte(`{"r":"r"}`), Acl: acl, Flags: zk.FlagEphemeral | zk.FlagSequence},
-			&zk.SetDataRequest{Path: root, Data: []byte(`{"native":1,"h":[{"r":"r","t":0}]}`), Version: version},
-		)
-		if err != nil {
+		if err := o.acquire(); err != nil {
 			return err
 		}
-		child := res[0].String
-		version++
-		if _, err := c.Multi(
-			&zk.DeleteRequest{Path: child, Version: -1},
-			&zk.SetDataRequest{Path: root, Data: []byte(`{"native":1}`), Version: version},
-		); err != nil {
-			return err
-		}
-		version++
-		return nil
+		return o.release()
 	}
 	for range warmup {
 		if err := cycle(); err != nil {
@@ -150,4 +192,103 @@ func zkCyclesCost(addr string, warmup, cycles int) (cpuUs, ctxsw float64, err er
 	}
 	n := float64(cycles)
 	return float64(c1.cpuNs-c0.cpuNs) / 1000 / n, float64(c1.ctxsw-c0.ctxsw) / n, nil
+}
+
+// leanServe answers W1 cycles on sock: a POST acquires, a DELETE releases
+// (W1 is sequential: one holder of the one object at a time).
+func leanServe(addr, root, sock string) error {
+	o, err := newZKObject(addr, root)
+	if err != nil {
+		return err
+	}
+	defer o.c.Close()
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return err
+	}
+	acquired := echoAnswer([]byte(`{"lease_id":"lean","token":"1"}`))
+	released := echoAnswer([]byte(`{"released":true}`))
+	failed := []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			br := bufio.NewReader(c)
+			for {
+				method, clen := "", 0
+				for {
+					line, err := br.ReadSlice('\n')
+					if err != nil {
+						return
+					}
+					s := strings.TrimRight(string(line), "\r\n")
+					if s == "" {
+						break
+					}
+					if method == "" {
+						method, _, _ = strings.Cut(s, " ")
+					} else if k, v, ok := strings.Cut(s, ":"); ok && strings.EqualFold(k, "Content-Length") {
+						clen, _ = strconv.Atoi(strings.TrimSpace(v))
+					}
+				}
+				if clen > 0 {
+					if _, err := br.Discard(clen); err != nil {
+						return
+					}
+				}
+				answer := acquired
+				var err error
+				switch method {
+				case "POST":
+					err = o.acquire()
+				case "DELETE":
+					err, answer = o.release(), released
+				}
+				if err != nil {
+					answer = failed
+				}
+				if _, err := c.Write(answer); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// leanProc is a running lean server.
+type leanProc struct {
+	pid    int
+	socket string
+	stop   func()
+}
+
+// startLean starts zk-cycles --socket on sock and waits until it accepts.
+func startLean(addr, sock string) (*leanProc, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, "zk-cycles", "--zk", addr, "--root", fmt.Sprintf("/baton-cost-lean-%d", time.Now().UnixNano()), "--socket", sock)
+	cmd.Env = append(os.Environ(), sidecarEnv...)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	stop := func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	for i := 0; ; i++ {
+		c, err := net.Dial("unix", sock)
+		if err == nil {
+			c.Close()
+			return &leanProc{pid: cmd.Process.Pid, socket: sock, stop: stop}, nil
+		}
+		if i > 1000 {
+			stop()
+			return nil, fmt.Errorf("lean server: %w", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
