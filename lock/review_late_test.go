@@ -465,3 +465,45 @@ func TestReviewLateEngineClose(t *testing.T) {
 	}
 	release(t, g)
 }
+
+// A contended grant (it queued) with nobody known behind it learns
+// arrivals from its grant on (granted). Its holder-watch timer is set in
+// grant, before granted marks it learning: if the timer fires first (a
+// short HolderWatchDelay, or the acquiring goroutine stalled that long
+// under load), armLocked takes the grant for an uncontended one and
+// starts a late learnNative, and granted starts a second one: two
+// listings per arrival, two listings in flight where learnBeforeRelease
+// joins "the" one, and the quiet rule (late) applied to a contended grant.
+func TestReviewLateContendedGrantLearnsOnce(t *testing.T) {
+	root := testRoot(t, zkServer)
+	a := newEngine(t, zkServer.Servers(), root, lateSet(time.Minute))
+	b := newEngine(t, zkServer.Servers(), root, lateSet(5*time.Millisecond))
+	c := newEngine(t, zkServer.Servers(), root, lateSet(time.Minute))
+	conn := rawConn(t, zkServer.Servers())
+	h := acquire(t, a, "co", lock.Foreground, lock.AcquireOptions{})
+	w := lateAcquire(b, context.Background(), "co", lock.Foreground, false)
+	waitFor(t, 10*time.Second, "b queued", func() bool { return len(children(t, conn, root, "co")) == 3 })
+	time.Sleep(20 * time.Millisecond) // b watches (not a condition of the check)
+	starts, remove := lock.ReviewStallAfterRegister(b, 50*time.Millisecond)
+	defer remove()
+	release(t, h)
+	g := expectGrant(t, w, "b")
+	waitFor(t, 10*time.Second, "b's grant learns", g.Learning)
+	time.Sleep(100 * time.Millisecond)
+	if n := starts.Load(); n != 1 {
+		t.Errorf("%d learnNative goroutines started for one grant, want 1", n)
+	}
+	if late, _ := g.ReviewLateState(); late {
+		t.Errorf("a contended grant is marked late (its release skips the listing when the watch did not fire)")
+	}
+	l0 := b.LearnListings()
+	x := lateAcquire(c, context.Background(), "co", lock.Foreground, false)
+	waitFor(t, 10*time.Second, "b's grant learns the waiter", func() bool { return len(g.KnownNext()) == 1 })
+	time.Sleep(50 * time.Millisecond)
+	if n := b.LearnListings() - l0; n != 1 {
+		t.Errorf("one arrival cost %d listings, want 1", n)
+	}
+	release(t, g)
+	g = expectGrant(t, x, "c")
+	release(t, g)
+}
