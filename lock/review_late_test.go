@@ -507,3 +507,108 @@ func TestReviewLateContendedGrantLearnsOnce(t *testing.T) {
 	g = expectGrant(t, x, "c")
 	release(t, g)
 }
+
+// A late-learning holder knows a foreground waiter (and stops listing:
+// nobody can sort ahead of it), which then gives up; a second waiter
+// queues unseen. The release's check skips the gone waiter (the data
+// never names it), and the second waiter is granted.
+func TestReviewLateNamedWaiterLeft(t *testing.T) {
+	root := testRoot(t, zkServer)
+	a := newEngine(t, zkServer.Servers(), root, lateSet(5*time.Millisecond))
+	b := newEngine(t, zkServer.Servers(), root, lateSet(time.Minute))
+	c := newEngine(t, zkServer.Servers(), root, lateSet(time.Minute))
+	conn := rawConn(t, zkServer.Servers())
+	var chk overlapChecker
+	h := lateGrant(t, a, "wl", false)
+	chk.enter(h.Token())
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	defer cancel1()
+	w1 := lateAcquire(b, ctx1, "wl", lock.Foreground, false)
+	waitFor(t, 10*time.Second, "the holder learns w1", func() bool { return len(h.KnownNext()) == 1 })
+	w1Node := h.KnownNext()[0]
+	cancel1()
+	if r := <-w1; r.err == nil {
+		t.Fatal("w1 granted after its ctx ended")
+	}
+	w2 := lateAcquire(c, context.Background(), "wl", lock.Foreground, false)
+	waitFor(t, 10*time.Second, "w2 queued", func() bool { return len(children(t, conn, root, "wl")) == 3 })
+	time.Sleep(50 * time.Millisecond)
+	t.Logf("the holder knows %v (w1 %s)", h.KnownNext(), w1Node)
+	chk.leave()
+	release(t, h)
+	d, _ := readObj(t, conn, root, "wl")
+	for _, x := range d.H {
+		if containsReq(w1Node, x.R) {
+			t.Errorf("the release named the gone waiter: %+v", d.H)
+		}
+	}
+	g := expectGrant(t, w2, "w2")
+	chk.turn(g)
+	release(t, g)
+	chk.verify(t, 2)
+}
+
+func containsReq(node, req string) bool {
+	return len(req) > 0 && len(node) > len(req) && node[4:4+len(req)] == req
+}
+
+// The holder's session ends while it learns with a waiter known (its
+// connection black-holed past the session timeout): the grant is lost,
+// the waiter is granted after it, nothing is left and nothing hangs.
+func TestReviewLateSessionLost(t *testing.T) {
+	root := testRoot(t, zkServer)
+	p := testenv.ProxyT(t, zkServer.Addr(1))
+	a := newEngine(t, []string{p.Addr()}, root, lateSet(5*time.Millisecond), func(o *lock.Options) { o.SessionTimeout = 2 * time.Second })
+	b := newEngine(t, zkServer.Servers(), root, lateSet(time.Minute))
+	h := lateGrant(t, a, "sl", false)
+	w := lateAcquire(b, context.Background(), "sl", lock.Foreground, false)
+	waitFor(t, 10*time.Second, "the holder learns the waiter", func() bool { return len(h.KnownNext()) == 1 })
+	p.BlackHole()
+	select {
+	case <-h.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the grant outlived its session")
+	}
+	if h.State() != lock.Lost {
+		t.Errorf("after the session's end: %v", h.State())
+	}
+	g := expectGrant(t, w, "the waiter")
+	if g.Token() <= h.Token() {
+		t.Errorf("token %d after %d", g.Token(), h.Token())
+	}
+	if err := h.Release(context.Background()); err == nil {
+		t.Errorf("the lost grant's release succeeded")
+	}
+	p.Heal()
+	release(t, g)
+}
+
+// The holder's connection is reset while it learns (its listing may fail,
+// ending learnNative): after the reconnect the grant still holds, a
+// waiter that queues then is granted after the release, never beside it.
+func TestReviewLateReconnect(t *testing.T) {
+	root := testRoot(t, zkServer)
+	p := testenv.ProxyT(t, zkServer.Addr(1))
+	a := newEngine(t, []string{p.Addr()}, root, lateSet(5*time.Millisecond), func(o *lock.Options) { o.SessionTimeout = 10 * time.Second })
+	b := newEngine(t, zkServer.Servers(), root, lateSet(time.Minute))
+	conn := rawConn(t, zkServer.Servers())
+	var chk overlapChecker
+	for round := range 3 {
+		obj := "rc" + string(rune('0'+round))
+		h := lateGrant(t, a, obj, false)
+		chk.enter(h.Token())
+		p.ResetConnections()
+		waitFor(t, 20*time.Second, "reconnected", func() bool { return a.Health().Connected && h.State() == lock.Held })
+		w := lateAcquire(b, context.Background(), obj, lock.Foreground, false)
+		waitFor(t, 10*time.Second, "the waiter queued", func() bool { return len(children(t, conn, root, obj)) == 3 })
+		expectNone(t, w, 100*time.Millisecond, "the waiter, while the holder holds,")
+		waitFor(t, 20*time.Second, "the grant held again", func() bool { return h.State() == lock.Held })
+		t.Logf("round %d: the holder knows %v", round, h.KnownNext())
+		chk.leave()
+		release(t, h)
+		g := expectGrant(t, w, "the waiter")
+		chk.turn(g)
+		release(t, g)
+	}
+	chk.verify(t, 6)
+}
