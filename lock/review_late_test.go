@@ -178,6 +178,7 @@ func TestReviewLateBackgroundThenForeground(t *testing.T) {
 		n := h.KnownNext()
 		return len(n) == 2 && n[1] == bgNode
 	})
+	time.Sleep(30 * time.Millisecond) // the waiter watches (not a condition of the test)
 	l0 := c.Listings()
 	chk.leave()
 	release(t, h)
@@ -354,6 +355,7 @@ func TestReviewLateReleaseFailsKeepsLearning(t *testing.T) {
 	if _, err := conn.SetACL(objPath, zk.WorldACL(zk.PermAll), -1); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(30 * time.Millisecond) // the waiter watches (not a condition of the test)
 	l0 := c.Listings()
 	chk.leave()
 	release(t, h)
@@ -496,7 +498,7 @@ func TestReviewLateContendedGrantLearnsOnce(t *testing.T) {
 	w := lateAcquire(b, context.Background(), "co", lock.Foreground, false)
 	waitFor(t, 10*time.Second, "b queued", func() bool { return len(children(t, conn, root, "co")) == 3 })
 	time.Sleep(20 * time.Millisecond) // b watches (not a condition of the check)
-	starts, remove := lock.ReviewStallAfterRegister(b, 50*time.Millisecond)
+	starts, remove := lock.ReviewStallAfterRegister(b, 200*time.Millisecond)
 	defer remove()
 	release(t, h)
 	g := expectGrant(t, w, "b")
