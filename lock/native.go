@@ -1261,7 +1261,13 @@ func (n *nreq) granted(ctx context.Context, token int64, st *zk.Stat, d nativeDa
 		// its listing knows them)
 		next = n.e.topUp(n.name, next, n.node)
 	}
-	n.natGrant = &nativeGrant{version: st.Version, mzxid: st.Mzxid, d: &d, next: next}
+	// Contended, and we know of nobody to hand over to: learn of arrivals
+	// while we hold, off the handoff's path. Marked before grant sets the
+	// holder-watch timer: one firing before we start learnNative below
+	// (a short HolderWatchDelay, this goroutine descheduled) must not take
+	// the grant for an uncontended one and start a second, late, one.
+	learn := len(next) == 0 && (predict < 0 || n.waited)
+	n.natGrant = &nativeGrant{version: st.Version, mzxid: st.Mzxid, d: &d, next: next, learning: learn}
 	n.objCzxid = st.Czxid
 	g, err := n.grant(ctx, n.node, n.seq, &zk.Stat{Czxid: token, Version: 0}, st.Version, predict)
 	if err == nil {
@@ -1272,12 +1278,7 @@ func (n *nreq) granted(ctx context.Context, token int64, st *zk.Stat, d nativeDa
 		if !n.shared {
 			n.e.parkHostSet(n.name, g, n)
 		}
-		if len(next) == 0 && (predict < 0 || n.waited) {
-			// Contended, and we know of nobody to hand over to: learn of
-			// arrivals while we hold, off the handoff's path.
-			g.mu.Lock()
-			g.native.learning = true
-			g.mu.Unlock()
+		if learn {
 			n.e.wg.Go(g.learnNative)
 		}
 	}
