@@ -2113,9 +2113,14 @@ func (g *Grant) knowQueue(ks []nchild) (fgFirst bool) {
 // its caller could know of: it waits for learnNative's listing in flight
 // rather than sending its own behind it (a waiter that arrived just before
 // the release fired the holder's watch, and that listing names it), and
-// lists only when it still knows of nobody. (Skipping the listing when the
-// watch has not fired is wrong: the event can still be in the socket, or
-// its goroutine not yet run, when the release starts.)
+// lists only when it still knows of nobody. A contended grant lists even
+// when its watch has not fired: the event can still be in the socket, or
+// its goroutine not yet run, when the release starts (W4's ping-pong
+// releases as soon as the waiter's child exists). A late-learning grant
+// (uncontended, held past HolderWatchDelay) does not: most often nobody
+// came, and a caller releasing the moment it sees a waiter (WaitChange)
+// whose event is not read yet leaves that waiter to take the free object
+// (two writes instead of one).
 //
 // None of this is needed for safety: a successor named is checked in the
 // release multi, and one arriving unseen finds the object free and takes
