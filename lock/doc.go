@@ -403,7 +403,9 @@
 //     one read, where it listed and took the free object itself (two
 //     writes and two reads). Its release lists only if the watch fired
 //     since the last listing: a long hold nobody queued behind costs
-//     that one listing, off the release's path.
+//     that one listing, off the release's path. A grant with requests
+//     of its engine parked behind it then does not learn: its release
+//     grants the first of them in its write, whoever else queued.
 //   - An uncontended acquire with a prediction (the engine's own clean
 //     release left the data at a known version, and the sequence number it
 //     predicts proves nobody created a child since) is one multi: create

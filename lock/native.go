@@ -2191,6 +2191,16 @@ func (g *Grant) learnNative() {
 	if f := learnStartHook.Load(); f != nil {
 		(*f)()
 	}
+	g.mu.Lock()
+	late := g.native.late
+	g.mu.Unlock()
+	if late && g.e.parkWaiting(g.name, g) {
+		// Requests of this engine are parked behind us: our release
+		// grants the first of them in its one write, whoever else
+		// queued, so learning the queue would only add a listing per
+		// long hold to parking's one write per acquisition.
+		return
+	}
 	var relisted time.Time // when the last listing after a change was sent
 	for {
 		select {

@@ -255,3 +255,48 @@ func TestParkStressEngines(t *testing.T) {
 		t.Error("no request was granted parked")
 	}
 }
+
+// A long hold with a request of its own engine parked behind it does not
+// learn arrivals when its holder watch is armed: its release grants the
+// parked request in its one write whoever else queued, so a listing per
+// long hold would only double parking's one request per acquisition.
+func TestParkLongHoldNoListing(t *testing.T) {
+	set := func(o *lock.Options) {
+		o.Protocol = lock.Native
+		o.HolderWatchDelay = 200 * time.Millisecond
+		o.AuditInterval = -1
+	}
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root, set, parking)
+	var chk overlapChecker
+	for round := range 3 {
+		held := acquire(t, e, "plh", lock.Foreground, lock.AcquireOptions{})
+		chk.enter(held.Token())
+		p0, l0 := e.Parks(), e.LearnListings()
+		got := make(chan *lock.Grant, 1)
+		go func() {
+			g, err := e.Acquire(context.Background(), "plh", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
+			if err != nil {
+				t.Errorf("parked request: %v", err)
+			}
+			got <- g
+		}()
+		waitFor(t, 10*time.Second, "the request parked", func() bool { return e.Parks() > p0 })
+		time.Sleep(300 * time.Millisecond) // the holder watch is armed meanwhile
+		chk.leave()
+		release(t, held)
+		g := <-got
+		if g == nil {
+			return
+		}
+		chk.enter(g.Token())
+		if n := e.LearnListings() - l0; n != 0 {
+			t.Errorf("round %d: a long hold with a request parked behind it sent %d listings to learn arrivals", round, n)
+		}
+		chk.leave()
+		release(t, g)
+	}
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("overlaps=%d non-increasing tokens=%d", chk.overlaps, chk.badToken)
+	}
+}
