@@ -126,14 +126,6 @@ func lateAcquire(e *lock.Engine, ctx context.Context, obj string, typ lock.Type,
 	return ch
 }
 
-func nodeOf(t *testing.T, names []string, i int) string {
-	t.Helper()
-	if i >= len(names) {
-		t.Fatalf("known next %v: no name %d", names, i)
-	}
-	return names[i]
-}
-
 // expectNone fails t if ch answers within d.
 func expectNone(t *testing.T, ch chan lateResult, d time.Duration, what string) {
 	t.Helper()
