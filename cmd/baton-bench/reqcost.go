@@ -218,24 +218,8 @@ func serveEcho(ln net.Listener, answer []byte) {
 			defer c.Close()
 			br := bufio.NewReader(c)
 			for {
-				clen := 0
-				for {
-					line, err := br.ReadSlice('\n')
-					if err != nil {
-						return
-					}
-					s := strings.TrimRight(string(line), "\r\n")
-					if s == "" {
-						break
-					}
-					if k, v, ok := strings.Cut(s, ":"); ok && strings.EqualFold(k, "Content-Length") {
-						clen, _ = strconv.Atoi(strings.TrimSpace(v))
-					}
-				}
-				if clen > 0 {
-					if _, err := br.Discard(clen); err != nil {
-						return
-					}
+				if _, err := readRequest(br); err != nil {
+					return
 				}
 				if _, err := c.Write(answer); err != nil {
 					return
@@ -243,6 +227,34 @@ func serveEcho(ln net.Listener, answer []byte) {
 			}
 		}()
 	}
+}
+
+// readRequest reads one HTTP/1.1 request from br, its body discarded
+// (Content-Length only: the benchmark clients send no other framing), and
+// returns its method.
+func readRequest(br *bufio.Reader) (method string, err error) {
+	clen := 0
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return "", err
+		}
+		s := strings.TrimRight(string(line), "\r\n")
+		if s == "" {
+			break
+		}
+		if method == "" {
+			method, _, _ = strings.Cut(s, " ")
+		} else if k, v, ok := strings.Cut(s, ":"); ok && strings.EqualFold(k, "Content-Length") {
+			clen, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	if clen > 0 {
+		if _, err := br.Discard(clen); err != nil {
+			return "", err
+		}
+	}
+	return method, nil
 }
 
 // echoAnswer is the raw HTTP/1.1 answer carrying body.

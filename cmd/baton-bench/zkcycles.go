@@ -218,29 +218,11 @@ func leanServe(addr, root, sock string) error {
 			defer c.Close()
 			br := bufio.NewReader(c)
 			for {
-				method, clen := "", 0
-				for {
-					line, err := br.ReadSlice('\n')
-					if err != nil {
-						return
-					}
-					s := strings.TrimRight(string(line), "\r\n")
-					if s == "" {
-						break
-					}
-					if method == "" {
-						method, _, _ = strings.Cut(s, " ")
-					} else if k, v, ok := strings.Cut(s, ":"); ok && strings.EqualFold(k, "Content-Length") {
-						clen, _ = strconv.Atoi(strings.TrimSpace(v))
-					}
-				}
-				if clen > 0 {
-					if _, err := br.Discard(clen); err != nil {
-						return
-					}
+				method, err := readRequest(br)
+				if err != nil {
+					return
 				}
 				answer := acquired
-				var err error
 				switch method {
 				case "POST":
 					err = o.acquire()
