@@ -55,7 +55,9 @@ type Options struct {
 	// that short critical sections do not pay a request for it; default
 	// 25ms, negative arms it at once. The watch reports a privateLock
 	// deleted by someone else (an operator, a misbehaving client); session
-	// loss is reported independently of it.
+	// loss is reported independently of it. On the native protocol an
+	// uncontended grant also starts following arrivals then (one listing),
+	// so that its release can name a waiter that queued behind it.
 	HolderWatchDelay time.Duration
 	// DisableFastPath turns the one-multi acquires off (with a prediction,
 	// and create-then-verify without one): every acquire follows the
