@@ -89,6 +89,7 @@ func (r *request) sweepLater() {
 	r.s.addCleanup(cleanup{kind: cleanSweep, objPath: r.objPath, reqID: r.reqID})
 }
 
+// run acquires with the request's id live in its session (owned).
 func (r *request) run(ctx context.Context, p prediction) (*Grant, error) {
 	return r.owned(ctx, func() (*Grant, error) { return r.acquire(ctx, p) })
 }

@@ -208,14 +208,7 @@ func TestNativeLongHoldLearns(t *testing.T) {
 			obj := fmt.Sprintf("lh%d", round)
 			held := acquire(t, a, obj, lock.Foreground, lock.AcquireOptions{})
 			chk.enter(held.Token())
-			got := make(chan *lock.Grant, 1)
-			go func() {
-				g, err := b.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
-				if err != nil {
-					t.Errorf("waiter: %v", err)
-				}
-				got <- g
-			}()
+			got := acquireAsync(t, context.Background(), b, obj, lock.Foreground, false)
 			waitFor(t, 10*time.Second, "the waiter queued", func() bool { return len(children(t, conn, root, obj)) == 3 })
 			waitFor(t, 10*time.Second, "the holder learned the waiter", func() bool { return len(held.KnownNext()) == 1 })
 			l0, r0 := b.Listings(), a.ReleaseListings()

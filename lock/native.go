@@ -1518,24 +1518,27 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 				nd = nativeData{H: []nativeHolder{{R: pw.n.reqID}}}
 			}
 		}
-		ops := []any{
-			&zk.DeleteRequest{Path: g.objPath + "/" + g.node, Version: -1},
-			&zk.SetDataRequest{Path: g.objPath, Data: nd.marshal(), Version: ng.version},
-		}
-		// A successor is named only while its child lives (checked in the
-		// same multi): a waiter that gave up or whose session ended since
-		// our listing is not named (a dead name would read as a vanished
-		// holder to lock-delay waiters, and a request that queued again
-		// under the same id would find itself named out of its turn).
-		for _, nm := range named {
-			ops = append(ops, &zk.CheckVersionRequest{Path: g.objPath + "/" + nm, Version: -1})
-		}
-		if passed { // a successor is granted by this write: only beside our sentinel
-			ops = append(ops, &zk.CheckVersionRequest{Path: sentinelMark(g.objPath), Version: -1})
-		}
+		var ops []any
 		sentinelAt := 2 + len(named)
 		if pw != nil {
 			ops, sentinelAt = g.parkOps(pw, nd, ng.version), 3
+		} else {
+			ops = []any{
+				&zk.DeleteRequest{Path: g.objPath + "/" + g.node, Version: -1},
+				&zk.SetDataRequest{Path: g.objPath, Data: nd.marshal(), Version: ng.version},
+			}
+			// A successor is named only while its child lives (checked in
+			// the same multi): a waiter that gave up or whose session
+			// ended since our listing is not named (a dead name would read
+			// as a vanished holder to lock-delay waiters, and a request
+			// that queued again under the same id would find itself named
+			// out of its turn).
+			for _, nm := range named {
+				ops = append(ops, &zk.CheckVersionRequest{Path: g.objPath + "/" + nm, Version: -1})
+			}
+			if passed { // a successor is granted by this write: only beside our sentinel
+				ops = append(ops, &zk.CheckVersionRequest{Path: sentinelMark(g.objPath), Version: -1})
+			}
 		}
 		res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return g.s.conn.Multi(ops...) },
 			func(_ []zk.MultiResponse, err error) {

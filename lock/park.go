@@ -62,31 +62,26 @@ func (n *nreq) park(ctx context.Context) (o parkOutcome, cancelled, ok bool) {
 	patience := time.NewTimer(parkPatience)
 	defer patience.Stop()
 	select {
-	case o = <-w.out:
+	case out := <-w.out:
+		return out, false, true
 	case <-ctx.Done():
-		if n.e.parkRemove(n.name, w) {
-			return parkOutcome{}, true, true
-		}
-		o = <-w.out
+		cancelled = true
 	case <-patience.C:
 		// The host holds long, or is gone unseen (its child deleted by an
 		// operator: named in the data, its grant still reads held, and it
 		// may hold for an hour): queue the usual way, watching it
 		// (TestReviewParkHostChildDeletedNoHang).
-		if n.e.parkRemove(n.name, w) {
-			return parkOutcome{}, false, true
-		}
-		o = <-w.out
 	case <-n.s.lost:
 		// Our session is gone, and the host with it: a host that ended
 		// between its registration and its first look at its state never
 		// ends its hosting (TestReviewParkHostLostOnRegister).
-		if n.e.parkRemove(n.name, w) {
-			return parkOutcome{}, true, true
-		}
-		o = <-w.out
+		cancelled = true
 	}
-	return o, false, true
+	if n.e.parkRemove(n.name, w) {
+		return parkOutcome{}, cancelled, true
+	}
+	// a release took us first: its multi's outcome decides
+	return <-w.out, false, true
 }
 
 // parkAdd queues w behind the object's parking host, if there is one on
@@ -99,15 +94,15 @@ func (e *Engine) parkAdd(name string, s *session, w *parkWait) bool {
 	if st == nil || st.parkHost == nil {
 		return false
 	}
+	var hs *session
 	switch h := st.parkHost.(type) {
 	case *Grant:
-		if h.s != s {
-			return false
-		}
+		hs = h.s
 	case *nreq:
-		if h.s != s {
-			return false
-		}
+		hs = h.s
+	}
+	if hs != s {
+		return false
 	}
 	st.parked = append(st.parked, w)
 	return true

@@ -273,14 +273,7 @@ func TestParkLongHoldNoListing(t *testing.T) {
 		held := acquire(t, e, "plh", lock.Foreground, lock.AcquireOptions{})
 		chk.enter(held.Token())
 		p0, l0 := e.Parks(), e.LearnListings()
-		got := make(chan *lock.Grant, 1)
-		go func() {
-			g, err := e.Acquire(context.Background(), "plh", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
-			if err != nil {
-				t.Errorf("parked request: %v", err)
-			}
-			got <- g
-		}()
+		got := acquireAsync(t, context.Background(), e, "plh", lock.Foreground, false)
 		waitFor(t, 10*time.Second, "the request parked", func() bool { return e.Parks() > p0 })
 		time.Sleep(300 * time.Millisecond) // the holder watch is armed meanwhile
 		chk.leave()
