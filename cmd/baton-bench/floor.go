@@ -61,6 +61,9 @@ func floorMain(args []string) int {
 	return 0
 }
 
+// primParked names the primitive of a parked handoff's release multi.
+const primParked = "zk write: multi (delete child + create child + setData, guarded + check: a parked handoff)"
+
 // w4Settle is floor's --settle.
 var w4Settle time.Duration
 
@@ -229,7 +232,7 @@ func floorTable(prim map[string][]time.Duration, runs map[string]*floorRun) {
 	rg := p50("http round trip: Baton's Go client → raw echo")
 	fmt.Printf("\nfloors (peer = gozk W4 p50 %.0f µs; write %.0f (a parked handoff's: %.0f), stock-client round trip %.0f, Go-client round trip %.0f):\n\n"+
 		"| mode | impl | W4 p50 µs | × peer | floor µs | floor × peer | goal | above the floor µs |\n|---|---|---|---|---|---|---|---|\n",
-		peer, w, p50("zk write: multi (delete child + create child + setData, guarded + check: a parked handoff)"), rs, rg)
+		peer, w, p50(primParked), rs, rg)
 	for _, m := range []struct {
 		mode, impl, floor string
 		f, goal           float64
@@ -295,7 +298,7 @@ func primitives(a, b *zk.Conn, hc *http.Client, echoes []*http.Client, bc, be *c
 		if err != nil {
 			return err
 		}
-		s["zk write: multi (delete child + create child + setData, guarded + check: a parked handoff)"] = append(s["zk write: multi (delete child + create child + setData, guarded + check: a parked handoff)"], time.Since(t))
+		s[primParked] = append(s[primParked], time.Since(t))
 		if err := a.Delete(res[1].String, -1); err != nil {
 			return err
 		}

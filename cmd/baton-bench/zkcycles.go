@@ -67,7 +67,7 @@ type zkObject struct {
 
 // newZKObject connects and creates root.
 func newZKObject(addr, root string) (*zkObject, error) {
-	c, _, err := zk.Connect([]string{addr}, 15*time.Second, zk.WithLogger(nopLogger{}))
+	c, err := rawZK(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -142,14 +142,10 @@ func zkCycles(addr, root string, cycles, warmup int) error {
 // zkCyclesCost runs zk-cycles as a child process and returns its CPU (µs)
 // and context switches per measured cycle.
 func zkCyclesCost(addr string, warmup, cycles int) (cpuUs, ctxsw float64, err error) {
-	self, err := os.Executable()
+	cmd, err := zkCyclesCmd(addr, "zk", "--cycles", strconv.Itoa(cycles), "--warmup", strconv.Itoa(warmup))
 	if err != nil {
 		return 0, 0, err
 	}
-	cmd := exec.Command(self, "zk-cycles", "--zk", addr, "--root", fmt.Sprintf("/baton-cost-zk-%d", time.Now().UnixNano()),
-		"--cycles", strconv.Itoa(cycles), "--warmup", strconv.Itoa(warmup))
-	cmd.Env = append(os.Environ(), sidecarEnv...)
-	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return 0, 0, err
@@ -249,14 +245,10 @@ type leanProc struct {
 
 // startLean starts zk-cycles --socket on sock and waits until it accepts.
 func startLean(addr, sock string) (*leanProc, error) {
-	self, err := os.Executable()
+	cmd, err := zkCyclesCmd(addr, "lean", "--socket", sock)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, "zk-cycles", "--zk", addr, "--root", fmt.Sprintf("/baton-cost-lean-%d", time.Now().UnixNano()), "--socket", sock)
-	cmd.Env = append(os.Environ(), sidecarEnv...)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -273,4 +265,20 @@ func startLean(addr, sock string) (*leanProc, error) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// zkCyclesCmd is this executable's zk-cycles on a fresh root named after
+// what (args: its other flags), with the sidecar's environment (--env);
+// it dies with its parent.
+func zkCyclesCmd(addr, what string, args ...string) (*exec.Cmd, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	root := fmt.Sprintf("/baton-cost-%s-%d", what, time.Now().UnixNano())
+	cmd := exec.Command(self, append([]string{"zk-cycles", "--zk", addr, "--root", root}, args...)...)
+	cmd.Env = append(os.Environ(), sidecarEnv...)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd, nil
 }
