@@ -152,7 +152,7 @@ func (r *request) direct(ctx context.Context, p prediction) (*Grant, error, bool
 	var res []zk.MultiResponse
 	var err error
 	for range 2 {
-		res, err = bounded(ctx, r.s, func() ([]zk.MultiResponse, error) { return r.s.conn.Multi(ops...) },
+		res, err = boundedMulti(ctx, r.s, ops,
 			func(res []zk.MultiResponse, err error) {
 				switch {
 				case err == nil: // granted after we gave up: undo
@@ -580,7 +580,7 @@ func (r *request) takePrivateLock(ctx context.Context, alone, checkOwn bool) (*G
 		ops = append([]any{&zk.CheckVersionRequest{Path: r.objPath + "/" + r.node, Version: -1}}, ops...)
 	}
 	off := len(ops) - 3 // index of the create of privateLock
-	res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return r.s.conn.Multi(ops...) },
+	res, err := zmulti(ctx, r.s, ops,
 		func(res []zk.MultiResponse, err error) {
 			switch {
 			case err == nil: // granted after we gave up: undo

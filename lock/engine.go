@@ -612,6 +612,23 @@ func zcall[T any](ctx context.Context, f func() (T, error), orphan func(T, error
 	}
 }
 
+// zmulti is zcall for a multi, without zcall's goroutine: the caller's
+// goroutine hands the request to the connection and waits for its answer
+// or for ctx's end (the patched go-zookeeper's MultiCtx), two goroutine
+// hand-offs fewer per call. Unlike zcall's, a multi whose ctx ends before
+// it is handed to the connection is never sent, so it is never sent behind
+// the caller's next request; orphan (if not nil) then gets zk.ErrNotSent
+// (notSent), else the answer. orphan is called exactly when zmulti
+// returns ctx's error.
+func zmulti(ctx context.Context, s *session, ops []any, orphan func([]zk.MultiResponse, error)) ([]zk.MultiResponse, error) {
+	return s.conn.MultiCtx(ctx, orphan, ops...)
+}
+
+// isCtxErr reports a context's error (zmulti's "ctx ended first").
+func isCtxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
 // isConnErr reports errors after which the request may or may not have been
 // applied (the connection dropped with it in flight). go-zookeeper hands a
 // request whose write failed the socket's error (*net.OpError: "broken
@@ -624,5 +641,5 @@ func isConnErr(err error) bool {
 
 // notSent reports errors of requests that never reached a server.
 func notSent(err error) bool {
-	return errors.Is(err, zk.ErrNoServer)
+	return errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrNotSent)
 }

@@ -568,9 +568,7 @@ func (g *Grant) end(ctx context.Context, mark bool) error {
 	g.mu.Lock()
 	plv := g.plVersion
 	g.mu.Unlock()
-	res, err := zcall(ctx, func() ([]zk.MultiResponse, error) {
-		return g.s.conn.Multi(releaseOps(g.objPath, g.node, g.objVersion, plv, g.token, mark)...)
-	}, func(_ []zk.MultiResponse, err error) {
+	res, err := zmulti(ctx, g.s, releaseOps(g.objPath, g.node, g.objVersion, plv, g.token, mark), func(_ []zk.MultiResponse, err error) {
 		if err != nil && (isConnErr(err) || notSent(err) || gone(err)) {
 			g.s.addCleanup(g.endCleanup(mark))
 		}

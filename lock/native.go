@@ -545,7 +545,7 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 		&zk.CheckVersionRequest{Path: sentinelMark(n.objPath), Version: -1},
 	}
 	n.created = true
-	res, err := bounded(ctx, n.s, func() ([]zk.MultiResponse, error) { return n.s.conn.Multi(ops...) },
+	res, err := boundedMulti(ctx, n.s, ops,
 		func(_ []zk.MultiResponse, err error) {
 			if err == nil || isConnErr(err) {
 				n.s.addCleanup(cleanup{kind: cleanNative, objPath: n.objPath, reqID: n.reqID})
@@ -1218,7 +1218,7 @@ func (n *nreq) take(ctx context.Context, v *nativeView) (*Grant, error) {
 		&zk.SetDataRequest{Path: n.objPath, Data: d.marshal(), Version: v.st.Version},
 		&zk.CheckVersionRequest{Path: sentinelMark(n.objPath), Version: -1},
 	}
-	res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return n.s.conn.Multi(ops...) },
+	res, err := zmulti(ctx, n.s, ops,
 		func(_ []zk.MultiResponse, err error) {
 			if err == nil || isConnErr(err) {
 				n.s.addCleanup(cleanup{kind: cleanNative, objPath: n.objPath, reqID: n.reqID})
@@ -1540,7 +1540,7 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 				ops = append(ops, &zk.CheckVersionRequest{Path: sentinelMark(g.objPath), Version: -1})
 			}
 		}
-		res, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return g.s.conn.Multi(ops...) },
+		res, err := zmulti(ctx, g.s, ops,
 			func(_ []zk.MultiResponse, err error) {
 				// the release reported done when ctx ended: any failure
 				// (a co-holder's write, a named successor gone, a lost

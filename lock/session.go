@@ -107,6 +107,27 @@ func bounded[T any](ctx context.Context, s *session, f func() (T, error), orphan
 	return p, err
 }
 
+// boundedMulti is bounded for a multi, sent from the caller's goroutine
+// (zmulti): the slot is given back when the multi is answered, or when
+// it is known never to have been sent.
+func boundedMulti(ctx context.Context, s *session, ops []any, orphan func([]zk.MultiResponse, error)) ([]zk.MultiResponse, error) {
+	select {
+	case s.creates <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	res, err := zmulti(ctx, s, ops, func(res []zk.MultiResponse, err error) {
+		<-s.creates
+		if orphan != nil {
+			orphan(res, err)
+		}
+	})
+	if !isCtxErr(err) { // answered: the late function is not called
+		<-s.creates
+	}
+	return res, err
+}
+
 // errCreateNotSent is what orphan gets for a create never sent.
 var errCreateNotSent = errors.New("lock: create not sent: the wait ended first")
 

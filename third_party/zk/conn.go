@@ -1311,6 +1311,17 @@ type MultiResponse struct {
 // ops must be one of *CreateRequest, *DeleteRequest, *SetDataRequest, or
 // *CheckVersionRequest.
 func (c *Conn) Multi(ops ...interface{}) ([]MultiResponse, error) {
+	req, err := newMultiRequest(ops)
+	if err != nil {
+		return nil, err
+	}
+	res := &multiResponse{}
+	_, err = c.request(opMulti, req, res, nil)
+	return multiResult(res, err)
+}
+
+// newMultiRequest is Multi's request (split out by Baton's patch, for MultiCtx).
+func newMultiRequest(ops []interface{}) (*multiRequest, error) {
 	req := &multiRequest{
 		Ops:        make([]multiRequestOp, 0, len(ops)),
 		DoneHeader: multiHeader{Type: -1, Done: true, Err: -1},
@@ -1331,8 +1342,11 @@ func (c *Conn) Multi(ops ...interface{}) ([]MultiResponse, error) {
 		}
 		req.Ops = append(req.Ops, multiRequestOp{multiHeader{opCode, false, -1}, op})
 	}
-	res := &multiResponse{}
-	_, err := c.request(opMulti, req, res, nil)
+	return req, nil
+}
+
+// multiResult is Multi's result from its answer (split out by Baton's patch, for MultiCtx).
+func multiResult(res *multiResponse, err error) ([]MultiResponse, error) {
 	if err == ErrConnectionClosed {
 		return nil, err
 	}
