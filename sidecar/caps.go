@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"log/slog"
@@ -148,11 +149,25 @@ type peerConn struct {
 	io      rawio.IO // Read and Write without waking the runtime's sysmon (internal/rawio)
 	p       peer
 	counted bool // counted against the caps: given back on Close
+	// pre holds bytes the lean path read before handing the connection
+	// to net/http (lean.go); read by net/http's goroutine alone after.
+	pre *bufio.Reader
 	s       *Server
 	once    sync.Once
 }
 
-func (c *peerConn) Read(p []byte) (int, error)  { return c.io.Read(p) }
+// Read reads what the lean path read ahead first (pre: a connection it
+// handed to net/http), then the socket.
+func (c *peerConn) Read(p []byte) (int, error) {
+	if c.pre != nil {
+		if c.pre.Buffered() > 0 {
+			return c.pre.Read(p)
+		}
+		c.pre = nil
+	}
+	return c.io.Read(p)
+}
+
 func (c *peerConn) Write(p []byte) (int, error) { return c.io.Write(p) }
 
 func (c *peerConn) Close() error {

@@ -197,7 +197,7 @@ func (d *detachState) answer(s *Server, c net.Conn) {
 	d.unwatch()
 	defer c.Close()
 	_ = c.SetWriteDeadline(time.Now().Add(detachWriteTimeout))
-	if _, err := c.Write(d.rec.response()); err != nil {
+	if _, err := c.Write(d.rec.response(false)); err != nil {
 		if l := d.grant.l.Load(); l != nil {
 			s.log.Info("the caller left as its acquire was granted; lease released", "lease", logID(l.id), "object", l.g.Object(), "err", err)
 			_, _ = s.leases.release(context.Background(), l, true)
@@ -290,8 +290,9 @@ func (w *recorder) copyTo(dst http.ResponseWriter) {
 	_, _ = dst.Write(w.body.Bytes())
 }
 
-// response is the answer as HTTP/1.1 bytes, closing the connection.
-func (w *recorder) response() []byte {
+// response is the answer as HTTP/1.1 bytes, closing the connection unless
+// keepAlive.
+func (w *recorder) response(keepAlive bool) []byte {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.status == 0 {
@@ -315,7 +316,11 @@ func (w *recorder) response() []byte {
 		}
 	}
 	b.WriteString("Date: " + time.Now().UTC().Format(http.TimeFormat) + "\r\n")
-	b.WriteString("Content-Length: " + strconv.Itoa(w.body.Len()) + "\r\nConnection: close\r\n\r\n")
+	b.WriteString("Content-Length: " + strconv.Itoa(w.body.Len()) + "\r\n")
+	if !keepAlive {
+		b.WriteString("Connection: close\r\n")
+	}
+	b.WriteString("\r\n")
 	b.Write(w.body.Bytes())
 	return b.Bytes()
 }

@@ -35,6 +35,17 @@ type watched struct {
 // fails). unwatch must be called before c is closed. ok is false when c
 // cannot be watched this way.
 func (w *closeWatcher) watch(c net.Conn, gone func()) (unwatch func(), ok bool) {
+	return w.register(c, syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLONESHOT, gone)
+}
+
+// watchHangup is watch for a connection whose caller goes on sending
+// requests (the lean path's, for its whole life): only its hanging up
+// (RDHUP, HUP, ERR) is an event, the bytes it sends are not.
+func (w *closeWatcher) watchHangup(c net.Conn, gone func()) (unwatch func(), ok bool) {
+	return w.register(c, syscall.EPOLLRDHUP|syscall.EPOLLONESHOT, gone)
+}
+
+func (w *closeWatcher) register(c net.Conn, events uint32, gone func()) (unwatch func(), ok bool) {
 	if pc, isPeer := c.(*peerConn); isPeer {
 		c = pc.Conn
 	}
@@ -57,7 +68,7 @@ func (w *closeWatcher) watch(c net.Conn, gone func()) (unwatch func(), ok bool) 
 	var cerr error
 	err = raw.Control(func(f uintptr) {
 		fd = int32(f)
-		ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: fd, Pad: seq}
+		ev := syscall.EpollEvent{Events: events, Fd: fd, Pad: seq}
 		cerr = syscall.EpollCtl(w.epfd, syscall.EPOLL_CTL_ADD, int(f), &ev)
 	})
 	if err != nil || cerr != nil {
@@ -72,6 +83,14 @@ func (w *closeWatcher) watch(c net.Conn, gone func()) (unwatch func(), ok bool) 
 			_ = syscall.EpollCtl(w.epfd, syscall.EPOLL_CTL_DEL, int(fd), nil)
 		}
 	}, true
+}
+
+// available reports whether watch can watch connections (epoll works),
+// starting the watcher if it has not started.
+func (w *closeWatcher) available() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !w.stopped && w.start()
 }
 
 // start creates the epoll set and its goroutine once (w.mu held).

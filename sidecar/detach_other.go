@@ -10,4 +10,8 @@ type closeWatcher struct{}
 
 func (w *closeWatcher) watch(net.Conn, func()) (unwatch func(), ok bool) { return nil, false }
 
+func (w *closeWatcher) watchHangup(net.Conn, func()) (unwatch func(), ok bool) { return nil, false }
+
 func (w *closeWatcher) stop() {}
+
+func (w *closeWatcher) available() bool { return false }

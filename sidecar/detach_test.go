@@ -23,7 +23,9 @@ import (
 func startDetaching(t *testing.T) *sc {
 	t.Helper()
 	cfg := testConfig(t, testRoot(t), "n1")
-	srv, err := sidecar.New(cfg, sidecar.Options{Logger: testLogger(t)})
+	// detaching is net/http's: the lean path's acquires wait on their
+	// connection's goroutine (lean.go)
+	srv, err := sidecar.New(cfg, sidecar.Options{Logger: testLogger(t), LeanPathOff: true})
 	if err != nil {
 		t.Fatal(err)
 	}

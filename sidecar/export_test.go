@@ -31,3 +31,7 @@ func Detached(s *Server) int64 { return s.detach.n.Load() }
 
 // DetachWaiters is the default detach threshold (acquires in flight).
 const DetachWaiters = detachWaiters
+
+// LeanCounts is how many requests the lean path answered and how many
+// connections it handed to net/http so far (lean.go).
+func LeanCounts(s *Server) (served, handed int64) { return s.leanServed.Load(), s.leanHanded.Load() }

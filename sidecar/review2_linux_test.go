@@ -62,7 +62,7 @@ func readAnswer(t testing.TB, c net.Conn) (*http.Response, []byte) {
 func startDetach(t *testing.T, sub string, waiters int64) *sc {
 	t.Helper()
 	cfg := testConfig(t, testRoot(t)+"/"+sub, "n1")
-	srv, err := sidecar.New(cfg, sidecar.Options{Logger: testLogger(t)})
+	srv, err := sidecar.New(cfg, sidecar.Options{Logger: testLogger(t), LeanPathOff: true}) // detaching is net/http's (lean.go)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestDetachedManyWaiters(t *testing.T) {
 	const n = 600
 	cfg := testConfig(t, testRoot(t), "n1")
 	cfg.ZKSessionTimeout = 15 * time.Second // the race detector and a shared machine
-	s := start(t, cfg)
+	s := start(t, cfg, func(o *sidecar.Options) { o.LeanPathOff = true }) // detaching is net/http's (lean.go)
 	h := s.acquire("m", `{"lease_ms":60000}`)
 	g0, f0 := runtime.NumGoroutine(), openFDs(t)
 	n0 := sidecar.Detached(s.srv)

@@ -29,6 +29,10 @@ type Options struct {
 	// Registry receives the server's metrics; nil makes a registry with the
 	// Go and process collectors too. /metrics serves this registry.
 	Registry *prometheus.Registry
+	// LeanPathOff serves every request with net/http, none on the lean
+	// path (lean.go): a diagnostic switch, for comparison (`baton serve`
+	// sets it when BATON_LEAN_PATH=off).
+	LeanPathOff bool
 	// ReadTimeout bounds reading a request, body included (its header: 10
 	// s); net/http lifts the deadline once the body is read, so waits and
 	// long-polls last as long as they ask. Default 30s.
@@ -78,6 +82,10 @@ type Server struct {
 		inflight atomic.Int64 // acquires in detachable handlers (their own goroutine's included)
 	}
 	closes closeWatcher // notices detached callers leaving
+
+	// the lean path (lean.go): requests it answered, connections it handed
+	// to net/http
+	leanServed, leanHanded atomic.Int64
 
 	stopReq   chan struct{} // Shutdown asks Run to stop
 	stopOnce  sync.Once
@@ -267,8 +275,13 @@ func (s *Server) Run(ctx context.Context) error {
 		},
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
+	// Connections start on the lean path, which hands net/http those it
+	// does not serve (lean.go).
+	ls := newLeanServer(s, ln.Addr())
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(&capListener{Listener: ln, s: s}) }()
+	go func() { served <- ls.serve(&capListener{Listener: ln, s: s}) }()
+	httpDone := make(chan struct{})
+	go func() { defer close(httpDone); _ = hs.Serve(ls.ln) }()
 	s.log.Info("sidecar serving", "socket", cfg.SocketPath, "incarnation", s.inc, "node_id", cfg.NodeID)
 
 	var serveErr error
@@ -279,16 +292,19 @@ func (s *Server) Run(ctx context.Context) error {
 		served <- serveErr
 	}
 	s.drainAll()
+	_ = ln.Close() // no more connections; unlinks the socket file
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_ = hs.Shutdown(sctx) // closes the listener (removing the socket file)
+	_ = ls.shutdown(sctx)
+	_ = hs.Shutdown(sctx)
 	cancel()
+	ls.close()
 	_ = hs.Close()
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) && serveErr == nil {
+	<-httpDone
+	if err := <-served; !errors.Is(err, net.ErrClosed) && serveErr == nil {
 		serveErr = err
 	}
 	s.teardown()
-	_ = ln.Close() // unlinks the socket file, if Shutdown has not already
-	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+	if serveErr != nil && !errors.Is(serveErr, net.ErrClosed) {
 		return fmt.Errorf("sidecar: serve %s: %w", cfg.SocketPath, serveErr)
 	}
 	s.log.Info("sidecar stopped")

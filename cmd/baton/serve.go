@@ -112,7 +112,13 @@ func serveLoaded(ctx context.Context, g *globals, loaded *props.Loaded, opts pro
 		"gomaxprocs", runtime.GOMAXPROCS(0), "gomemlimit", debug.SetMemoryLimit(-1),
 		"socket", cfg.SocketPath, "zookeeper", strings.Join(cfg.ZKServers, ",")+cfg.ZKChroot)
 
-	srv, err := sidecar.New(cfg, sidecar.Options{Logger: log, LogLevel: logs.level})
+	// BATON_LEAN_PATH=off: every request through net/http (a diagnostic
+	// switch, for comparison: sidecar/lean.go)
+	leanOff := os.Getenv("BATON_LEAN_PATH") == "off"
+	if leanOff {
+		log.Info("BATON_LEAN_PATH=off: every request is served by net/http")
+	}
+	srv, err := sidecar.New(cfg, sidecar.Options{Logger: log, LogLevel: logs.level, LeanPathOff: leanOff})
 	if err != nil {
 		return exitWith(exitFailure, fmt.Errorf("cannot start the sidecar: %w", err))
 	}
