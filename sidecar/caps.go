@@ -151,9 +151,9 @@ type peerConn struct {
 	counted bool // counted against the caps: given back on Close
 	// pre holds bytes the lean path read before handing the connection
 	// to net/http (lean.go); read by net/http's goroutine alone after.
-	pre *bufio.Reader
-	s       *Server
-	once    sync.Once
+	pre  *bufio.Reader
+	s    *Server
+	once sync.Once
 }
 
 // Read reads what the lean path read ahead first (pre: a connection it

@@ -279,7 +279,8 @@ func TestDetachedManyWaiters(t *testing.T) {
 	const n = 600
 	cfg := testConfig(t, testRoot(t), "n1")
 	cfg.ZKSessionTimeout = 15 * time.Second // the race detector and a shared machine
-	s := start(t, cfg, func(o *sidecar.Options) { o.LeanPathOff = true }) // detaching is net/http's (lean.go)
+	// detaching is net/http's (lean.go)
+	s := start(t, cfg, func(o *sidecar.Options) { o.LeanPathOff = true })
 	h := s.acquire("m", `{"lease_ms":60000}`)
 	g0, f0 := runtime.NumGoroutine(), openFDs(t)
 	n0 := sidecar.Detached(s.srv)
