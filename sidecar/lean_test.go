@@ -3,6 +3,7 @@ package sidecar_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/sidecar"
+	"github.com/batonhq/baton/testenv"
 )
 
 // rawHTTP is one connection to the sidecar written to by hand.
@@ -271,7 +273,9 @@ func TestLeanConnectionClose(t *testing.T) {
 // TestLeanShutdownClosesIdle: a stop closes an idle lean connection and
 // lets a running request finish with its answer.
 func TestLeanShutdownClosesIdle(t *testing.T) {
-	s := start(t, testConfig(t, testRoot(t), "n1"))
+	cfg := testConfig(t, testRoot(t), "n1")
+	cfg.ShutdownGrace = time.Second // the lease held is released at its end
+	s := start(t, cfg)
 	idle := dialRaw(t, s)
 	idle.send(post("/v1/locks/lean-s/acquire", `{}`))
 	resp, b := idle.read("POST")
@@ -288,4 +292,46 @@ func TestLeanShutdownClosesIdle(t *testing.T) {
 	if _, err := idle.br.ReadByte(); err != io.EOF {
 		t.Errorf("idle connection after the stop: %v, want EOF", err)
 	}
+}
+
+// TestLeanCrowdedAcquireDetaches: with many acquires in flight (here the
+// threshold is 1) a new acquire goes to net/http, which detaches it when it
+// waits (detach.go: a waiting connection keeps less there); below the
+// threshold acquires stay on the lean path.
+func TestLeanCrowdedAcquireDetaches(t *testing.T) {
+	cfg := testConfig(t, testRoot(t), "n1")
+	srv, err := sidecar.New(cfg, sidecar.Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sidecar.SetDetach(srv, 1, 10*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &sc{t: t, srv: srv, cfg: cfg, cancel: cancel, done: make(chan error, 1), hc: testenv.UnixHTTP(cfg.SocketPath)}
+	go func() { s.done <- srv.Run(ctx) }()
+	t.Cleanup(s.stop)
+	waitFor(t, 20*time.Second, "sidecar ready", func() bool { st, _ := s.call("GET", "/readyz", ""); return st == 200 })
+
+	h := s.acquire("lean-crowd", `{"lease_ms":60000}`) // alone in flight: lean
+	served0, handed0 := sidecar.LeanCounts(s.srv)
+	d0 := sidecar.Detached(s.srv)
+	first := dialRaw(t, s)
+	first.send(post("/v1/locks/lean-crowd/acquire", `{"wait_ms":60000}`))
+	waitFor(t, 10*time.Second, "the first waits", func() bool { return s.metric("baton_acquires_waiting", "type=foreground") == 1 })
+	second := dialRaw(t, s)
+	second.send(post("/v1/locks/lean-crowd/acquire", `{"wait_ms":60000}`))
+	waitFor(t, 10*time.Second, "the second detached", func() bool { return sidecar.Detached(s.srv) == d0+1 })
+	served, handed := sidecar.LeanCounts(s.srv)
+	if served != served0+1 || handed != handed0+1 {
+		t.Errorf("lean path: %d answered, %d handed; want 1 and 1", served-served0, handed-handed0)
+	}
+	s.release(h.LeaseID)
+	resp, b := first.read("POST")
+	l := leaseOf(t, resp, b)
+	s.release(l.LeaseID)
+	resp, b = second.read("POST")
+	l = leaseOf(t, resp, b)
+	if !resp.Close {
+		t.Errorf("a detached answer without Connection: close")
+	}
+	s.release(l.LeaseID)
 }
