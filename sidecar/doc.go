@@ -58,6 +58,17 @@
 // drain_ends_at); at that end the leases left are told lost (reason
 // "shutdown") and freed after the valid_until told to them. See Shutdown.
 //
+// # Connections
+//
+// Every connection starts on the lean path (lean.go): acquire, renew and
+// release, when the request is plain HTTP/1.1, are read and answered on
+// the connection's goroutine through the same router and handlers as
+// net/http's, and the caller's hanging up cancels the request through the
+// close watcher (detach_linux.go). The first request of a connection that
+// is anything else hands the connection to net/http, bytes unread
+// (peerConn.pre), for the rest of its life. Options.LeanPathOff sends
+// every connection to net/http.
+//
 // # What is not guaranteed
 //
 // A holder can pause past its validity without noticing; storage must check
