@@ -320,9 +320,10 @@ func TestLeanCrowdedAcquireDetaches(t *testing.T) {
 	second := dialRaw(t, s)
 	second.send(post("/v1/locks/lean-crowd/acquire", `{"wait_ms":60000}`))
 	waitFor(t, 10*time.Second, "the second detached", func() bool { return sidecar.Detached(s.srv) == d0+1 })
+	// (the metrics polls are net/http's too: count the acquires answered)
 	served, handed := sidecar.LeanCounts(s.srv)
-	if served != served0+1 || handed != handed0+1 {
-		t.Errorf("lean path: %d answered, %d handed; want 1 and 1", served-served0, handed-handed0)
+	if served != served0+1 || handed < handed0+1 {
+		t.Errorf("lean path: %d answered, %d handed; want 1 and at least 1", served-served0, handed-handed0)
 	}
 	s.release(h.LeaseID)
 	resp, b := first.read("POST")
