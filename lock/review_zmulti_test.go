@@ -18,6 +18,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path"
@@ -51,6 +52,20 @@ func (f *zmFaults) dial(network, addr string, timeout time.Duration) (net.Conn, 
 		return nil, err
 	}
 	return &zmConn{Conn: c, f: f, closed: make(chan struct{})}, nil
+}
+
+// armFailMulti makes the next n multis' writes fail with err (nothing
+// written: go-zookeeper hands err to the request and drops the connection).
+func (f *zmFaults) armFailMulti(n int, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failMulti, f.failErr = n, err
+}
+
+func (f *zmFaults) failedMultis() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.failed
 }
 
 func (f *zmFaults) setStall(on bool) {
@@ -588,6 +603,34 @@ func TestReviewZmultiBoundedSlots(t *testing.T) {
 		zmSlotsFree(t, e, 3*time.Second, "connection cut")
 		l.once(t, "answer lost")
 	})
+}
+
+// TestReviewZmultiSlotAnswerWrapsCtxErr: boundedMulti decided whether the
+// late function would give the create slot back by the kind of error
+// MultiCtx returned (isCtxErr), but an answer's error can be a context
+// error too: a connection from Options.Dialer (a tunnel, a websocket)
+// whose Write fails with an error wrapping context.DeadlineExceeded hands
+// go-zookeeper that error for the request. MultiCtx returns it as the
+// answer (late is not called) and boundedMulti kept the slot for a late
+// function that never comes: one slot lost per such failure, and after 64
+// every waiter's create and fast path waits for a slot until its wait
+// runs out, with ZooKeeper healthy. (zcall's bounded gave it back when f
+// returned, whatever it returned.)
+func TestReviewZmultiSlotAnswerWrapsCtxErr(t *testing.T) {
+	root := testRoot(t, zkServer)
+	f := newZmFaults()
+	e := zmEngine(t, zkServer.Servers(), root, f)
+	werr := &net.OpError{Op: "write", Net: "tcp", Err: fmt.Errorf("tunnel: %w", context.DeadlineExceeded)}
+	f.armFailMulti(1, werr)
+	// the plugin's fast path (one multi: child and privateLock) takes a
+	// slot; its write fails, the connection drops, the request recovers
+	// (uncertain, slow path) and is granted
+	g := acquire(t, e, "zm-wrap", lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
+	if f.failedMultis() != 1 {
+		t.Fatalf("%d multi writes failed, want 1", f.failedMultis())
+	}
+	release(t, g)
+	zmSlotsFree(t, e, 5*time.Second, "after a multi whose write failed")
 }
 
 // zmExpectILE checks an acquire's outcome: an InstanceLockError for its
