@@ -40,6 +40,8 @@ type zmFaults struct {
 	stall     chan struct{} // non-nil: writes block until it is closed
 	blocked   chan struct{} // a write blocked on stall
 	failMulti int           // fail this many multi writes with failErr
+	stallMult bool          // with stall: only a multi's write blocks (and what queues behind it)
+	stalledMs int           // multis whose write blocked on a stall
 	failErr   error
 	failed    int
 }
@@ -66,6 +68,15 @@ func (f *zmFaults) failedMultis() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.failed
+}
+
+// setStallMultis stalls (on) the next multi's write, and what queues
+// behind it, or lifts the stall.
+func (f *zmFaults) setStallMultis(on bool) {
+	f.mu.Lock()
+	f.stallMult = on
+	f.mu.Unlock()
+	f.setStall(on)
 }
 
 func (f *zmFaults) setStall(on bool) {
@@ -107,6 +118,12 @@ func (c *zmConn) Write(p []byte) (int, error) {
 	f := c.f
 	f.mu.Lock()
 	st := f.stall
+	if f.stallMult && !isMultiPacket(p) {
+		st = nil
+	}
+	if st != nil && isMultiPacket(p) {
+		f.stalledMs++
+	}
 	fail := f.failMulti > 0 && isMultiPacket(p)
 	if fail {
 		f.failMulti--
@@ -909,3 +926,77 @@ func TestReviewZmultiStall(t *testing.T) {
 		zmSlotsFree(t, s.e, 15*time.Second, s.name)
 	}
 }
+
+// zmTake: a waiter whose wait ends while its take's multi (the plugin's
+// takePrivateLock, the native take) is stalled in the connection's write,
+// then sent and applied: the waiter fails (InstanceLockError), its late
+// function gives back what the multi granted and its fail deletes its
+// child after it (the same session's queue, in order); the other engine is
+// then granted, and nothing is left.
+func zmTake(t *testing.T, native bool) {
+	root := testRoot(t, zkServer)
+	f := newZmFaults()
+	var tweak []func(*lock.Options)
+	if native {
+		// the holder neither learns of the waiter nor names it: the
+		// waiter takes
+		tweak = append(tweak, func(o *lock.Options) { o.Protocol = lock.Native; o.HolderWatchDelay = time.Hour })
+	}
+	e := zmEngine(t, zkServer.Servers(), root, f, tweak...)
+	e2 := zmEngine(t, zkServer.Servers(), root, newZmFaults(), tweak...)
+	check := rawConn(t, zkServer.Servers())
+	const obj = "zm-take"
+	name, _ := lock.EscapeObject(obj)
+	t.Cleanup(func() {
+		_ = check.Delete(path.Join(root, name, "privateLock"), -1)
+		_ = check.Delete(path.Join(root, name), -1)
+	})
+	h := acquire(t, e2, obj, lock.Foreground, lock.AcquireOptions{})
+	before := len(children(t, check, root, obj))
+	type result struct {
+		g   *lock.Grant
+		err error
+	}
+	res := make(chan result, 1)
+	const wait = 2500 * time.Millisecond
+	start := time.Now()
+	go func() {
+		g, err := e.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: wait})
+		res <- result{g, err}
+	}()
+	waitFor(t, 5*time.Second, "the waiter queued", func() bool { return len(children(t, check, root, obj)) > before })
+	time.Sleep(100 * time.Millisecond) // its watch set
+	f.setStallMultis(true)
+	defer f.setStallMultis(false)
+	release(t, h)
+	var r result
+	select {
+	case r = <-res:
+	case <-time.After(wait + 10*time.Second):
+		t.Fatal("the waiter did not return")
+	}
+	d := time.Since(start)
+	var ile *lock.InstanceLockError
+	if r.err == nil {
+		_ = r.g.Release(context.Background())
+		t.Fatal("the waiter was granted with its take stalled")
+	}
+	if !errors.As(r.err, &ile) {
+		t.Fatalf("the waiter: %v, want an InstanceLockError", r.err)
+	}
+	if d > wait+2*time.Second+2*time.Second {
+		t.Errorf("the waiter returned after %v (wait %v)", d, wait)
+	}
+	f.mu.Lock()
+	stalled := f.stalledMs
+	f.mu.Unlock()
+	if stalled != 1 {
+		t.Fatalf("%d multis stalled, want the waiter's take", stalled)
+	}
+	f.setStallMultis(false)
+	waitFor(t, 20*time.Second, "the other engine granted the object", func() bool { return zmTryOnce(e2, obj) })
+	zmSlotsFree(t, e, 10*time.Second, "take")
+}
+
+func TestReviewZmultiTakePlugin(t *testing.T) { zmTake(t, false) }
+func TestReviewZmultiTakeNative(t *testing.T) { zmTake(t, true) }
