@@ -1000,3 +1000,33 @@ func zmTake(t *testing.T, native bool) {
 
 func TestReviewZmultiTakePlugin(t *testing.T) { zmTake(t, false) }
 func TestReviewZmultiTakeNative(t *testing.T) { zmTake(t, true) }
+
+// TestReviewZmultiReleaseAnswerWrapsCtxErr: a plugin release whose multi's
+// write fails with an error wrapping a context error that is no
+// *net.OpError (a connection from Options.Dialer) was taken for "the
+// context ended first, the late function completes it": Release reported
+// done and queued nothing, and no late call came, so privateLock and the
+// child stayed, ephemeral nodes of a live session: the object blocked for
+// every other requester until that session ends (the audit after the
+// reconnect deletes them, when it is on; it is off here). (Before 8cd0531
+// too: zcall returned f's error the same way.) The native release queues
+// its cleanup for any such error.
+func TestReviewZmultiReleaseAnswerWrapsCtxErr(t *testing.T) {
+	root := testRoot(t, zkServer)
+	f := newZmFaults()
+	e := zmEngine(t, zkServer.Servers(), root, f, func(o *lock.Options) { o.AuditInterval = -1 })
+	e2 := zmEngine(t, zkServer.Servers(), root, newZmFaults())
+	check := rawConn(t, zkServer.Servers())
+	const obj = "zm-rel-wrap"
+	name, _ := lock.EscapeObject(obj)
+	t.Cleanup(func() { _ = check.Delete(path.Join(root, name), -1) })
+	g := acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{})
+	f.armFailMulti(1, fmt.Errorf("tunnel: %w", context.DeadlineExceeded))
+	if err := g.Release(context.Background()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if f.failedMultis() != 1 {
+		t.Fatalf("%d multi writes failed, want the release's", f.failedMultis())
+	}
+	waitFor(t, 20*time.Second, "the other engine granted the released object", func() bool { return zmTryOnce(e2, obj) })
+}
