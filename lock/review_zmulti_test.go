@@ -478,6 +478,7 @@ func zmEngine(t *testing.T, servers []string, root string, f *zmFaults, tweak ..
 		o.SessionTimeout = 8 * time.Second
 		o.ObjectNode = lock.Persistent // no container reaped under the test's watches
 		o.Dialer = f.dial
+		o.AuditInterval = -1 // no audit deletes what the engine's own handling left
 	}}, tweak...)...)
 }
 
@@ -868,7 +869,7 @@ func TestReviewZmultiLateNative(t *testing.T) { zmLate(t, true) }
 func TestReviewZmultiStall(t *testing.T) {
 	z := testenv.ZooKeeperT(t, testenv.ZKOptions{})
 	root := testRoot(t, z)
-	long := func(o *lock.Options) { o.SessionTimeout = 12 * time.Second }
+	long := func(o *lock.Options) { o.SessionTimeout = 12 * time.Second; o.AuditInterval = -1 }
 	native := func(o *lock.Options) { o.Protocol = lock.Native }
 	type side struct {
 		name    string
@@ -1014,7 +1015,7 @@ func TestReviewZmultiTakeNative(t *testing.T) { zmTake(t, true) }
 func TestReviewZmultiReleaseAnswerWrapsCtxErr(t *testing.T) {
 	root := testRoot(t, zkServer)
 	f := newZmFaults()
-	e := zmEngine(t, zkServer.Servers(), root, f, func(o *lock.Options) { o.AuditInterval = -1 })
+	e := zmEngine(t, zkServer.Servers(), root, f) // (the audit after the reconnect would delete them)
 	e2 := zmEngine(t, zkServer.Servers(), root, newZmFaults())
 	check := rawConn(t, zkServer.Servers())
 	const obj = "zm-rel-wrap"
@@ -1030,3 +1031,87 @@ func TestReviewZmultiReleaseAnswerWrapsCtxErr(t *testing.T) {
 	}
 	waitFor(t, 20*time.Second, "the other engine granted the released object", func() bool { return zmTryOnce(e2, obj) })
 }
+
+// zmPark: a native release whose multi grants a request parked behind it
+// (endNative with a parked request: its child is created in the multi)
+// and whose context ends with that multi stalled in the write (then
+// applied), or never handed to the connection (the send queue full). The
+// release reports done, the parked request is told the multi may have
+// landed (uncertain) and recovers: it is granted, and once it releases
+// another engine is granted; nothing is left.
+func zmPark(t *testing.T, full bool) {
+	root := testRoot(t, zkServer)
+	f := newZmFaults()
+	native := func(o *lock.Options) { o.Protocol = lock.Native; o.DisableParking = false }
+	e := zmEngine(t, zkServer.Servers(), root, f, native)
+	e2 := zmEngine(t, zkServer.Servers(), root, newZmFaults(), native)
+	check := rawConn(t, zkServer.Servers())
+	const obj = "zm-park"
+	name, _ := lock.EscapeObject(obj)
+	t.Cleanup(func() {
+		_ = check.Delete(path.Join(root, name, "privateLock"), -1)
+		_ = check.Delete(path.Join(root, name), -1)
+	})
+	g := acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{})
+	type result struct {
+		g   *lock.Grant
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		g, err := e.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
+		res <- result{g, err}
+	}()
+	waitFor(t, 5*time.Second, "the request parked", func() bool { n, _ := e.PreviewParked(obj); return n == 1 })
+	conn := zmConnOf(t, e)
+	var lift func()
+	if full {
+		l := zmStall(t, f, conn)
+		wait := zmFill(t, conn)
+		lift = func() { l(); wait() }
+	} else {
+		f.setStallMultis(true)
+		lift = func() { f.setStallMultis(false) }
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	rel := make(chan error, 1)
+	go func() { rel <- g.Release(ctx) }()
+	// the release's multi grants the parked request (parkTake took it)
+	host := false
+	for deadline := time.Now().Add(400 * time.Millisecond); !host && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		_, host = e.PreviewParked(obj)
+	}
+	err := <-rel
+	cancel()
+	if !host {
+		lift()
+		t.Fatal("the release's multi did not take the parked request")
+	}
+	if !full {
+		f.mu.Lock()
+		stalled := f.stalledMs
+		f.mu.Unlock()
+		if stalled != 1 {
+			lift()
+			t.Fatalf("%d multis stalled, want the release's", stalled)
+		}
+	}
+	lift()
+	if err != nil {
+		t.Fatalf("Release: %v, want nil", err)
+	}
+	var r result
+	select {
+	case r = <-res:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the parked request not granted within 10s of the stall's end")
+	}
+	if r.err != nil {
+		t.Fatalf("the parked request: %v, want granted", r.err)
+	}
+	release(t, r.g)
+	waitFor(t, 20*time.Second, "the other engine granted the object", func() bool { return zmTryOnce(e2, obj) })
+}
+
+func TestReviewZmultiParkStalled(t *testing.T)   { zmPark(t, false) }
+func TestReviewZmultiParkQueueFull(t *testing.T) { zmPark(t, true) }
