@@ -491,6 +491,21 @@ func zmConnOf(t *testing.T, e *lock.Engine) *zk.Conn {
 	return c
 }
 
+// zmRoundTrip waits for a round trip of e's session: whatever it had
+// queued or stalled before is answered (the server answers a session's
+// requests in order), so another engine's check cannot overtake it.
+func zmRoundTrip(t *testing.T, e *lock.Engine) {
+	t.Helper()
+	waitFor(t, 20*time.Second, "a round trip of the engine's session", func() bool {
+		c, err := lock.ReviewZmultiConn(e)
+		if err != nil {
+			return false
+		}
+		_, err = c.Sync("/")
+		return err == nil
+	})
+}
+
 func zmSlotsFree(t *testing.T, e *lock.Engine, within time.Duration, what string) {
 	t.Helper()
 	waitFor(t, within, what+": create slots given back", func() bool { return e.CreateSlots() == 0 })
@@ -818,6 +833,7 @@ func zmLate(t *testing.T, native bool) {
 
 	settle := func(what string) {
 		t.Helper()
+		zmRoundTrip(t, e)
 		waitFor(t, 20*time.Second, what+": the other engine granted both objects", func() bool {
 			return zmTryOnce(e2, fast) && zmTryOnce(e2, held)
 		})
@@ -921,6 +937,7 @@ func TestReviewZmultiStall(t *testing.T) {
 	}
 	resumed = true
 	for _, s := range sides {
+		zmRoundTrip(t, s.e)
 		waitFor(t, 30*time.Second, s.name+": the other engine granted both objects", func() bool {
 			return zmTryOnce(s.e2, s.obj) && zmTryOnce(s.e2, s.hd)
 		})
@@ -995,6 +1012,7 @@ func zmTake(t *testing.T, native bool) {
 		t.Fatalf("%d multis stalled, want the waiter's take", stalled)
 	}
 	f.setStallMultis(false)
+	zmRoundTrip(t, e)
 	waitFor(t, 20*time.Second, "the other engine granted the object", func() bool { return zmTryOnce(e2, obj) })
 	zmSlotsFree(t, e, 10*time.Second, "take")
 }
@@ -1100,6 +1118,7 @@ func zmPark(t *testing.T, full bool) {
 	if err != nil {
 		t.Fatalf("Release: %v, want nil", err)
 	}
+	zmRoundTrip(t, e)
 	var r result
 	select {
 	case r = <-res:
@@ -1115,3 +1134,75 @@ func zmPark(t *testing.T, full bool) {
 
 func TestReviewZmultiParkStalled(t *testing.T)   { zmPark(t, false) }
 func TestReviewZmultiParkQueueFull(t *testing.T) { zmPark(t, true) }
+
+// zmOddCtx is a context whose Err, once done, is an error of its own (the
+// context package documents Canceled or DeadlineExceeded; the same value
+// on every call, which it keeps).
+type zmOddCtx struct{ done chan struct{} }
+
+var errZmOdd = errors.New("review: the caller went away")
+
+func (zmOddCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c zmOddCtx) Done() <-chan struct{}     { return c.done }
+func (zmOddCtx) Value(any) any               { return nil }
+func (c zmOddCtx) Err() error {
+	select {
+	case <-c.done:
+		return errZmOdd
+	default:
+		return nil
+	}
+}
+
+// TestReviewZmultiOddContextErr: the other way isCtxErr could disagree
+// with MultiCtx. A caller's context whose error is neither Canceled nor
+// DeadlineExceeded (Acquire's wait context inherits its parent's) ends
+// with the fast path's multi in flight: MultiCtx returns that error and
+// will call late; boundedMulti, seeing no context error, gave the slot
+// back, and the late function's own give-back then blocked on the empty
+// slot channel before it reached the orphan handler: the multi, granted
+// after the caller gave up, was never undone, and privateLock stayed
+// (ephemeral, live session) blocking the object.
+func TestReviewZmultiOddContextErr(t *testing.T) {
+	root := testRoot(t, zkServer)
+	f := newZmFaults()
+	e := zmEngine(t, zkServer.Servers(), root, f)
+	e2 := zmEngine(t, zkServer.Servers(), root, newZmFaults())
+	check := rawConn(t, zkServer.Servers())
+	const obj = "zm-odd"
+	name, _ := lock.EscapeObject(obj)
+	t.Cleanup(func() { _ = check.Delete(path.Join(root, name), -1) })
+	release(t, acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{})) // the object node exists
+	f.setStallMultis(true)
+	defer f.setStallMultis(false)
+	odd := zmOddCtx{done: make(chan struct{})}
+	var once sync.Once
+	cancel := func() { once.Do(func() { close(odd.done) }) }
+	defer cancel()
+	res := make(chan error, 1)
+	go func() {
+		g, err := e.Acquire(odd, obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
+		if err == nil {
+			_ = g.Release(context.Background())
+		}
+		res <- err
+	}()
+	waitFor(t, 10*time.Second, "the fast path's multi stalled", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.stalledMs == 1
+	})
+	cancel()
+	select {
+	case err := <-res:
+		if err == nil {
+			t.Fatal("granted with the multi stalled")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the acquire did not return after its context ended")
+	}
+	f.setStallMultis(false)
+	zmRoundTrip(t, e)
+	waitFor(t, 15*time.Second, "the other engine granted the object", func() bool { return zmTryOnce(e2, obj) })
+	zmSlotsFree(t, e, 5*time.Second, "odd context")
+}
