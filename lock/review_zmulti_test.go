@@ -315,7 +315,7 @@ func TestReviewZmultiContract(t *testing.T) {
 	create := func(name string) any {
 		return &zk.CreateRequest{Path: base + "/" + name, Acl: zk.WorldACL(zk.PermAll)}
 	}
-	exists := func(name string) bool {
+	exists := func(t *testing.T, name string) bool {
 		t.Helper()
 		// a round trip of conn first: whatever it sent before is applied
 		if _, err := conn.Sync(base); err != nil {
@@ -357,7 +357,7 @@ func TestReviewZmultiContract(t *testing.T) {
 			t.Fatalf("late got %v, want ErrNotSent", err)
 		}
 		l.once(t, "ended before")
-		if exists("before") {
+		if exists(t, "before") {
 			t.Fatal("a multi whose context had ended was applied")
 		}
 	})
@@ -382,7 +382,7 @@ func TestReviewZmultiContract(t *testing.T) {
 		}
 		lift()
 		wait()
-		if exists("full") {
+		if exists(t, "full") {
 			t.Fatal("a multi reported not sent was applied")
 		}
 		l.once(t, "queue full")
@@ -409,7 +409,7 @@ func TestReviewZmultiContract(t *testing.T) {
 			t.Fatalf("late got %v, want the multi's success", err)
 		}
 		l.once(t, "write stalled")
-		if !exists("stalled") {
+		if !exists(t, "stalled") {
 			t.Fatal("late reported success, node missing")
 		}
 	})
@@ -831,7 +831,7 @@ func zmLate(t *testing.T, native bool) {
 	release(t, acquire(t, e, fast, lock.Foreground, lock.AcquireOptions{}))
 	const bound = 300*time.Millisecond + 2*time.Second + 2*time.Second // wait, the fail's inspection, slack
 
-	settle := func(what string) {
+	settle := func(t *testing.T, what string) {
 		t.Helper()
 		zmRoundTrip(t, e)
 		waitFor(t, 20*time.Second, what+": the other engine granted both objects", func() bool {
@@ -854,7 +854,7 @@ func zmLate(t *testing.T, native bool) {
 		if err != nil {
 			t.Fatalf("Release with its multi stalled: %v, want nil", err)
 		}
-		settle("write stalled")
+		settle(t, "write stalled")
 	})
 
 	t.Run("answer lost", func(t *testing.T) {
@@ -870,7 +870,7 @@ func zmLate(t *testing.T, native bool) {
 		if err != nil {
 			t.Fatalf("Release with its answer lost: %v, want nil", err)
 		}
-		settle("answer lost")
+		settle(t, "answer lost")
 	})
 }
 
