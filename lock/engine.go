@@ -619,14 +619,10 @@ func zcall[T any](ctx context.Context, f func() (T, error), orphan func(T, error
 // it is handed to the connection is never sent, so it is never sent behind
 // the caller's next request; orphan (if not nil) then gets zk.ErrNotSent
 // (notSent), else the answer. orphan is called exactly when zmulti
-// returns ctx's error.
+// returns ctx's error, ctx.Err() itself (an answer's error may wrap a
+// context error: a connection's failed write).
 func zmulti(ctx context.Context, s *session, ops []any, orphan func([]zk.MultiResponse, error)) ([]zk.MultiResponse, error) {
 	return s.conn.MultiCtx(ctx, orphan, ops...)
-}
-
-// isCtxErr reports a context's error (zmulti's "ctx ended first").
-func isCtxErr(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // isConnErr reports errors after which the request may or may not have been

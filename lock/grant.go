@@ -608,8 +608,10 @@ func (g *Grant) end(ctx context.Context, mark bool) error {
 		return g.Err()
 	case isConnErr(err), notSent(err), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// completes in the background (cleanup queued by the orphan
-		// handler, or here when the call returned)
-		if isConnErr(err) || notSent(err) {
+		// handler when ctx ended first, or here when the call returned:
+		// an answer's error may wrap a context error too, a connection's
+		// failed write, and no orphan call follows it)
+		if err != ctx.Err() {
 			g.s.addCleanup(g.endCleanup(mark))
 		}
 		g.finish(Released, nil)

@@ -10,6 +10,7 @@ package zk
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // ErrNotSent is what a call's late function gets when the call's context
@@ -20,8 +21,11 @@ var ErrNotSent = errors.New("zk: request not sent: its context ended first")
 // without an answer. late (if not nil) is then called once, on a goroutine
 // of its own: with the answer when it comes (a request already handed to
 // the connection runs on the server all the same), or with ErrNotSent when
-// the request was never handed to the connection. When MultiCtx returns
-// anything else, late is not called.
+// the request was never handed to the connection. ctx's error is ctx.Err()
+// itself, and an answer's error never is (a connection whose Write failed
+// with context.Canceled or DeadlineExceeded hands go-zookeeper that value:
+// it comes wrapped), so a caller can tell the two apart. When MultiCtx
+// returns anything else, late is not called.
 func (c *Conn) MultiCtx(ctx context.Context, late func([]MultiResponse, error), ops ...interface{}) ([]MultiResponse, error) {
 	req, err := newMultiRequest(ops)
 	if err != nil {
@@ -37,7 +41,7 @@ func (c *Conn) MultiCtx(ctx context.Context, late func([]MultiResponse, error), 
 	}
 	select {
 	case r := <-recv:
-		return multiResult(res, r.err)
+		return multiResult(res, answerErr(r.err))
 	case <-c.shouldQuit:
 		return nil, ErrConnectionClosed // as in request: res may still be written
 	case <-ctx.Done():
@@ -83,4 +87,12 @@ func (c *Conn) queueRequestCtx(ctx context.Context, opcode int32, req interface{
 		return nil, ctx.Err()
 	}
 	return rq.recvChan, nil
+}
+
+// answerErr is an answer's error, never a context's own (see MultiCtx).
+func answerErr(err error) error {
+	if err == context.Canceled || err == context.DeadlineExceeded {
+		return fmt.Errorf("zk: connection: %w", err)
+	}
+	return err
 }
