@@ -141,12 +141,14 @@ func (ls *leanServer) shutdown(ctx context.Context) error {
 
 // close ends the requests still running (their context is cancelled) and
 // waits a moment for their connections to close: a handler that does not
-// return is left running, as http.Server.Close leaves its own.
+// return is left running, as http.Server.Close leaves its own. A write
+// blocked on a caller that does not read fails (the write deadline too),
+// as http.Server.Close's closing the connection makes it fail.
 func (ls *leanServer) close() {
 	ls.mu.Lock()
 	ls.closing = true
 	for lc := range ls.conns {
-		_ = lc.pc.SetReadDeadline(time.Unix(1, 0))
+		_ = lc.pc.SetDeadline(time.Unix(1, 0))
 	}
 	ls.mu.Unlock()
 	ls.stop()
