@@ -456,11 +456,13 @@ func parseLean(head []byte) *leanRequest {
 			continue
 		case "Content-Length":
 			lengths++
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 || (v[0] == '+') {
+			// as net/http reads it: digits alone ("-0" and "+1" are
+			// not lengths)
+			n, err := strconv.ParseUint(v, 10, 63)
+			if err != nil {
 				return nil
 			}
-			req.length = n
+			req.length = int64(n)
 		case "Connection":
 			switch {
 			case strings.EqualFold(v, "close"):

@@ -5,12 +5,75 @@ package sidecar_test
 // alike; callers that leave, stop, caps and panics on the lean path.
 
 import (
+	"bufio"
+	"errors"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/batonhq/baton/sidecar"
+)
+
+// startLean runs a sidecar (the lean path on) whose stop does not wait
+// long for the leases its test leaves held.
+func startLean(t *testing.T, opts ...func(*sidecar.Options)) *sc {
+	t.Helper()
+	cfg := testConfig(t, testRoot(t), "n1")
+	cfg.ShutdownGrace = time.Second
+	return start(t, cfg, opts...)
+}
+
+// leanOutcome sends req on a fresh connection to s and returns what came
+// back: each answer's status ("close" appended when it closes the
+// connection), then "EOF" when the sidecar closed the connection or
+// "open" when it still waited for more within wait.
+func leanOutcome(t *testing.T, s *sc, req string, wait time.Duration) string {
+	t.Helper()
+	c, err := net.Dial("unix", s.cfg.SocketPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	var out []string
+	for {
+		_ = c.SetReadDeadline(time.Now().Add(wait))
+		if _, err := br.Peek(1); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				out = append(out, "open")
+			} else {
+				out = append(out, "EOF")
+			}
+			return strings.Join(out, " ")
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			out = append(out, "bad answer: "+err.Error())
+			return strings.Join(out, " ")
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		o := fmt.Sprint(resp.StatusCode)
+		if resp.Close {
+			o += "/close"
+		}
+		out = append(out, o)
+	}
+}
+
+const (
+	leanAcq  = "POST /v1/locks/{o}/acquire HTTP/1.1\r\n"
+	leanHost = "Host: baton\r\n"
+	leanNext = "GET /healthz HTTP/1.1\r\nHost: baton\r\nConnection: close\r\n\r\n"
 )
 
 // goroutinesWith counts the goroutines whose stack has all of frames.
@@ -57,5 +120,31 @@ func TestReviewLeanStopUnblocksWrite(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "the lean connection's goroutine ends", func() bool {
 		return goroutinesWith("sidecar.(*leanConn).serve") == 0
+	})
+}
+
+// leanWant sends each request to s on a connection of its own and checks
+// what comes back (leanOutcome) against what net/http answers (checked
+// with LeanPathOff by TestReviewLeanDiffHeads).
+func leanWant(t *testing.T, s *sc, want string, cases map[string]string) {
+	t.Helper()
+	i := 0
+	for name, req := range cases {
+		i++
+		req = strings.ReplaceAll(req, "{o}", fmt.Sprintf("%s-%d", strings.ReplaceAll(name, " ", "-"), i))
+		if got := leanOutcome(t, s, req, 2*time.Second); got != want {
+			t.Errorf("%s: %q, want %q (net/http's)\n%q", name, got, want, req)
+		}
+	}
+}
+
+// TestReviewLeanLengthMinusZero: "Content-Length: -0" is not a length
+// (net/http: 400, and the connection closes); the lean path read it as 0
+// and served the request, then read what follows as the next request.
+func TestReviewLeanLengthMinusZero(t *testing.T) {
+	s := startLean(t)
+	leanWant(t, s, "400/close EOF", map[string]string{
+		"minus zero":      leanAcq + leanHost + "Content-Length: -0\r\n\r\n" + leanNext,
+		"minus zero zero": leanAcq + leanHost + "Content-Length: -00\r\n\r\n" + leanNext,
 	})
 }
