@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/batonhq/baton/api"
 )
 
@@ -451,6 +453,9 @@ func parseLean(head []byte) *leanRequest {
 		v := string(value)
 		switch key {
 		case "Host": // in Request.Host, not the header, as net/http has it
+			if !httpguts.ValidHostHeader(v) {
+				return nil // net/http's 400
+			}
 			hosts++
 			req.host = v
 			continue

@@ -148,3 +148,16 @@ func TestReviewLeanLengthMinusZero(t *testing.T) {
 		"minus zero zero": leanAcq + leanHost + "Content-Length: -00\r\n\r\n" + leanNext,
 	})
 }
+
+// TestReviewLeanHostValidated: a Host net/http finds malformed is a 400
+// (httpguts.ValidHostHeader); the lean path served the request.
+func TestReviewLeanHostValidated(t *testing.T) {
+	s := startLean(t)
+	leanWant(t, s, "400/close EOF", map[string]string{
+		"space":     leanAcq + "Host: bat on\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"quote":     leanAcq + "Host: \"baton\"\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"slash":     leanAcq + "Host: baton/x\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"non-ASCII": leanAcq + "Host: bät\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"tab":       leanAcq + "Host: ba\tton\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+	})
+}
