@@ -206,6 +206,7 @@ func (lc *leanConn) serve() {
 		}
 	}()
 	base := context.WithValue(ls.ctx, peerKey{}, lc.pc.p)
+	lastPost := false
 	for {
 		if now := time.Now(); now.After(lc.renewIdle) {
 			// between one and two idle timeouts: not a timer per request
@@ -219,6 +220,13 @@ func (lc *leanConn) serve() {
 		}
 		lc.idle = true // from now on shutdown's deadline wakes the wait
 		ls.mu.Unlock()
+		if lastPost {
+			// as net/http: up to 4 CR or LF bytes after a POST are
+			// ignored (RFC 9112 §2.2: old clients send CRLF after a
+			// POST's body)
+			peek, _ := lc.br.Peek(4)
+			_, _ = lc.br.Discard(leadingCRorLF(peek))
+		}
 		head, err := readHead(lc.br)
 		ls.mu.Lock()
 		lc.idle = false
@@ -249,6 +257,7 @@ func (lc *leanConn) serve() {
 		if !lc.answer(base, req) {
 			return
 		}
+		lastPost = req.method == http.MethodPost
 	}
 }
 
@@ -361,6 +370,15 @@ func (ls *leanServer) isClosing() bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	return ls.closing
+}
+
+// leadingCRorLF is how many of b's first bytes are CR or LF.
+func leadingCRorLF(b []byte) int {
+	n := 0
+	for n < len(b) && (b[n] == '\r' || b[n] == '\n') {
+		n++
+	}
+	return n
 }
 
 // errHeadTooLong: the head did not fit in the buffer (net/http reads it).

@@ -161,3 +161,27 @@ func TestReviewLeanHostValidated(t *testing.T) {
 		"tab":       leanAcq + "Host: ba\tton\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
 	})
 }
+
+// TestReviewLeanEmptyLineAfterPost: net/http ignores up to 4 CR or LF
+// bytes before the request that follows a POST (RFC 9112 §2.2: old
+// clients send CRLF after a POST's body). On the lean path they made the
+// next request go to net/http as the connection's first, where they are
+// not ignored: a 400, and the connection closes.
+func TestReviewLeanEmptyLineAfterPost(t *testing.T) {
+	s := startLean(t)
+	leanWant(t, s, "200 200/close EOF", map[string]string{
+		"CRLF":      leanAcq + leanHost + "Content-Length: 2\r\n\r\n{}\r\n" + leanNext,
+		"LF":        leanAcq + leanHost + "Content-Length: 2\r\n\r\n{}\n" + leanNext,
+		"two CRLFs": leanAcq + leanHost + "Content-Length: 2\r\n\r\n{}\r\n\r\n" + leanNext,
+		"no body":   leanAcq + leanHost + "\r\n\r\n" + leanNext,
+	})
+	// sent after the answer: the POST's answer came first
+	r := dialRaw(t, s)
+	r.send(strings.ReplaceAll(leanAcq, "{o}", "later") + leanHost + "Content-Length: 2\r\n\r\n{}")
+	resp, b := r.read("POST")
+	leaseOf(t, resp, b)
+	r.send("\r\n" + leanNext)
+	if resp, b := r.read("GET"); resp.StatusCode != 200 {
+		t.Errorf("CRLF sent after the POST's answer, then a request: %d %s", resp.StatusCode, b)
+	}
+}
