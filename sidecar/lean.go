@@ -207,8 +207,15 @@ func (lc *leanConn) serve() {
 	}()
 	base := context.WithValue(ls.ctx, peerKey{}, lc.pc.p)
 	lastPost := false
+	first := true
 	for {
-		if now := time.Now(); now.After(lc.renewIdle) {
+		switch now := time.Now(); {
+		case first:
+			// a new connection's first head within readHeaderTimeout
+			// of its accept, as net/http's (renewIdle stays zero: the
+			// next wait sets the idle deadline)
+			_ = lc.pc.SetReadDeadline(now.Add(readHeaderTimeout))
+		case now.After(lc.renewIdle):
 			// between one and two idle timeouts: not a timer per request
 			_ = lc.pc.SetReadDeadline(now.Add(2 * leanIdleTimeout))
 			lc.renewIdle = now.Add(leanIdleTimeout)
@@ -227,13 +234,16 @@ func (lc *leanConn) serve() {
 			peek, _ := lc.br.Peek(4)
 			_, _ = lc.br.Discard(leadingCRorLF(peek))
 		}
-		head, err := readHead(lc.br)
+		head, err := readHead(lc.br, lc, first)
+		first = false
 		ls.mu.Lock()
 		lc.idle = false
 		closing := ls.closing
 		ls.mu.Unlock()
-		if err != nil && (len(head) == 0 || closing) {
-			return // closed, timed out, or shutting down
+		if err != nil && (len(head) == 0 || closing || isTimeout(err)) {
+			// closed, timed out (net/http too closes a connection whose
+			// head did not come in time, unanswered), or shutting down
+			return
 		}
 		var req *leanRequest
 		if err == nil {
@@ -372,6 +382,25 @@ func (ls *leanServer) isClosing() bool {
 	return ls.closing
 }
 
+// headBegun is readHead's: a head has begun and waits for more bytes,
+// which must come within readHeaderTimeout, as net/http's (not during a
+// stop: its deadline stays).
+func (lc *leanConn) headBegun() {
+	ls := lc.ls
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if !ls.closing {
+		_ = lc.pc.SetReadDeadline(time.Now().Add(readHeaderTimeout))
+		lc.renewIdle = time.Time{} // the next wait sets the idle deadline
+	}
+}
+
+// isTimeout reports a read cut off by its deadline.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
 // leadingCRorLF is how many of b's first bytes are CR or LF.
 func leadingCRorLF(b []byte) int {
 	n := 0
@@ -399,8 +428,10 @@ func bareLF(b []byte) bool {
 
 // readHead returns the next request's head, up to and including its blank
 // line, without consuming it. With an error, head is what was read so far
-// (empty: nothing came before the connection closed or timed out).
-func readHead(br *bufio.Reader) ([]byte, error) {
+// (empty: nothing came before the connection closed or timed out). A head
+// that does not come whole in one read is given readHeaderTimeout from
+// then (lc.headBegun), unless timed (it has its deadline already).
+func readHead(br *bufio.Reader, lc *leanConn, timed bool) ([]byte, error) {
 	for n := 1; ; {
 		if n > br.Size() {
 			b, _ := br.Peek(br.Buffered())
@@ -420,6 +451,10 @@ func readHead(br *bufio.Reader) ([]byte, error) {
 		}
 		if i >= 0 {
 			return b, nil
+		}
+		if !timed && lc != nil {
+			lc.headBegun()
+			timed = true
 		}
 		n = len(b) + 1 // wait for more
 	}

@@ -185,3 +185,36 @@ func TestReviewLeanEmptyLineAfterPost(t *testing.T) {
 		t.Errorf("CRLF sent after the POST's answer, then a request: %d %s", resp.StatusCode, b)
 	}
 }
+
+// TestReviewLeanHeadTimeout: net/http gives a request's head
+// readHeaderTimeout (10 s) once it starts, and a new connection's first
+// head the same from its accept; a caller that sends part of a head, or
+// nothing, is then cut off. The lean path waited for the head as long as
+// for an idle connection's next request (2 to 4 minutes), so a caller
+// could hold connections (and their place in the per-uid connection cap)
+// 12 to 24 times as long with partial heads.
+func TestReviewLeanHeadTimeout(t *testing.T) {
+	s := startLean(t)
+	silent := dialRaw(t, s)
+	partialFirst := dialRaw(t, s)
+	partialFirst.send(strings.ReplaceAll(leanAcq, "{o}", "ht1") + leanHost)
+	partialNext := dialRaw(t, s)
+	partialNext.send(strings.ReplaceAll(leanAcq, "{o}", "ht2") + leanHost + "Content-Length: 2\r\n\r\n{}")
+	resp, b := partialNext.read("POST")
+	leaseOf(t, resp, b)
+	partialNext.send(strings.ReplaceAll(leanAcq, "{o}", "ht3"))
+	t0 := time.Now()
+	done := make(chan string, 3)
+	for name, r := range map[string]*rawHTTP{"silent": silent, "partial first head": partialFirst, "partial next head": partialNext} {
+		go func() {
+			_ = r.c.SetReadDeadline(time.Now().Add(25 * time.Second))
+			_, err := r.br.ReadByte()
+			done <- fmt.Sprintf("%s: %v after %v", name, err, time.Since(t0).Round(time.Second))
+		}()
+	}
+	for range 3 {
+		if got := <-done; !strings.Contains(got, "EOF") {
+			t.Errorf("%s; want EOF (net/http closes it after %v)", got, 10*time.Second)
+		}
+	}
+}
