@@ -70,6 +70,40 @@ func leanOutcome(t *testing.T, s *sc, req string, wait time.Duration) string {
 	}
 }
 
+// leanPair is a sidecar with the lean path and one without, on lock roots
+// of their own.
+func leanPair(t *testing.T) (lean, off *sc) {
+	t.Helper()
+	cfg := testConfig(t, testRoot(t)+"/lean", "n1")
+	cfg.ShutdownGrace = time.Second
+	lean = start(t, cfg)
+	cfg = testConfig(t, testRoot(t)+"/off", "n1")
+	cfg.ShutdownGrace = time.Second
+	off = start(t, cfg, func(o *sidecar.Options) { o.LeanPathOff = true })
+	return lean, off
+}
+
+// leanDiff sends each request to both sidecars and reports the requests
+// answered differently. Each request names the object {o}, replaced by a
+// name of its own.
+func leanDiff(t *testing.T, cases map[string]string) {
+	t.Helper()
+	lean, off := leanPair(t)
+	i := 0
+	for name, req := range cases {
+		i++
+		obj := fmt.Sprintf("d%d", i)
+		req = strings.ReplaceAll(req, "{o}", obj)
+		got := leanOutcome(t, lean, req, 2*time.Second)
+		want := leanOutcome(t, off, req, 2*time.Second)
+		if got != want {
+			t.Errorf("%s: lean path answers %q, net/http %q\n%q", name, got, want, req)
+		} else {
+			t.Logf("%s: %s", name, got)
+		}
+	}
+}
+
 const (
 	leanAcq  = "POST /v1/locks/{o}/acquire HTTP/1.1\r\n"
 	leanHost = "Host: baton\r\n"
@@ -217,4 +251,88 @@ func TestReviewLeanHeadTimeout(t *testing.T) {
 			t.Errorf("%s; want EOF (net/http closes it after %v)", got, 10*time.Second)
 		}
 	}
+}
+
+// TestReviewLeanDiffHeads: request heads on the lean path's routes that
+// net/http rejects, or reads otherwise than a plain reading would, are
+// answered by the lean path as net/http answers them (each followed by a
+// request that closes the connection, so that a request smuggled in the
+// first one's body shows).
+func TestReviewLeanDiffHeads(t *testing.T) {
+	leanDiff(t, map[string]string{
+		"plain":              leanAcq + leanHost + "Content-Length: 2\r\n\r\n{}" + leanNext,
+		"no length":          leanAcq + leanHost + "\r\n" + leanNext,
+		"length +2":          leanAcq + leanHost + "Content-Length: +2\r\n\r\n{}" + leanNext,
+		"length -0":          leanAcq + leanHost + "Content-Length: -0\r\n\r\n" + leanNext,
+		"length 0x2":         leanAcq + leanHost + "Content-Length: 0x2\r\n\r\n{}" + leanNext,
+		"length 02":          leanAcq + leanHost + "Content-Length: 02\r\n\r\n{}" + leanNext,
+		"length empty":       leanAcq + leanHost + "Content-Length: \r\n\r\n" + leanNext,
+		"length list":        leanAcq + leanHost + "Content-Length: 2, 2\r\n\r\n{}" + leanNext,
+		"length twice same":  leanAcq + leanHost + "Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"length spaces":      leanAcq + leanHost + "Content-Length:   2  \r\n\r\n{}" + leanNext,
+		"length tab":         leanAcq + leanHost + "Content-Length:\t2\r\n\r\n{}" + leanNext,
+		"length lowercase":   leanAcq + leanHost + "content-length: 2\r\n\r\n{}" + leanNext,
+		"length 1 smuggles":  leanAcq + leanHost + "Content-Length: 1\r\n\r\n{}" + leanNext,
+		"length short":       leanAcq + leanHost + "Content-Length: 5\r\n\r\n{}" + leanNext,
+		"CL and TE":          leanAcq + leanHost + "Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + leanNext,
+		"TE identity":        leanAcq + leanHost + "Transfer-Encoding: identity\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"two hosts":          leanAcq + leanHost + "host: other\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"host space":         leanAcq + "Host: bat on\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"host quote":         leanAcq + "Host: \"baton\"\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"host slash":         leanAcq + "Host: baton/x\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"host non-ASCII":     leanAcq + "Host: bät\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"host empty":         leanAcq + "Host:\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"host port":          leanAcq + "Host: baton:80\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"name space":         leanAcq + leanHost + "X-A b: c\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"name space colon":   leanAcq + leanHost + "Content-Length : 2\r\n\r\n{}" + leanNext,
+		"name empty":         leanAcq + leanHost + ": c\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"name non-ASCII":     leanAcq + leanHost + "X-ä: c\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"value NUL":          leanAcq + leanHost + "X-A: b\x00c\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"value CR":           leanAcq + leanHost + "X-A: b\rc\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"value DEL":          leanAcq + leanHost + "X-A: b\x7fc\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"value obs-text":     leanAcq + leanHost + "X-A: b\xffc\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"obs-fold":           leanAcq + leanHost + "X-A: b\r\n c\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"line without colon": leanAcq + leanHost + "X-A\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"first header space": leanAcq + " Host: baton\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"bare LF in value":   leanAcq + leanHost + "X-A: b\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"bare CR end":        leanAcq + leanHost + "Content-Length: 2\r\r\n\r\n{}" + leanNext,
+		"lowercase method":   "post /v1/locks/{o}/acquire HTTP/1.1\r\n" + leanHost + "Content-Length: 2\r\n\r\n{}" + leanNext,
+		"absolute form":      "POST http://baton/v1/locks/{o}/acquire HTTP/1.1\r\n" + leanHost + "Content-Length: 2\r\n\r\n{}" + leanNext,
+		"two spaces":         "POST  /v1/locks/{o}/acquire HTTP/1.1\r\n" + leanHost + "Content-Length: 2\r\n\r\n{}" + leanNext,
+		"target space":       "POST /v1/locks/{o} x/acquire HTTP/1.1\r\n" + leanHost + "Content-Length: 2\r\n\r\n{}" + leanNext,
+		"target CTL":         "POST /v1/locks/{o}\x01/acquire HTTP/1.1\r\n" + leanHost + "Content-Length: 2\r\n\r\n{}" + leanNext,
+		"target fragment":    "POST /v1/locks/{o}/acquire#f HTTP/1.1\r\n" + leanHost + "Content-Length: 2\r\n\r\n{}" + leanNext,
+		"target bad escape":  "POST /v1/locks/{o}%zz/acquire HTTP/1.1\r\n" + leanHost + "Content-Length: 2\r\n\r\n{}" + leanNext,
+		"target query":       "POST /v1/locks/{o}/acquire?x=1 HTTP/1.1\r\n" + leanHost + "Content-Length: 2\r\n\r\n{}" + leanNext,
+		"HTTP/1.10":          "POST /v1/locks/{o}/acquire HTTP/1.10\r\n" + leanHost + "Content-Length: 2\r\n\r\n{}" + leanNext,
+		"HTTP/2.0":           "POST /v1/locks/{o}/acquire HTTP/2.0\r\n" + leanHost + "Content-Length: 2\r\n\r\n{}" + leanNext,
+		"HTTP/1.0":           "POST /v1/locks/{o}/acquire HTTP/1.0\r\n" + leanHost + "Content-Length: 2\r\n\r\n{}" + leanNext,
+		"lowercase proto":    "POST /v1/locks/{o}/acquire http/1.1\r\n" + leanHost + "Content-Length: 2\r\n\r\n{}" + leanNext,
+		"trailing space":     "POST /v1/locks/{o}/acquire HTTP/1.1 \r\n" + leanHost + "Content-Length: 2\r\n\r\n{}" + leanNext,
+		"leading CRLF":       "\r\n" + leanAcq + leanHost + "Content-Length: 2\r\n\r\n{}" + leanNext,
+		"conn close":         leanAcq + leanHost + "Connection: close\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"conn CLOSE":         leanAcq + leanHost + "Connection: CLOSE\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"conn keep, close":   leanAcq + leanHost + "Connection: keep-alive\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"conn list":          leanAcq + leanHost + "Connection: keep-alive, close\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"conn upgrade":       leanAcq + leanHost + "Connection: upgrade\r\nUpgrade: h2c\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"expect":             leanAcq + leanHost + "Expect: 100-continue\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"expect other":       leanAcq + leanHost + "Expect: something\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"delete":             "DELETE /v1/leases/nope HTTP/1.1\r\n" + leanHost + "\r\n" + leanNext,
+		"delete with body":   "DELETE /v1/leases/nope HTTP/1.1\r\n" + leanHost + "Content-Length: 3\r\n\r\nabc" + leanNext,
+		"renew bad id":       "POST /v1/leases/nope/renew HTTP/1.1\r\n" + leanHost + "Content-Length: 2\r\n\r\n{}" + leanNext,
+		"CRLF after POST":    leanAcq + leanHost + "Content-Length: 2\r\n\r\n{}\r\n" + leanNext,
+		"LF after POST":      leanAcq + leanHost + "Content-Length: 2\r\n\r\n{}\n" + leanNext,
+		"5 CRLF after POST":  leanAcq + leanHost + "Content-Length: 2\r\n\r\n{}\r\n\r\n\r\n" + leanNext,
+		"CRLF after DELETE":  "DELETE /v1/leases/nope HTTP/1.1\r\n" + leanHost + "\r\n\r\n" + leanNext,
+		"length -00":         leanAcq + leanHost + "Content-Length: -00\r\n\r\n" + leanNext,
+		"host tab":           leanAcq + "Host: ba\tton\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"host IPv6":          leanAcq + "Host: [::1]:80\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"long body":          leanAcq + leanHost + "Content-Length: 3000\r\n\r\n{\"info\":\"" + strings.Repeat("i", 2989) + "\"}" + leanNext,
+		"head at buffer":     leanAcq + leanHost + "X-Pad: " + strings.Repeat("p", 1990) + "\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"bad JSON":           leanAcq + leanHost + "Content-Length: 2\r\n\r\n{x" + leanNext,
+		"forbidden query":    "POST /v1/locks/{o}/acquire?nope=1 HTTP/1.1\r\n" + leanHost + "Content-Length: 2\r\n\r\n{}" + leanNext,
+		"then chunked":       leanAcq + leanHost + "Content-Length: 2\r\n\r\n{}" + "POST /v1/locks/{o}-2/acquire HTTP/1.1\r\n" + leanHost + "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n" + leanNext,
+		"then HTTP/1.0":      leanAcq + leanHost + "Content-Length: 2\r\n\r\n{}" + "POST /v1/locks/{o}-2/acquire HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}" + leanNext,
+		"then bad":           leanAcq + leanHost + "Content-Length: 2\r\n\r\n{}" + "POST /v1/locks/{o}-2/acquire HTTP/1.1\r\n" + leanHost + "Content-Length: -0\r\n\r\n" + leanNext,
+	})
 }
