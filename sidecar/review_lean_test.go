@@ -7,6 +7,7 @@ package sidecar_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -689,4 +691,114 @@ func TestReviewLeanCapsGivenBack(t *testing.T) {
 			t.Errorf("round %d: uid 1001's short wait after it left: %d %s, want it to time out", round, st2, body2)
 		}
 	}
+}
+
+// TestReviewLeanStopUnderLoad: a stop while callers cycle acquire, renew
+// and release on kept-alive lean connections (some pipelining, some
+// leaving mid-request): Run returns, every connection ends, no lean
+// connection's goroutine is left (and the race detector sees nothing).
+func TestReviewLeanStopUnderLoad(t *testing.T) {
+	cfg := testConfig(t, testRoot(t), "n1")
+	cfg.ShutdownGrace = 2 * time.Second
+	s := start(t, cfg)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; ; j++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c, err := net.Dial("unix", cfg.SocketPath)
+				if err != nil {
+					return // the socket is gone: stopped
+				}
+				br := bufio.NewReader(c)
+				_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+				for k := range 20 {
+					obj := fmt.Sprintf("ld-%d", i)
+					if _, err := io.WriteString(c, post("/v1/locks/"+obj+"/acquire", `{"wait_ms":1000}`)); err != nil {
+						break
+					}
+					if i%4 == 3 && k == 10 {
+						break // leaves mid-request
+					}
+					resp, err := http.ReadResponse(br, nil)
+					if err != nil {
+						break
+					}
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 200 {
+						if resp.Close {
+							break
+						}
+						continue
+					}
+					id := leaseIDOf(b)
+					req := post("/v1/leases/"+id+"/renew", `{}`) + "DELETE /v1/leases/" + id + " HTTP/1.1\r\nHost: baton\r\n\r\n"
+					if i%2 == 0 { // pipelined
+						if _, err := io.WriteString(c, req); err != nil {
+							break
+						}
+					}
+					ok := true
+					for n, m := range []string{"POST", "DELETE"} {
+						if i%2 == 1 {
+							part := post("/v1/leases/"+id+"/renew", `{}`)
+							if n == 1 {
+								part = "DELETE /v1/leases/" + id + " HTTP/1.1\r\nHost: baton\r\n\r\n"
+							}
+							if _, err := io.WriteString(c, part); err != nil {
+								ok = false
+								break
+							}
+						}
+						resp, err := http.ReadResponse(br, &http.Request{Method: m})
+						if err != nil {
+							ok = false
+							break
+						}
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					}
+					if !ok {
+						break
+					}
+				}
+				c.Close()
+			}
+		}()
+	}
+	served0, _ := sidecar.LeanCounts(s.srv)
+	waitFor(t, 20*time.Second, "requests on the lean path", func() bool {
+		served, _ := sidecar.LeanCounts(s.srv)
+		return served-served0 >= 200
+	})
+	s.cancel()
+	select {
+	case err := <-s.done:
+		s.done <- err
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	served, handed := sidecar.LeanCounts(s.srv)
+	t.Logf("lean path: %d requests answered, %d connections handed over", served, handed)
+	close(stop)
+	wg.Wait()
+	waitFor(t, 5*time.Second, "no lean connection's goroutine", func() bool { return goroutinesWith("sidecar.(*leanConn).serve") == 0 })
+}
+
+// leaseIDOf is the lease id in an acquire's answer ("" if none).
+func leaseIDOf(b []byte) string {
+	var l api.Lease
+	_ = json.Unmarshal(b, &l)
+	return l.LeaseID
 }
