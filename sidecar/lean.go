@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/batonhq/baton/api"
 )
 
@@ -141,12 +143,14 @@ func (ls *leanServer) shutdown(ctx context.Context) error {
 
 // close ends the requests still running (their context is cancelled) and
 // waits a moment for their connections to close: a handler that does not
-// return is left running, as http.Server.Close leaves its own.
+// return is left running, as http.Server.Close leaves its own. A write
+// blocked on a caller that does not read fails (the write deadline too),
+// as http.Server.Close's closing the connection makes it fail.
 func (ls *leanServer) close() {
 	ls.mu.Lock()
 	ls.closing = true
 	for lc := range ls.conns {
-		_ = lc.pc.SetReadDeadline(time.Unix(1, 0))
+		_ = lc.pc.SetDeadline(time.Unix(1, 0))
 	}
 	ls.mu.Unlock()
 	ls.stop()
@@ -202,8 +206,16 @@ func (lc *leanConn) serve() {
 		}
 	}()
 	base := context.WithValue(ls.ctx, peerKey{}, lc.pc.p)
+	lastPost := false
+	first := true
 	for {
-		if now := time.Now(); now.After(lc.renewIdle) {
+		switch now := time.Now(); {
+		case first:
+			// a new connection's first head within readHeaderTimeout
+			// of its accept, as net/http's (renewIdle stays zero: the
+			// next wait sets the idle deadline)
+			_ = lc.pc.SetReadDeadline(now.Add(readHeaderTimeout))
+		case now.After(lc.renewIdle):
 			// between one and two idle timeouts: not a timer per request
 			_ = lc.pc.SetReadDeadline(now.Add(2 * leanIdleTimeout))
 			lc.renewIdle = now.Add(leanIdleTimeout)
@@ -215,13 +227,23 @@ func (lc *leanConn) serve() {
 		}
 		lc.idle = true // from now on shutdown's deadline wakes the wait
 		ls.mu.Unlock()
-		head, err := readHead(lc.br)
+		if lastPost {
+			// as net/http: up to 4 CR or LF bytes after a POST are
+			// ignored (RFC 9112 §2.2: old clients send CRLF after a
+			// POST's body)
+			peek, _ := lc.br.Peek(4)
+			_, _ = lc.br.Discard(leadingCRorLF(peek))
+		}
+		head, err := readHead(lc.br, lc, first)
+		first = false
 		ls.mu.Lock()
 		lc.idle = false
 		closing := ls.closing
 		ls.mu.Unlock()
-		if err != nil && (len(head) == 0 || closing) {
-			return // closed, timed out, or shutting down
+		if err != nil && (len(head) == 0 || closing || isTimeout(err)) {
+			// closed, timed out (net/http too closes a connection whose
+			// head did not come in time, unanswered), or shutting down
+			return
 		}
 		var req *leanRequest
 		if err == nil {
@@ -245,6 +267,7 @@ func (lc *leanConn) serve() {
 		if !lc.answer(base, req) {
 			return
 		}
+		lastPost = req.method == http.MethodPost
 	}
 }
 
@@ -370,6 +393,34 @@ func (ls *leanServer) isClosing() bool {
 	return ls.closing
 }
 
+// headBegun is readHead's: a head has begun and waits for more bytes,
+// which must come within readHeaderTimeout, as net/http's (not during a
+// stop: its deadline stays).
+func (lc *leanConn) headBegun() {
+	ls := lc.ls
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if !ls.closing {
+		_ = lc.pc.SetReadDeadline(time.Now().Add(readHeaderTimeout))
+		lc.renewIdle = time.Time{} // the next wait sets the idle deadline
+	}
+}
+
+// isTimeout reports a read cut off by its deadline.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// leadingCRorLF is how many of b's first bytes are CR or LF.
+func leadingCRorLF(b []byte) int {
+	n := 0
+	for n < len(b) && (b[n] == '\r' || b[n] == '\n') {
+		n++
+	}
+	return n
+}
+
 // errHeadTooLong: the head did not fit in the buffer (net/http reads it).
 var errHeadTooLong = errors.New("sidecar: request head over the lean path's buffer")
 
@@ -388,8 +439,10 @@ func bareLF(b []byte) bool {
 
 // readHead returns the next request's head, up to and including its blank
 // line, without consuming it. With an error, head is what was read so far
-// (empty: nothing came before the connection closed or timed out).
-func readHead(br *bufio.Reader) ([]byte, error) {
+// (empty: nothing came before the connection closed or timed out). A head
+// that does not come whole in one read is given readHeaderTimeout from
+// then (lc.headBegun), unless timed (it has its deadline already).
+func readHead(br *bufio.Reader, lc *leanConn, timed bool) ([]byte, error) {
 	for n := 1; ; {
 		if n > br.Size() {
 			b, _ := br.Peek(br.Buffered())
@@ -409,6 +462,10 @@ func readHead(br *bufio.Reader) ([]byte, error) {
 		}
 		if i >= 0 {
 			return b, nil
+		}
+		if !timed && lc != nil {
+			lc.headBegun()
+			timed = true
 		}
 		n = len(b) + 1 // wait for more
 	}
@@ -462,16 +519,21 @@ func parseLean(head []byte) *leanRequest {
 		v := string(value)
 		switch key {
 		case "Host": // in Request.Host, not the header, as net/http has it
+			if !httpguts.ValidHostHeader(v) {
+				return nil // net/http's 400
+			}
 			hosts++
 			req.host = v
 			continue
 		case "Content-Length":
 			lengths++
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 || (v[0] == '+') {
+			// as net/http reads it: digits alone ("-0" and "+1" are
+			// not lengths)
+			n, err := strconv.ParseUint(v, 10, 63)
+			if err != nil {
 				return nil
 			}
-			req.length = n
+			req.length = int64(n)
 		case "Connection":
 			switch {
 			case strings.EqualFold(v, "close"):

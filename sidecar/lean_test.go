@@ -288,7 +288,10 @@ func TestLeanShutdownClosesIdle(t *testing.T) {
 	if resp.StatusCode == 200 {
 		t.Fatalf("a waiting acquire granted during shutdown: %s", b)
 	}
-	_ = idle.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	// the idle connection stays open through the drain (its holder may
+	// renew and release on it), which lasts the grace (10 s: the lease
+	// on it is not released)
+	_ = idle.c.SetReadDeadline(time.Now().Add(s.cfg.ShutdownGrace + 20*time.Second))
 	if _, err := idle.br.ReadByte(); err != io.EOF {
 		t.Errorf("idle connection after the stop: %v, want EOF", err)
 	}
