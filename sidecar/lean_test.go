@@ -289,8 +289,8 @@ func TestLeanShutdownClosesIdle(t *testing.T) {
 		t.Fatalf("a waiting acquire granted during shutdown: %s", b)
 	}
 	// the idle connection stays open through the drain (its holder may
-	// renew and release on it), which lasts the grace (10 s: the lease
-	// on it is not released)
+	// renew and release on it), which lasts the grace (the lease on it is
+	// not released)
 	_ = idle.c.SetReadDeadline(time.Now().Add(s.cfg.ShutdownGrace + 20*time.Second))
 	if _, err := idle.br.ReadByte(); err != io.EOF {
 		t.Errorf("idle connection after the stop: %v, want EOF", err)
