@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/props"
 	"github.com/batonhq/baton/sidecar"
 	"github.com/batonhq/baton/testenv"
 )
@@ -22,14 +23,20 @@ import (
 // the first one, after 10 ms (detach.go; the default waits for many).
 func startDetaching(t *testing.T) *sc {
 	t.Helper()
-	cfg := testConfig(t, testRoot(t), "n1")
-	// detaching is net/http's: the lean path's acquires wait on their
-	// connection's goroutine (lean.go)
-	srv, err := sidecar.New(cfg, sidecar.Options{Logger: testLogger(t), LeanPathOff: true})
+	return startDetachAt(t, testConfig(t, testRoot(t), "n1"), 1, true)
+}
+
+// startDetachAt runs a sidecar with cfg whose waiting acquires detach from
+// the waiters-th in flight, after 10 ms (waiters 0: never); leanOff: every
+// connection on net/http (detaching is net/http's: the lean path's
+// acquires wait on their connection's goroutine, lean.go).
+func startDetachAt(t *testing.T, cfg props.Config, waiters int64, leanOff bool) *sc {
+	t.Helper()
+	srv, err := sidecar.New(cfg, sidecar.Options{Logger: testLogger(t), LeanPathOff: leanOff})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sidecar.SetDetach(srv, 1, 10*time.Millisecond)
+	sidecar.SetDetach(srv, waiters, 10*time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &sc{t: t, srv: srv, cfg: cfg, cancel: cancel, done: make(chan error, 1), hc: testenv.UnixHTTP(cfg.SocketPath)}
 	go func() { s.done <- srv.Run(ctx) }()

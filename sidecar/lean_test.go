@@ -3,7 +3,6 @@ package sidecar_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/sidecar"
-	"github.com/batonhq/baton/testenv"
 )
 
 // rawHTTP is one connection to the sidecar written to by hand.
@@ -302,17 +300,7 @@ func TestLeanShutdownClosesIdle(t *testing.T) {
 // waits (detach.go: a waiting connection keeps less there); below the
 // threshold acquires stay on the lean path.
 func TestLeanCrowdedAcquireDetaches(t *testing.T) {
-	cfg := testConfig(t, testRoot(t), "n1")
-	srv, err := sidecar.New(cfg, sidecar.Options{Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sidecar.SetDetach(srv, 1, 10*time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &sc{t: t, srv: srv, cfg: cfg, cancel: cancel, done: make(chan error, 1), hc: testenv.UnixHTTP(cfg.SocketPath)}
-	go func() { s.done <- srv.Run(ctx) }()
-	t.Cleanup(s.stop)
-	waitFor(t, 20*time.Second, "sidecar ready", func() bool { st, _ := s.call("GET", "/readyz", ""); return st == 200 })
+	s := startDetachAt(t, testConfig(t, testRoot(t), "n1"), 1, false)
 
 	h := s.acquire("lean-crowd", `{"lease_ms":60000}`) // alone in flight: lean
 	served0, handed0 := sidecar.LeanCounts(s.srv)

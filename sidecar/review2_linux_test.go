@@ -21,7 +21,6 @@ import (
 
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/sidecar"
-	"github.com/batonhq/baton/testenv"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -61,21 +60,7 @@ func readAnswer(t testing.TB, c net.Conn) (*http.Response, []byte) {
 // 10 ms; waiters 0: never.
 func startDetach(t *testing.T, sub string, waiters int64) *sc {
 	t.Helper()
-	cfg := testConfig(t, testRoot(t)+"/"+sub, "n1")
-	srv, err := sidecar.New(cfg, sidecar.Options{Logger: testLogger(t), LeanPathOff: true}) // detaching is net/http's (lean.go)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sidecar.SetDetach(srv, waiters, 10*time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &sc{t: t, srv: srv, cfg: cfg, cancel: cancel, done: make(chan error, 1), hc: testenv.UnixHTTP(cfg.SocketPath)}
-	go func() { s.done <- srv.Run(ctx) }()
-	t.Cleanup(s.stop)
-	waitFor(t, 20*time.Second, "sidecar ready", func() bool {
-		st, _ := s.call("GET", "/readyz", "")
-		return st == 200
-	})
-	return s
+	return startDetachAt(t, testConfig(t, testRoot(t)+"/"+sub, "n1"), waiters, true)
 }
 
 // assertNoLeases: the sidecar has no lease.
