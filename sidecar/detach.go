@@ -298,29 +298,53 @@ func (w *recorder) response(keepAlive bool) []byte {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
-	var b bytes.Buffer
-	b.WriteString("HTTP/1.1 " + strconv.Itoa(w.status) + " " + http.StatusText(w.status) + "\r\n")
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range w.header {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	// the keys in order without a heap allocation for the few an answer has
+	var buf [8]string
+	keys := buf[:0]
+	for k := range w.header {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b := make([]byte, 0, 160+w.body.Len())
+	b = append(b, "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(w.status), 10)
+	b = append(b, ' ')
+	b = append(b, http.StatusText(w.status)...)
+	b = append(b, "\r\n"...)
+	for _, k := range keys {
 		switch k {
 		case "Content-Length", "Connection", "Transfer-Encoding", "Date":
 			continue
 		}
 		for _, v := range w.header[k] {
-			b.WriteString(k + ": " + v + "\r\n")
+			b = append(append(append(append(b, k...), ": "...), v...), "\r\n"...)
 		}
 	}
-	b.WriteString("Date: " + time.Now().UTC().Format(http.TimeFormat) + "\r\n")
-	b.WriteString("Content-Length: " + strconv.Itoa(w.body.Len()) + "\r\n")
+	b = append(append(append(b, "Date: "...), httpDate()...), "\r\n"...)
+	b = append(b, "Content-Length: "...)
+	b = strconv.AppendInt(b, int64(w.body.Len()), 10)
+	b = append(b, "\r\n"...)
 	if !keepAlive {
-		b.WriteString("Connection: close\r\n")
+		b = append(b, "Connection: close\r\n"...)
 	}
-	b.WriteString("\r\n")
-	b.Write(w.body.Bytes())
-	return b.Bytes()
+	b = append(b, "\r\n"...)
+	return append(b, w.body.Bytes()...)
 }
+
+// httpDate is the Date header's value now, formatted once a second.
+func httpDate() string {
+	now := time.Now()
+	if d := lastDate.Load(); d != nil && d.sec == now.Unix() {
+		return d.s
+	}
+	d := &dateStamp{sec: now.Unix(), s: now.UTC().Format(http.TimeFormat)}
+	lastDate.Store(d)
+	return d.s
+}
+
+type dateStamp struct {
+	sec int64
+	s   string
+}
+
+var lastDate atomic.Pointer[dateStamp]

@@ -515,7 +515,7 @@ func parseLean(head []byte) *leanRequest {
 		if !validHeaderValue(value) {
 			return nil
 		}
-		key := textproto.CanonicalMIMEHeaderKey(string(name))
+		key := headerKey(name)
 		v := string(value)
 		switch key {
 		case "Host": // in Request.Host, not the header, as net/http has it
@@ -551,6 +551,22 @@ func parseLean(head []byte) *leanRequest {
 		return nil
 	}
 	return req
+}
+
+// commonKeys are the header names HTTP clients send on the lock's
+// requests, as canonical strings: one of them, spelled canonically, costs
+// no allocation (headerKey).
+var commonKeys = []string{"Host", "User-Agent", "Content-Length", "Content-Type", "Accept", "Accept-Encoding", "Connection"}
+
+// headerKey is textproto.CanonicalMIMEHeaderKey(string(name)), without
+// the string's allocation for a common name already canonical.
+func headerKey(name []byte) string {
+	for _, k := range commonKeys {
+		if string(name) == k {
+			return k
+		}
+	}
+	return textproto.CanonicalMIMEHeaderKey(string(name))
 }
 
 // leanRoute reports whether method and target are one of the lean path's
