@@ -1,4 +1,4 @@
-//go:build linux && !race
+//go:build linux && !race && !386
 
 package rawio
 
