@@ -131,14 +131,19 @@ func (ls *leanServer) shutdown(ctx context.Context) error {
 		}
 	}
 	ls.mu.Unlock()
-	done := make(chan struct{})
-	go func() { ls.wg.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-ls.connsDone():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// connsDone is closed once every connection's goroutine has returned.
+func (ls *leanServer) connsDone() <-chan struct{} {
+	done := make(chan struct{})
+	go func() { ls.wg.Wait(); close(done) }()
+	return done
 }
 
 // close ends the requests still running (their context is cancelled) and
@@ -154,10 +159,8 @@ func (ls *leanServer) close() {
 	}
 	ls.mu.Unlock()
 	ls.stop()
-	done := make(chan struct{})
-	go func() { ls.wg.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-ls.connsDone():
 	case <-time.After(leanCloseWait):
 		ls.s.log.Warn("requests still running as the sidecar stops", "after", leanCloseWait)
 	}
@@ -508,15 +511,16 @@ func parseLean(head []byte) *leanRequest {
 		var hl []byte
 		hl, rest, _ = bytes.Cut(rest, []byte("\r\n"))
 		name, value, ok := bytes.Cut(hl, []byte(":"))
-		if !ok || !validHeaderName(name) {
+		if !ok {
 			return nil // an obs-fold, a line without a name
 		}
-		value = bytes.Trim(value, " \t")
-		if !validHeaderValue(value) {
+		// net/http's checks: a token for the name, no control
+		// characters but HTAB in the value (canonicalizing keeps a
+		// name's validity)
+		key, v := headerKey(name), string(bytes.Trim(value, " \t"))
+		if !httpguts.ValidHeaderFieldName(key) || !httpguts.ValidHeaderFieldValue(v) {
 			return nil
 		}
-		key := headerKey(name)
-		v := string(value)
 		switch key {
 		case "Host": // in Request.Host, not the header, as net/http has it
 			if !httpguts.ValidHostHeader(v) {
@@ -574,73 +578,23 @@ func headerKey(name []byte) string {
 // DELETE /v1/leases/{id} (a query allowed; the router checks the rest);
 // acquire says it is the first.
 func leanRoute(method, target string) (acquire, ok bool) {
-	p, _, _ := cutByte(target, '?')
+	p, _, _ := strings.Cut(target, "?")
+	// the path value between prefix and suffix: one non-empty segment
+	segment := func(prefix, suffix string) bool {
+		v, ok1 := strings.CutPrefix(p, prefix)
+		v, ok2 := strings.CutSuffix(v, suffix)
+		return ok1 && ok2 && v != "" && !strings.Contains(v, "/")
+	}
 	switch method {
 	case http.MethodPost:
-		if obj, ok := cutPrefixSuffix(p, "/v1/locks/", "/acquire"); ok {
-			return true, oneSegment(obj)
+		if segment("/v1/locks/", "/acquire") {
+			return true, true
 		}
-		if id, ok := cutPrefixSuffix(p, "/v1/leases/", "/renew"); ok {
-			return false, oneSegment(id)
-		}
+		return false, segment("/v1/leases/", "/renew")
 	case http.MethodDelete:
-		if id, ok := cutPrefixSuffix(p, "/v1/leases/", ""); ok {
-			return false, oneSegment(id)
-		}
+		return false, segment("/v1/leases/", "")
 	}
 	return false, false
-}
-
-func cutByte(s string, c byte) (string, string, bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
-}
-
-func cutPrefixSuffix(s, prefix, suffix string) (string, bool) {
-	if len(s) < len(prefix)+len(suffix) || s[:len(prefix)] != prefix || s[len(s)-len(suffix):] != suffix {
-		return "", false
-	}
-	return s[len(prefix) : len(s)-len(suffix)], true
-}
-
-// oneSegment: a non-empty path segment.
-func oneSegment(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] == '/' {
-			return false
-		}
-	}
-	return true
-}
-
-// validHeaderName: a token (RFC 9110 §5.1).
-func validHeaderName(b []byte) bool {
-	if len(b) == 0 {
-		return false
-	}
-	for _, c := range b {
-		if c <= ' ' || c >= 0x7f || bytes.IndexByte([]byte(`"(),/:;<=>?@[\]{}`), c) >= 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// validHeaderValue: no control characters but HTAB (RFC 9110 §5.5).
-func validHeaderValue(b []byte) bool {
-	for _, c := range b {
-		if (c < ' ' && c != '\t') || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 // handList is the listener net/http serves: it accepts the connections
