@@ -113,7 +113,7 @@ type result struct {
 
 func main() {
 	if len(os.Args) < 2 || strings.HasPrefix(os.Args[1], "-") {
-		fmt.Fprintln(os.Stderr, "usage: baton-bench W1|W2|W3|W4|W5 --zk HOST:PORT --root PATH [flags]; baton-bench probe|reqcost|cost|floor|wire|cpu [flags]")
+		fmt.Fprintln(os.Stderr, "usage: baton-bench W1|W2|W3|W4|W5 --zk HOST:PORT --root PATH [flags]; baton-bench probe|reqcost|cost|ab|floor|wire|cpu [flags]")
 		os.Exit(64)
 	}
 	switch os.Args[1] {
@@ -135,6 +135,8 @@ func main() {
 		os.Exit(peerSidecarMain(os.Args[2:]))
 	case "zk-cycles":
 		os.Exit(zkCyclesMain(os.Args[2:]))
+	case "ab":
+		os.Exit(abMain(os.Args[2:]))
 	}
 	cfg := config{workload: os.Args[1]}
 	fs := flag.NewFlagSet("baton-bench", flag.ExitOnError)

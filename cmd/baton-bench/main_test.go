@@ -223,3 +223,27 @@ func TestCPUShare(t *testing.T) {
 		t.Fatalf("a command that ended before the window: no error (%+v)", short)
 	}
 }
+
+// TestAB: ab alternates W1 cycles between two sidecars and reports, per
+// round, each one's CPU and p50 and B's ratios to A's (here one build,
+// B on the lean path and A without it).
+func TestAB(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts ZooKeeper and two baton serve")
+	}
+	bin := baton(t)
+	z := testenv.ZooKeeperT(t, testenv.ZKOptions{})
+	res := abResult{Cycles: 50}
+	if err := ab(&res, z.Servers()[0], [2]string{bin, bin}, [2][]string{{"BATON_LEAN_PATH=off"}, nil}, "native", 10, 2); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rounds) != 2 {
+		t.Fatalf("%d rounds, want 2", len(res.Rounds))
+	}
+	for _, r := range res.Rounds {
+		if r.ACPUUs <= 0 || r.BCPUUs <= 0 || r.AP50us <= 0 || r.BP50us <= 0 || r.CPURatio != r.BCPUUs/r.ACPUUs || r.P50Ratio != r.BP50us/r.AP50us {
+			t.Fatalf("a figure missing or wrong: %+v", r)
+		}
+	}
+	t.Logf("%+v", res.Rounds)
+}
