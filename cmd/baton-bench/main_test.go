@@ -121,6 +121,9 @@ func TestProbe(t *testing.T) {
 			if res.RSSWaitingMiB <= 0 || res.RSSPeakMiB < res.RSSWaitingMiB {
 				t.Fatalf("%s, objects %d: RSS waiting %.1f MiB, peak %.1f MiB", proto, k, res.RSSWaitingMiB, res.RSSPeakMiB)
 			}
+			if res.LiveWaitingMiB <= 0 || res.LiveWaitingMiB > res.RSSPeakMiB {
+				t.Fatalf("%s, objects %d: live heap and stacks %.1f MiB waiting, RSS peak %.1f MiB", proto, k, res.LiveWaitingMiB, res.RSSPeakMiB)
+			}
 			kept := int64(0)
 			if proto == "native" {
 				kept = 3 * int64(k)

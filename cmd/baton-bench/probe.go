@@ -11,6 +11,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path"
 	"strconv"
@@ -40,6 +43,12 @@ type probeResult struct {
 	// waiting acquire (its connection, goroutines, buffers, the engine's
 	// waiter), the gates' share included
 	BytesPerWaiter float64 `json:"bytes_per_waiter"`
+	// (live waiting − live idle) / waiters, live being the Go runtime's
+	// heap and stacks in use (the sidecar's /metrics): what a waiter
+	// keeps, whatever the collector's pace (VmRSS also holds garbage not
+	// yet collected, up to GOMEMLIMIT)
+	LiveBytesPerWaiter float64 `json:"live_bytes_per_waiter"`
+	LiveWaitingMiB     float64 `json:"live_waiting_mib"`
 	// sidecar CPU (schedstat, all threads) per handoff during the drain
 	CPUUsPerHandoff float64 `json:"cpu_us_per_handoff"`
 	LoadAvg         string  `json:"loadavg"`
@@ -215,6 +224,10 @@ func (p *prober) do(res *probeResult) error {
 	defer p.c.Close()
 	ctx := context.Background()
 	res.RSSIdleMiB = procMiB(p.sc.pid(), "VmRSS")
+	liveIdle, err := runtimeLive(p.sc.socket)
+	if err != nil {
+		return err
+	}
 
 	objs := make([]string, p.objects)
 	holders := make([]atomic.Int64, p.objects)
@@ -267,6 +280,12 @@ func (p *prober) do(res *probeResult) error {
 	}
 	res.RSSWaitingMiB = procMiB(p.sc.pid(), "VmRSS")
 	res.BytesPerWaiter = (res.RSSWaitingMiB - res.RSSIdleMiB) * (1 << 20) / float64(p.waiters)
+	live, err := runtimeLive(p.sc.socket)
+	if err != nil {
+		return err
+	}
+	res.LiveWaitingMiB = live / (1 << 20)
+	res.LiveBytesPerWaiter = (live - liveIdle) / float64(p.waiters)
 	res.ZnodesWaiting, _ = subtree(raw, root)
 	if p.completed.Load() != 0 || p.errs.Load() != 0 {
 		return fmt.Errorf("%d waiters finished before the gates opened (errors: %v)", p.completed.Load(), firstErr.Load())
@@ -422,4 +441,40 @@ func mkdirs(c *zk.Conn, path string) error {
 		}
 	}
 	return nil
+}
+
+// runtimeLive is the Go heap and stacks in use of the sidecar listening on
+// socket (go_memstats_heap_inuse_bytes + go_memstats_stack_inuse_bytes of
+// its /metrics).
+func runtimeLive(socket string) (float64, error) {
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}}, Timeout: 10 * time.Second}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get("http://baton/metrics")
+	if err != nil {
+		return 0, fmt.Errorf("metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("metrics: %w", err)
+	}
+	var sum float64
+	found := 0
+	for line := range strings.Lines(string(b)) {
+		name, val, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if ok && (name == "go_memstats_heap_inuse_bytes" || name == "go_memstats_stack_inuse_bytes") {
+			v, err := strconv.ParseFloat(val, 64)
+			if err != nil {
+				return 0, fmt.Errorf("metrics: %s: %w", name, err)
+			}
+			sum += v
+			found++
+		}
+	}
+	if found != 2 {
+		return 0, fmt.Errorf("metrics: go_memstats_heap_inuse_bytes or go_memstats_stack_inuse_bytes missing (status %s)", resp.Status)
+	}
+	return sum, nil
 }
