@@ -16,17 +16,23 @@ import (
 // cycle by a third and its context switches by 40 %, and the 10,000-waiter
 // drain went faster, not slower.
 //
-// GOMEMLIMIT 192 MiB: a soft limit that makes the collector work harder as
+// GOMEMLIMIT 232 MiB: a soft limit that makes the collector work harder as
 // the heap approaches it, instead of letting the heap double before each
 // collection (GOGC=100) — the peak of a sidecar with thousands of waiting
-// acquires (issue 21's budget: 10,000 of them in 256 MiB). A sidecar with a
-// few hundred waiters lives far below it (≈ 20 MiB idle, ≈ 30 KB per
-// waiting acquire). It never fails an allocation: near it the collector
-// runs more often (the runtime caps that at about half the CPU), so a node
-// that keeps more than ≈ 6,000 acquires waiting should raise it.
+// acquires (issue 21's budget: 10,000 of them in 256 MiB; without a limit
+// they peaked at 315 MiB). It sits above what the default
+// sidecar.max.waiters (10,000) need: a waiting acquire keeps about 20 KB
+// live (half of it its goroutine's stack), so 10,000 of them and an idle
+// sidecar are about 215 MiB. A limit below that is a collector that never
+// stops: the first limit, 192 MiB, made the 10,000-waiter drain spend three
+// quarters of the sidecar's CPU collecting, 2.2 times the CPU per handoff
+// (BENCHMARKS.md, eleventh round). It never fails an allocation: near it
+// the collector runs more often (the runtime caps that at about half the
+// CPU), so a node that admits more than 10,000 waiting acquires (raising
+// sidecar.max.waiters) should raise it by about 20 KB each.
 const (
 	serveMaxProcs = 1
-	serveMemLimit = 192 << 20
+	serveMemLimit = 232 << 20
 )
 
 // setServeRuntime applies serveMaxProcs and serveMemLimit where getenv
