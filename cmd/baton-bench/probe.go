@@ -44,9 +44,9 @@ type probeResult struct {
 	// waiter), the gates' share included
 	BytesPerWaiter float64 `json:"bytes_per_waiter"`
 	// (live waiting − live idle) / waiters, live being the Go runtime's
-	// heap and stacks in use (the sidecar's /metrics): what a waiter
-	// keeps, whatever the collector's pace (VmRSS also holds garbage not
-	// yet collected, up to GOMEMLIMIT)
+	// heap spans and stacks in use (the sidecar's /metrics): what a waiter
+	// keeps, less the garbage the collector left for later (VmRSS holds
+	// that too, up to GOMEMLIMIT; heap spans in use still hold some)
 	LiveBytesPerWaiter float64 `json:"live_bytes_per_waiter"`
 	LiveWaitingMiB     float64 `json:"live_waiting_mib"`
 	// sidecar CPU (schedstat, all threads) per handoff during the drain
