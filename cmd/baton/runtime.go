@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"runtime"
 	"runtime/debug"
@@ -46,4 +47,25 @@ func setServeRuntime(getenv func(string) string) (procs int, memLimit int64) {
 		debug.SetMemoryLimit(serveMemLimit)
 	}
 	return runtime.GOMAXPROCS(0), debug.SetMemoryLimit(-1)
+}
+
+// What a sidecar keeps live (heap and stacks in use): idle, and per waiting
+// acquire (the 10,000-waiter probe's live_bytes_per_waiter: 20.2–21.3 KB).
+const (
+	idleLiveBytes   = 24 << 20
+	waiterLiveBytes = 21 << 10
+)
+
+// memLimitWarning is the warning for a memory limit below what maxWaiters
+// waiting acquires keep live ("" when it is not): near that many waiters
+// the collector would run without pause.
+func memLimitWarning(maxWaiters int, memLimit int64) string {
+	need := idleLiveBytes + int64(maxWaiters)*waiterLiveBytes
+	if memLimit == math.MaxInt64 || need <= memLimit {
+		return ""
+	}
+	return fmt.Sprintf("sidecar.max.waiters is %d: that many waiting acquires keep about %d MiB live, above GOMEMLIMIT (%d MiB); "+
+		"near that many the collector runs without pause (up to half the CPU, fewer handoffs per second): "+
+		"set GOMEMLIMIT to at least %dMiB in baton serve's environment, or lower sidecar.max.waiters",
+		maxWaiters, need>>20, memLimit>>20, (need+1<<20-1)>>20)
 }

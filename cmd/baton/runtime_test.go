@@ -1,9 +1,19 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"math"
+	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/batonhq/baton/props"
+	"github.com/batonhq/baton/testenv"
 )
 
 // TestServeRuntime: baton serve's GOMAXPROCS default applies only when the
@@ -25,5 +35,66 @@ func TestServeRuntime(t *testing.T) {
 	}
 	if want := int64(serveMemLimit); l != want {
 		t.Errorf("environment unset: GOMEMLIMIT %d, want %d", l, want)
+	}
+}
+
+// TestMemLimitWarning: the default sidecar.max.waiters fits the default
+// GOMEMLIMIT (the 10,000-waiter probe's live set, with room); twice as
+// many do not, and the warning says what to set; no limit, no warning.
+func TestMemLimitWarning(t *testing.T) {
+	if w := memLimitWarning(10_000, serveMemLimit); w != "" {
+		t.Errorf("the defaults warn: %s", w)
+	}
+	w := memLimitWarning(20_000, serveMemLimit)
+	for _, want := range []string{"sidecar.max.waiters is 20000", "about 434 MiB live", "above GOMEMLIMIT (232 MiB)", "set GOMEMLIMIT to at least 435MiB"} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warning %q lacks %q", w, want)
+		}
+	}
+	if w := memLimitWarning(10_000_000, math.MaxInt64); w != "" {
+		t.Errorf("no limit, yet a warning: %s", w)
+	}
+}
+
+// TestServeWarnsMemoryLimit: baton serve logs the warning at start when
+// its memory limit is below what sidecar.max.waiters can keep live, and
+// not with the defaults.
+func TestServeWarnsMemoryLimit(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(serveMemLimit))
+	for _, tc := range []struct {
+		waiters string
+		warn    bool
+	}{{"10000", false}, {"20000", true}} {
+		t.Run(tc.waiters, func(t *testing.T) {
+			dir := cleanEnv(t)
+			opts := props.LoadOptions{NoFile: true, Set: []string{
+				"zookeeper.servers=127.0.0.1:1", "sidecar.socket.path=" + filepath.Join(dir, "s.sock"),
+				"queue.dir=" + filepath.Join(dir, "q"), "sidecar.max.waiters=" + tc.waiters,
+			}}
+			loaded, err := props.Load(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			logs := &testenv.Buffer{}
+			g := &globals{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: logs}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- serveLoaded(ctx, g, loaded, opts, nil) }()
+			for deadline := time.Now().Add(20 * time.Second); !strings.Contains(logs.String(), `msg="baton serve starting"`) && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("serve: %v", err)
+			}
+			out := logs.String()
+			if !strings.Contains(out, `msg="baton serve starting"`) {
+				t.Fatalf("serve did not start:\n%s", out)
+			}
+			re := regexp.MustCompile(`(?m)^.*level=WARN msg="memory limit below the waiters' need" key=sidecar.max.waiters warning="sidecar.max.waiters is 20000: .*set GOMEMLIMIT to at least 435MiB`)
+			if got := re.MatchString(out); got != tc.warn {
+				t.Errorf("warning logged: %v, want %v:\n%s", got, tc.warn, out)
+			}
+		})
 	}
 }

@@ -417,6 +417,19 @@ func testServeReload(t *testing.T, e *env) {
 	}
 	s.out.waitFor(t, mark, "level=DEBUG msg=\"lease granted\"", 30*time.Second)
 	r.l.Release(ctx)
+
+	// Raising sidecar.max.waiters past what the memory limit (the default
+	// GOMEMLIMIT here) holds live is applied, with a warning naming the
+	// GOMEMLIMIT to set.
+	p3 := maps.Clone(p)
+	p3["sidecar.max.waiters"] = "20000"
+	writeProps(t, s.config, p3)
+	mark3 := s.out.Len()
+	s.signal(t, syscall.SIGHUP)
+	out = s.out.waitFor(t, mark3, "configuration reloaded", 30*time.Second)
+	if re := `level=WARN msg="memory limit below the waiters' need" key=sidecar.max.waiters warning="sidecar.max.waiters is 20000: .*set GOMEMLIMIT to at least 435MiB`; !regexp.MustCompile(re).MatchString(out) {
+		t.Errorf("log after raising sidecar.max.waiters to 20000 has no match for %s:\n%s", re, out)
+	}
 	s.stop(t)
 }
 
