@@ -176,6 +176,11 @@ type leanConn struct {
 	// renewIdle: when the read deadline of the wait for a request is next
 	// pushed back
 	renewIdle time.Time
+	// headStart: when the request being read began, as net/http counts
+	// its ReadTimeout (body included) from it: the connection's accept
+	// for its first request, else the first bytes of a head that came in
+	// several reads; zero for a head that came whole (it began just now)
+	headStart time.Time
 
 	// the caller's hanging up (hangup) and the running request's cancel
 	// (goneMu)
@@ -212,12 +217,14 @@ func (lc *leanConn) serve() {
 	lastPost := false
 	first := true
 	for {
+		lc.headStart = time.Time{}
 		switch now := time.Now(); {
 		case first:
 			// a new connection's first head within readHeaderTimeout
 			// of its accept, as net/http's (renewIdle stays zero: the
 			// next wait sets the idle deadline)
 			_ = lc.pc.SetReadDeadline(now.Add(readHeaderTimeout))
+			lc.headStart = now
 		case now.After(lc.renewIdle):
 			// between one and two idle timeouts: not a timer per request
 			_ = lc.pc.SetReadDeadline(now.Add(2 * leanIdleTimeout))
@@ -285,7 +292,11 @@ func (lc *leanConn) answer(base context.Context, req *leanRequest) bool {
 		_, _ = io.ReadFull(lc.br, b)
 		body = io.NopCloser(bytes.NewReader(b))
 	case req.length > 0:
-		_ = lc.pc.SetReadDeadline(time.Now().Add(lc.ls.s.opts.readTimeout()))
+		start := lc.headStart
+		if start.IsZero() {
+			start = time.Now()
+		}
+		_ = lc.pc.SetReadDeadline(start.Add(lc.ls.s.opts.readTimeout()))
 		lc.renewIdle = time.Time{} // the next wait sets its own
 		rest = &io.LimitedReader{R: lc.br, N: req.length}
 		body = io.NopCloser(rest)
@@ -404,8 +415,12 @@ func (lc *leanConn) headBegun() {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if !ls.closing {
-		_ = lc.pc.SetReadDeadline(time.Now().Add(readHeaderTimeout))
+		now := time.Now()
+		_ = lc.pc.SetReadDeadline(now.Add(readHeaderTimeout))
 		lc.renewIdle = time.Time{} // the next wait sets the idle deadline
+		if lc.headStart.IsZero() {
+			lc.headStart = now
+		}
 	}
 }
 

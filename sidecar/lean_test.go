@@ -327,3 +327,58 @@ func TestLeanCrowdedAcquireDetaches(t *testing.T) {
 	}
 	s.release(l.LeaseID)
 }
+
+// TestLeanReadTimeoutFromHeadStart: the read timeout bounds a request from
+// the moment its head began, body included, as net/http's ReadTimeout: a
+// head that took 1.2 s to arrive leaves its body 0.8 s of a 2 s timeout,
+// not another 2 s. The same sidecar without the lean path (net/http)
+// answers alike.
+func TestLeanReadTimeoutFromHeadStart(t *testing.T) {
+	const rt = 2 * time.Second
+	for _, leanOff := range []bool{false, true} {
+		t.Run(fmt.Sprintf("leanOff=%v", leanOff), func(t *testing.T) {
+			cfg := testConfig(t, testRoot(t), fmt.Sprintf("sc-lrt-%v", leanOff))
+			start(t, cfg, func(o *sidecar.Options) { o.ReadTimeout, o.LeanPathOff = rt, leanOff })
+			for _, second := range []bool{false, true} {
+				c, err := net.Dial("unix", cfg.SocketPath)
+				if err != nil {
+					t.Fatal(err)
+				}
+				br := bufio.NewReader(c)
+				if second { // a first request answered (one the lean path serves), then the timed one on the same connection
+					if _, err := io.WriteString(c, "DELETE /v1/leases/no-such-lease HTTP/1.1\r\nHost: baton\r\n\r\n"); err != nil {
+						t.Fatal(err)
+					}
+					resp, err := http.ReadResponse(br, nil)
+					if err != nil || resp.StatusCode != 404 {
+						t.Fatalf("release of no lease: %v %v, want 404", resp, err)
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+				}
+				t0 := time.Now()
+				if _, err := io.WriteString(c, "POST /v1/locks/lrt/acquire HTTP/1.1\r\nHost: baton\r\n"); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(1200 * time.Millisecond)
+				if _, err := io.WriteString(c, "Content-Length: 100\r\n\r\n{"); err != nil {
+					t.Fatal(err)
+				}
+				_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+				resp, err := http.ReadResponse(br, nil)
+				took := time.Since(t0)
+				if err != nil {
+					t.Fatalf("second=%v: no answer to a stalled body: %v", second, err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				c.Close()
+				if resp.StatusCode != 400 || !strings.Contains(string(b), `"field":"body"`) {
+					t.Errorf("second=%v: stalled body: %d %s, want 400 naming the body", second, resp.StatusCode, b)
+				}
+				// from the head's start: about 2 s; from its end it would be 3.2 s
+				if took < rt-100*time.Millisecond || took > rt+700*time.Millisecond {
+					t.Errorf("second=%v: the stalled request was cut %v after its head began, want about %v", second, took, rt)
+				}
+			}
+		})
+	}
+}
