@@ -3,6 +3,7 @@
 package sidecar
 
 import (
+	"slices"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -11,7 +12,8 @@ import (
 // peerGroups returns the supplementary groups the peer of the unix socket
 // fd had when it connected (SO_PEERGROUPS, Linux ≥ 4.13).
 func peerGroups(fd int) ([]uint32, error) {
-	buf := make([]uint32, 64)
+	var small [64]uint32
+	buf := small[:]
 	for {
 		n := uint32(len(buf) * 4)
 		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_PEERGROUPS,
@@ -23,6 +25,8 @@ func peerGroups(fd int) ([]uint32, error) {
 		case e != 0:
 			return nil, e
 		}
-		return buf[:n/4], nil
+		// kept with the connection for its life: its own size, not the
+		// buffer's (256 bytes for the usual one or two groups)
+		return slices.Clone(buf[:n/4]), nil
 	}
 }
