@@ -64,6 +64,13 @@ func floorMain(args []string) int {
 // primParked names the primitive of a parked handoff's release multi.
 const primParked = "zk write: multi (delete child + create child + setData, guarded + check: a parked handoff)"
 
+// the primitives the floors are made of (primitives' keys)
+const (
+	primMulti   = "zk write: multi (delete child + setData, guarded)"
+	primRTStock = "http round trip: stock client → raw echo"
+	primRTGo    = "http round trip: Baton's Go client → raw echo"
+)
+
 // w4Settle is floor's --settle.
 var w4Settle time.Duration
 
@@ -158,9 +165,20 @@ func floor(zkAddr, bat, gozk string, rounds, n, ops, warmup int, impls []string,
 	}
 	prim := map[string][]time.Duration{}
 	runs := map[string]*floorRun{}
+	peer := map[string][]result{} // the peer's W1 and W2, each round: the W1 and W2 floors against the same moments
 	for r := range rounds {
 		if err := primitives(a, b, hc, echoes, client.New(sc.socket), client.New(echoSocks[0]), obj, n, prim); err != nil {
 			return fmt.Errorf("round %d: primitives: %w", r, err)
+		}
+		if gozk != "" && w4Settle == 0 {
+			for _, w := range []struct{ name, clients, ops, warmup string }{{"W1", "1", "1000", "300"}, {"W2", "8", "2000", "500"}} {
+				res, err := peerRun(gozk, w.name, "--zk", addr, "--root", fmt.Sprintf("%s/%s-%d", run, strings.ToLower(w.name), r),
+					"--clients", w.clients, "--ops", w.ops, "--warmup", w.warmup, "--objects", "1", "--impl", "gozk")
+				if err != nil {
+					return fmt.Errorf("round %d: gozk %s: %w", r, w.name, err)
+				}
+				peer[w.name] = append(peer[w.name], res)
+			}
 		}
 		for k := range impls {
 			impl := impls[(k+r)%len(impls)] // rotated: noise hits all alike
@@ -198,7 +216,86 @@ func floor(zkAddr, bat, gozk string, rounds, n, ops, warmup int, impls []string,
 		}
 	}
 	floorTable(prim, runs)
+	printPeerFloors(prim, peer)
 	return nil
+}
+
+// peerRun runs one workload of the peers harness's go-zookeeper lockbench.
+func peerRun(argv ...string) (result, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.Output()
+	var res result
+	if jerr := json.Unmarshal(out, &res); jerr != nil {
+		return res, fmt.Errorf("%v: %s", err, out)
+	}
+	if err != nil || res.Error != "" || res.Overlaps != 0 {
+		return res, fmt.Errorf("%v %s (overlaps %d)", err, res.Error, res.Overlaps)
+	}
+	return res, nil
+}
+
+// peerFloor is one row of peerFloors: a goal, what its floor is made of,
+// the floor per acquisition and its ratio to the peer's figure.
+type peerFloor struct {
+	goal, floor string
+	us, ratio   float64
+}
+
+// peerFloors sets W1's and W2-on-one-sidecar's floors against the peer's W1
+// and W2 of the same run (interleaved with the primitives, round by round):
+// W1, Baton's cycle is two multis (the fast path's grant, the release: the
+// release multi's shape) and two round trips, against the peer's cycle p50;
+// W2 on one shared sidecar, each acquisition a parked handoff's write and a
+// Go-client round trip, against the peer's acquisitions per second (a
+// ratio of rates: above the goal means the goal is within the floor).
+func peerFloors(prim map[string][]time.Duration, w1p50, w2rate float64) []peerFloor {
+	p50 := func(k string) float64 {
+		v := slices.Clone(prim[k])
+		slices.Sort(v)
+		return quantileUs(v, 0.5)
+	}
+	w, wp := p50(primMulti), p50(primParked)
+	rs, rg := p50(primRTStock), p50(primRTGo)
+	return []peerFloor{
+		{"W1 ≤ 1.0×, stock client (cycle p50)", "two multis + two stock round trips", 2*w + 2*rs, (2*w + 2*rs) / w1p50},
+		{"W1 ≤ 0.9×, Go client (cycle p50)", "two multis + two Go round trips", 2*w + 2*rg, (2*w + 2*rg) / w1p50},
+		{"W2 shared ≥ 1.5× (acquisitions/s)", "a parked handoff's multi + a Go round trip", wp + rg, 1e6 / (wp + rg) / w2rate},
+	}
+}
+
+// printPeerFloors prints peerFloors with the peer's runs.
+func printPeerFloors(prim map[string][]time.Duration, peer map[string][]result) {
+	if len(peer["W1"]) == 0 || len(peer["W2"]) == 0 {
+		return
+	}
+	med := func(rs []result, f func(result) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	p50 := func(r result) float64 { return r.P50us }
+	rate := func(r result) float64 { return r.OpsPerS }
+	w1, w2 := med(peer["W1"], p50), med(peer["W2"], rate)
+	fmt.Printf("\nW1 and W2 floors against the peer's own runs, interleaved (gozk W1 p50 per round %v, median %.0f µs; W2 acquisitions/s per round %v, median %.0f):\n\n"+
+		"| goal | floor | floor µs per cycle or acquisition | floor × peer |\n|---|---|---|---|\n",
+		fmtRuns(peer["W1"], p50), w1, fmtRuns(peer["W2"], rate), w2)
+	for _, f := range peerFloors(prim, w1, w2) {
+		fmt.Printf("| %s | %s | %.0f | %.2f |\n", f.goal, f.floor, f.us, f.ratio)
+	}
+}
+
+// fmtRuns is f of each run, rounded.
+func fmtRuns(rs []result, f func(result) float64) []int {
+	v := make([]int, len(rs))
+	for i, r := range rs {
+		v[i] = int(f(r) + 0.5)
+	}
+	return v
 }
 
 // floorTable sets each mode's W4 against its floor: the peer's handoff
@@ -227,9 +324,9 @@ func floorTable(prim map[string][]time.Duration, runs map[string]*floorRun) {
 	if peer == 0 {
 		return
 	}
-	w := p50("zk write: multi (delete child + setData, guarded)")
-	rs := p50("http round trip: stock client → raw echo")
-	rg := p50("http round trip: Baton's Go client → raw echo")
+	w := p50(primMulti)
+	rs := p50(primRTStock)
+	rg := p50(primRTGo)
 	fmt.Printf("\nfloors (peer = gozk W4 p50 %.0f µs; write %.0f (a parked handoff's: %.0f), stock-client round trip %.0f, Go-client round trip %.0f):\n\n"+
 		"| mode | impl | W4 p50 µs | × peer | floor µs | floor × peer | goal | above the floor µs |\n|---|---|---|---|---|---|---|---|\n",
 		peer, w, p50(primParked), rs, rg)

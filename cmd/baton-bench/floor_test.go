@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"math"
+	"testing"
+	"time"
+)
 
 // addWindows on a made-up native handoff across sidecars: the holder's
 // connection (port 1) lists, then sends the release multi; the waiter's
@@ -135,5 +139,38 @@ func TestCountWire(t *testing.T) {
 	if c1, c2 := w.Connections["1"], w.Connections["2"]; c1["create"] != 1 || c1["multi"] != 1 || len(c1) != 2 ||
 		c2["ping"] != 1 || c2["event2"] != 1 || c2["getData"] != 1 || len(c2) != 3 {
 		t.Errorf("per connection %v", w.Connections)
+	}
+}
+
+// TestPeerFloors: W1's floors are two release-shaped multis and two round
+// trips over the peer's cycle; W2 shared's is the rate of one parked
+// multi and a Go round trip per acquisition over the peer's rate.
+func TestPeerFloors(t *testing.T) {
+	us := func(v ...int) []time.Duration {
+		d := make([]time.Duration, len(v))
+		for i, x := range v {
+			d[i] = time.Duration(x) * time.Microsecond
+		}
+		return d
+	}
+	prim := map[string][]time.Duration{
+		primMulti:   us(400, 450, 500),
+		primParked:  us(480, 520, 560),
+		primRTStock: us(100, 120, 140),
+		primRTGo:    us(60, 80, 100),
+	}
+	got := peerFloors(prim, 1000, 1200)
+	want := []struct{ us, ratio float64 }{
+		{2*450 + 2*120, (2*450 + 2*120) / 1000.0},
+		{2*450 + 2*80, (2*450 + 2*80) / 1000.0},
+		{520 + 80, 1e6 / 600 / 1200},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d rows, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		if math.Abs(got[i].us-w.us) > 0.5 || math.Abs(got[i].ratio-w.ratio) > 1e-3 {
+			t.Errorf("%s: %.1f µs, %.3f×; want %.1f, %.3f", got[i].goal, got[i].us, got[i].ratio, w.us, w.ratio)
+		}
 	}
 }
