@@ -49,27 +49,7 @@ func TestServeWarnsInsecureSettings(t *testing.T) {
 				"zookeeper.servers=127.0.0.1:1", "sidecar.socket.path=" + filepath.Join(sub, "s.sock"),
 				"queue.dir=" + filepath.Join(sub, "q"),
 			}, tc.set...)}
-			loaded, err := props.Load(opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			logs := &testenv.Buffer{}
-			g := &globals{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: logs}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- serveLoaded(ctx, g, loaded, opts, nil) }()
-			deadline := time.Now().Add(20 * time.Second)
-			for !strings.Contains(logs.String(), `msg="baton serve starting"`) && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("serve: %v", err)
-			}
-			out := logs.String()
-			if !strings.Contains(out, `msg="baton serve starting"`) {
-				t.Fatalf("serve did not start:\n%s", out)
-			}
+			out := serveStartLogs(t, opts)
 			if got := strings.Count(out, `msg="insecure setting"`); got != len(tc.want) {
 				t.Errorf("%d insecure-setting WARN lines, want %d:\n%s", got, len(tc.want), out)
 			}
@@ -83,4 +63,41 @@ func TestServeWarnsInsecureSettings(t *testing.T) {
 			}
 		})
 	}
+}
+
+// serveInProcess runs serveLoaded with opts in the background, its log in
+// logs; stop ends it and checks that it returned no error.
+func serveInProcess(t *testing.T, opts props.LoadOptions, onReady func(socket string)) (logs *testenv.Buffer, stop func()) {
+	t.Helper()
+	loaded, err := props.Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs = &testenv.Buffer{}
+	g := &globals{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: logs}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serveLoaded(ctx, g, loaded, opts, onReady) }()
+	return logs, func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}
+}
+
+// serveStartLogs is the log of serveInProcess with opts up to its start
+// line (it is stopped then).
+func serveStartLogs(t *testing.T, opts props.LoadOptions) string {
+	t.Helper()
+	logs, stop := serveInProcess(t, opts, nil)
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(logs.String(), `msg="baton serve starting"`) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	out := logs.String()
+	if !strings.Contains(out, `msg="baton serve starting"`) {
+		t.Fatalf("serve did not start:\n%s", out)
+	}
+	return out
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/client"
 	"github.com/batonhq/baton/props"
-	"github.com/batonhq/baton/testenv"
 )
 
 // TestLogKeysOnce: an attribute key given again (a library's logger adds
@@ -56,22 +55,9 @@ func TestServeWithoutZooKeeper(t *testing.T) {
 				"zookeeper.servers=127.0.0.1:1/chroot", "sidecar.socket.path=" + sock, "log.level=" + level,
 				"queue.dir=" + filepath.Join(dir, "q"),
 			}}
-			loaded, err := props.Load(opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			logs := &testenv.Buffer{}
-			g := &globals{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: logs}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
 			ready := make(chan struct{})
-			go func() { done <- serveLoaded(ctx, g, loaded, opts, func(string) { close(ready) }) }()
-			defer func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("serve: %v", err)
-				}
-			}()
+			logs, stop := serveInProcess(t, opts, func(string) { close(ready) })
+			defer stop()
 			c := client.New(sock)
 			defer c.Close()
 			var h *api.Health

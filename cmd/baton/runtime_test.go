@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"math"
 	"path/filepath"
 	"regexp"
@@ -10,10 +8,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/batonhq/baton/props"
-	"github.com/batonhq/baton/testenv"
 )
 
 // TestServeRuntime: baton serve's GOMAXPROCS default applies only when the
@@ -71,26 +67,7 @@ func TestServeWarnsMemoryLimit(t *testing.T) {
 				"zookeeper.servers=127.0.0.1:1", "sidecar.socket.path=" + filepath.Join(dir, "s.sock"),
 				"queue.dir=" + filepath.Join(dir, "q"), "sidecar.max.waiters=" + tc.waiters,
 			}}
-			loaded, err := props.Load(opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			logs := &testenv.Buffer{}
-			g := &globals{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: logs}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- serveLoaded(ctx, g, loaded, opts, nil) }()
-			for deadline := time.Now().Add(20 * time.Second); !strings.Contains(logs.String(), `msg="baton serve starting"`) && time.Now().Before(deadline); {
-				time.Sleep(20 * time.Millisecond)
-			}
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("serve: %v", err)
-			}
-			out := logs.String()
-			if !strings.Contains(out, `msg="baton serve starting"`) {
-				t.Fatalf("serve did not start:\n%s", out)
-			}
+			out := serveStartLogs(t, opts)
 			re := regexp.MustCompile(`(?m)^.*level=WARN msg="memory limit below the waiters' need" key=sidecar.max.waiters warning="sidecar.max.waiters is 20000: .*set GOMEMLIMIT to at least 435MiB`)
 			if got := re.MatchString(out); got != tc.warn {
 				t.Errorf("warning logged: %v, want %v:\n%s", got, tc.warn, out)
