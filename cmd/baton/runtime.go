@@ -21,7 +21,7 @@ import (
 // the heap approaches it, instead of letting the heap double before each
 // collection (GOGC=100) — the peak of a sidecar with thousands of waiting
 // acquires (issue 21's budget: 10,000 of them in 256 MiB; without a limit
-// they peaked at 315 MiB). It sits above what the default
+// an earlier build's peaked at 315 MiB). It sits above what the default
 // sidecar.max.waiters (10,000) need: a waiting acquire keeps about 20 KB
 // live (half of it its goroutine's stack), so 10,000 of them and an idle
 // sidecar are about 215 MiB. A limit below that is a collector that never
