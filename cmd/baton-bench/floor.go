@@ -222,7 +222,16 @@ func floor(zkAddr, bat, gozk string, rounds, n, ops, warmup int, impls []string,
 
 // peerRun runs one workload of the peers harness's go-zookeeper lockbench.
 func peerRun(argv ...string) (result, error) {
-	cmd := exec.Command(argv[0], argv[1:]...)
+	res, err := runResult(exec.Command(argv[0], argv[1:]...))
+	if err == nil && res.Overlaps != 0 {
+		err = fmt.Errorf("%d overlaps", res.Overlaps)
+	}
+	return res, err
+}
+
+// runResult runs a workload command (killed if this process dies) and
+// reads the result it prints; its error, or the result's.
+func runResult(cmd *exec.Cmd) (result, error) {
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.Output()
@@ -230,10 +239,17 @@ func peerRun(argv ...string) (result, error) {
 	if jerr := json.Unmarshal(out, &res); jerr != nil {
 		return res, fmt.Errorf("%v: %s", err, out)
 	}
-	if err != nil || res.Error != "" || res.Overlaps != 0 {
-		return res, fmt.Errorf("%v %s (overlaps %d)", err, res.Error, res.Overlaps)
+	if res.Error != "" || err != nil {
+		return res, fmt.Errorf("%v %s", err, res.Error)
 	}
 	return res, nil
+}
+
+// primP50 is the p50 of primitive k, in µs.
+func primP50(prim map[string][]time.Duration, k string) float64 {
+	v := slices.Clone(prim[k])
+	slices.Sort(v)
+	return quantileUs(v, 0.5)
 }
 
 // peerFloor is one row of peerFloors: a goal, what its floor is made of,
@@ -251,13 +267,8 @@ type peerFloor struct {
 // Go-client round trip, against the peer's acquisitions per second (a
 // ratio of rates: above the goal means the goal is within the floor).
 func peerFloors(prim map[string][]time.Duration, w1p50, w2rate float64) []peerFloor {
-	p50 := func(k string) float64 {
-		v := slices.Clone(prim[k])
-		slices.Sort(v)
-		return quantileUs(v, 0.5)
-	}
-	w, wp := p50(primMulti), p50(primParked)
-	rs, rg := p50(primRTStock), p50(primRTGo)
+	w, wp := primP50(prim, primMulti), primP50(prim, primParked)
+	rs, rg := primP50(prim, primRTStock), primP50(prim, primRTGo)
 	return []peerFloor{
 		{"W1 ≤ 1.0×, stock client (cycle p50)", "two multis + two stock round trips", 2*w + 2*rs, (2*w + 2*rs) / w1p50},
 		{"W1 ≤ 0.9×, Go client (cycle p50)", "two multis + two Go round trips", 2*w + 2*rg, (2*w + 2*rg) / w1p50},
@@ -306,11 +317,7 @@ func fmtRuns(rs []result, f func(result) float64) []int {
 // write in series. A local handoff (both clients on one sidecar), on either
 // protocol, is one write and the round trip: no event, no read.
 func floorTable(prim map[string][]time.Duration, runs map[string]*floorRun) {
-	p50 := func(k string) float64 {
-		v := slices.Clone(prim[k])
-		slices.Sort(v)
-		return quantileUs(v, 0.5)
-	}
+	p50 := func(k string) float64 { return primP50(prim, k) }
 	med := func(name string) float64 {
 		fr := runs[name]
 		if fr == nil || len(fr.p50) == 0 {
@@ -491,18 +498,12 @@ func w4Once(fr *floorRun, argv []string, dir string, wc *wireCapture) error {
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(append(os.Environ(), sidecarEnv...), "BATON_BENCH_STAMPS="+stampFile, "BATON_DEBUG_STAMPS="+sdir)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if wc != nil {
 		wc.take()
 	}
-	out, err := cmd.Output()
-	var res result
-	if jerr := json.Unmarshal(out, &res); jerr != nil {
-		return fmt.Errorf("%v: %s", err, out)
-	}
-	if res.Error != "" || err != nil {
-		return fmt.Errorf("%v %s", err, res.Error)
+	res, err := runResult(cmd)
+	if err != nil {
+		return err
 	}
 	fr.p50 = append(fr.p50, res.P50us)
 	if wc == nil {
