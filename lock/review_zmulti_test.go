@@ -156,32 +156,41 @@ func (c *zmConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-type zmQuiet struct{}
+// zmBase creates paths in order where missing; the last, the test's base,
+// is deleted with its children when the test ends.
+func zmBase(t *testing.T, check *zk.Conn, paths ...string) {
+	t.Helper()
+	for _, q := range paths {
+		if _, err := check.Create(q, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			t.Fatal(err)
+		}
+	}
+	base := paths[len(paths)-1]
+	t.Cleanup(func() {
+		kids, _, _ := check.Children(base)
+		for _, k := range kids {
+			_ = check.Delete(base+"/"+k, -1)
+		}
+		_ = check.Delete(base, -1)
+	})
+}
 
-func (zmQuiet) Printf(string, ...any) {}
+// zmCleanObjects deletes the objects' nodes under root when the test ends
+// (a native object's sentinel, privateLock, first).
+func zmCleanObjects(t *testing.T, check *zk.Conn, root string, objects ...string) {
+	for _, o := range objects {
+		name, _ := lock.EscapeObject(o)
+		t.Cleanup(func() {
+			_ = check.Delete(path.Join(root, name, "privateLock"), -1)
+			_ = check.Delete(path.Join(root, name), -1)
+		})
+	}
+}
 
 // zmConnect is a plain go-zookeeper client dialing through f.
 func zmConnect(t *testing.T, servers []string, f *zmFaults) *zk.Conn {
 	t.Helper()
-	c, ev, err := zk.Connect(servers, 8*time.Second, zk.WithDialer(f.dial), zk.WithLogInfo(false), zk.WithLogger(zmQuiet{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.After(20 * time.Second)
-	for c.State() != zk.StateHasSession {
-		select {
-		case <-ev:
-		case <-deadline:
-			c.Close()
-			t.Fatal("no session after 20s")
-		}
-	}
-	go func() { // keep the event channel drained
-		for range ev {
-		}
-	}()
-	t.Cleanup(c.Close)
-	return c
+	return testenv.ClientWith(t, servers, 8*time.Second, f.dial)
 }
 
 // lateRec records the calls of a late (orphan) function.
@@ -302,16 +311,7 @@ func TestReviewZmultiContract(t *testing.T) {
 	conn := zmConnect(t, []string{p.Addr()}, f)
 	check := rawConn(t, zkServer.Servers())
 	base := "/zmulti-" + nonWord.ReplaceAllString(t.Name(), "_")
-	if _, err := check.Create(base, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		kids, _, _ := check.Children(base)
-		for _, k := range kids {
-			_ = check.Delete(base+"/"+k, -1)
-		}
-		_ = check.Delete(base, -1)
-	})
+	zmBase(t, check, base)
 	create := func(name string) any {
 		return &zk.CreateRequest{Path: base + "/" + name, Acl: zk.WorldACL(zk.PermAll)}
 	}
@@ -522,18 +522,7 @@ func TestReviewZmultiBoundedSlots(t *testing.T) {
 	conn := zmConnOf(t, e)
 	check := rawConn(t, zkServer.Servers())
 	base := root + "/zmslots"
-	for _, q := range []string{"/t", root, base} {
-		if _, err := check.Create(q, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		kids, _, _ := check.Children(base)
-		for _, k := range kids {
-			_ = check.Delete(base+"/"+k, -1)
-		}
-		_ = check.Delete(base, -1)
-	})
+	zmBase(t, check, "/t", root, base)
 	ops := func(name string) []any {
 		return []any{&zk.CreateRequest{Path: base + "/" + name, Acl: zk.WorldACL(zk.PermAll)}}
 	}
@@ -729,13 +718,7 @@ func zmQueueFull(t *testing.T, native bool) {
 	e2 := zmEngine(t, zkServer.Servers(), root, newZmFaults(), tweak...)
 	check := rawConn(t, zkServer.Servers())
 	const fast, held = "zm-fast", "zm-held"
-	for _, o := range []string{fast, held} {
-		name, _ := lock.EscapeObject(o)
-		t.Cleanup(func() {
-			_ = check.Delete(path.Join(root, name, "privateLock"), -1) // a native object's sentinel
-			_ = check.Delete(path.Join(root, name), -1)
-		})
-	}
+	zmCleanObjects(t, check, root, fast, held)
 	// two lone cycles: the next acquire of fast takes the fast path
 	release(t, acquire(t, e, fast, lock.Foreground, lock.AcquireOptions{}))
 	release(t, acquire(t, e, fast, lock.Foreground, lock.AcquireOptions{}))
@@ -820,13 +803,7 @@ func zmLate(t *testing.T, native bool) {
 	e2 := zmEngine(t, zkServer.Servers(), root, newZmFaults(), tweak...)
 	check := rawConn(t, zkServer.Servers())
 	const fast, held = "zm-late-fast", "zm-late-held"
-	for _, o := range []string{fast, held} {
-		name, _ := lock.EscapeObject(o)
-		t.Cleanup(func() {
-			_ = check.Delete(path.Join(root, name, "privateLock"), -1)
-			_ = check.Delete(path.Join(root, name), -1)
-		})
-	}
+	zmCleanObjects(t, check, root, fast, held)
 	release(t, acquire(t, e, fast, lock.Foreground, lock.AcquireOptions{}))
 	release(t, acquire(t, e, fast, lock.Foreground, lock.AcquireOptions{}))
 	const bound = 300*time.Millisecond + 2*time.Second + 2*time.Second // wait, the fail's inspection, slack
@@ -964,11 +941,7 @@ func zmTake(t *testing.T, native bool) {
 	e2 := zmEngine(t, zkServer.Servers(), root, newZmFaults(), tweak...)
 	check := rawConn(t, zkServer.Servers())
 	const obj = "zm-take"
-	name, _ := lock.EscapeObject(obj)
-	t.Cleanup(func() {
-		_ = check.Delete(path.Join(root, name, "privateLock"), -1)
-		_ = check.Delete(path.Join(root, name), -1)
-	})
+	zmCleanObjects(t, check, root, obj)
 	h := acquire(t, e2, obj, lock.Foreground, lock.AcquireOptions{})
 	before := len(children(t, check, root, obj))
 	type result struct {
@@ -1065,11 +1038,7 @@ func zmPark(t *testing.T, full bool) {
 	e2 := zmEngine(t, zkServer.Servers(), root, newZmFaults(), native)
 	check := rawConn(t, zkServer.Servers())
 	const obj = "zm-park"
-	name, _ := lock.EscapeObject(obj)
-	t.Cleanup(func() {
-		_ = check.Delete(path.Join(root, name, "privateLock"), -1)
-		_ = check.Delete(path.Join(root, name), -1)
-	})
+	zmCleanObjects(t, check, root, obj)
 	g := acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{})
 	type result struct {
 		g   *lock.Grant

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -12,7 +13,17 @@ import (
 // closed when the test ends: for a test's own reads and faults.
 func Client(t TB, servers []string) *zk.Conn {
 	t.Helper()
-	c, ev, err := zk.Connect(servers, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
+	return ClientWith(t, servers, 10*time.Second, nil)
+}
+
+// ClientWith is Client with a session timeout and a dialer (nil: a plain
+// TCP dial, go-zookeeper's own).
+func ClientWith(t TB, servers []string, sessionTimeout time.Duration, dial zk.Dialer) *zk.Conn {
+	t.Helper()
+	if dial == nil {
+		dial = net.DialTimeout
+	}
+	c, ev, err := zk.Connect(servers, sessionTimeout, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}), zk.WithDialer(dial))
 	if err != nil {
 		t.Fatalf("testenv: zk connect: %v", err)
 	}
