@@ -618,12 +618,19 @@ func zcall[T any](ctx context.Context, f func() (T, error), orphan func(T, error
 // hand-offs fewer per call. Unlike zcall's, a multi whose ctx ends before
 // it is handed to the connection is never sent, so it is never sent behind
 // the caller's next request; orphan (if not nil) then gets zk.ErrNotSent
-// (notSent), else the answer. orphan is called exactly when zmulti
-// returns ctx's error, ctx.Err() itself (an answer's error may wrap a
-// context error: a connection's failed write).
+// (notSent), else the answer. orphan is called exactly when
+// endedFirst(ctx, err).
 func zmulti(ctx context.Context, s *session, ops []any, orphan func([]zk.MultiResponse, error)) ([]zk.MultiResponse, error) {
 	return s.conn.MultiCtx(ctx, orphan, ops...)
 }
+
+// endedFirst reports whether zmulti returned because ctx ended first (its
+// orphan function is then called later): err is ctx.Err() itself. An
+// answer's error can wrap a context error too (a connection from
+// Options.Dialer failing a write with one), and no orphan call follows
+// that (TestReviewZmultiSlotAnswerWrapsCtxErr,
+// TestReviewZmultiReleaseAnswerWrapsCtxErr).
+func endedFirst(ctx context.Context, err error) bool { return err != nil && err == ctx.Err() }
 
 // isConnErr reports errors after which the request may or may not have been
 // applied (the connection dropped with it in flight). go-zookeeper hands a

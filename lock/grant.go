@@ -607,11 +607,9 @@ func (g *Grant) end(ctx context.Context, mark bool) error {
 		g.lose(fmt.Errorf("release found privateLock not ours: %w", err))
 		return g.Err()
 	case isConnErr(err), notSent(err), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		// completes in the background (cleanup queued by the orphan
-		// handler when ctx ended first, or here when the call returned:
-		// an answer's error may wrap a context error too, a connection's
-		// failed write, and no orphan call follows it)
-		if err != ctx.Err() {
+		// completes in the background: cleanup queued by the orphan
+		// handler when ctx ended first, else here
+		if !endedFirst(ctx, err) {
 			g.s.addCleanup(g.endCleanup(mark))
 		}
 		g.finish(Released, nil)

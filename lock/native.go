@@ -1624,9 +1624,9 @@ func (g *Grant) endNative(ctx context.Context, mark bool) error {
 			return g.Err()
 		case isConnErr(err), notSent(err), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 			// Completes in the background. With ctx ended the multi may
-			// never have been sent (zcall checks ctx first), or its
-			// outcome goes to the orphan handler: queue the cleanup here
-			// too (a second one finds nothing of ours).
+			// never have been sent (MultiCtx does not send it then), or
+			// its outcome goes to the orphan handler: queue the cleanup
+			// here too (a second one finds nothing of ours).
 			g.s.addCleanup(cleanup{kind: cleanNative, objPath: g.objPath, reqID: g.reqID, lost: !mark, token: g.token})
 			g.finish(Released, nil)
 			return nil

@@ -122,12 +122,7 @@ func boundedMulti(ctx context.Context, s *session, ops []any, orphan func([]zk.M
 			orphan(res, err)
 		}
 	})
-	// The late function is called exactly when MultiCtx returns ctx's own
-	// error (ctx.Err() itself): an answer's error can wrap a context error
-	// too (a connection from Options.Dialer failing a write with one), and
-	// taking it for "ctx ended first" kept the slot for a late call that
-	// never comes (TestReviewZmultiSlotAnswerWrapsCtxErr).
-	if err == nil || err != ctx.Err() { // answered: the late function is not called
+	if !endedFirst(ctx, err) { // answered: the late function, which gives the slot back, is not called
 		<-s.creates
 	}
 	return res, err
