@@ -66,12 +66,16 @@ type exitWaiter interface {
 	stop()
 }
 
+// selfPID is this process's pid: os.Getpid is a system call each time,
+// and every bound acquire (the Go client's default) asked it twice.
+var selfPID = int32(os.Getpid())
+
 // holdPID starts (or joins) the exit watch of the process behind a bound
 // acquire when the request arrives, before it waits: the pidfd then refers
 // to the process that asked, however long the wait and whatever process
 // gets its pid afterwards. Pair with unholdPID; add binds to this watch.
 func (t *leaseTable) holdPID(pid int32) *pidWatch {
-	if pid <= 0 || int(pid) == os.Getpid() {
+	if pid <= 0 || pid == selfPID {
 		return nil
 	}
 	t.mu.Lock()
@@ -113,7 +117,7 @@ func (t *leaseTable) startPIDWatchLocked(pid int32) *pidWatch {
 // whose pid is not visible (another pid namespace: 0) rely on the lease
 // alone. t.mu must be held.
 func (t *leaseTable) watchPIDLocked(l *lease) {
-	if l.pid <= 0 || int(l.pid) == os.Getpid() {
+	if l.pid <= 0 || l.pid == selfPID {
 		return
 	}
 	pw := t.pids[l.pid]
