@@ -661,25 +661,25 @@ func TestReviewFirstOperatorDeletes(t *testing.T) {
 		match func(objPath string) func(int32, string) bool
 		// act runs before the matched request; it may return a hand-made
 		// waiter's path or another engine's grant, ahead of A
-		act func(t *testing.T, conn, wconn *zk.Conn, eB *lock.Engine, objPath string) (string, *lock.Grant)
+		act func(t *testing.T, gate *stepDialer, conn, wconn *zk.Conn, eB *lock.Engine, objPath string) (string, *lock.Grant)
 	}{
 		{"tree-before-read", func(p string) func(int32, string) bool { return nth(2, isDataRead(p)) },
-			func(t *testing.T, conn, _ *zk.Conn, _ *lock.Engine, p string) (string, *lock.Grant) {
+			func(t *testing.T, _ *stepDialer, conn, _ *zk.Conn, _ *lock.Engine, p string) (string, *lock.Grant) {
 				deleteTree(t, conn, p)
 				return "", nil
 			}},
 		{"sentinel-before-grant", isGrantMulti,
-			func(t *testing.T, conn, _ *zk.Conn, _ *lock.Engine, p string) (string, *lock.Grant) {
+			func(t *testing.T, _ *stepDialer, conn, _ *zk.Conn, _ *lock.Engine, p string) (string, *lock.Grant) {
 				deleteTree(t, conn, p+"/privateLock")
 				return "", nil
 			}},
 		{"tree-before-grant-other-holds", isGrantMulti,
-			func(t *testing.T, conn, _ *zk.Conn, eB *lock.Engine, p string) (string, *lock.Grant) {
+			func(t *testing.T, _ *stepDialer, conn, _ *zk.Conn, eB *lock.Engine, p string) (string, *lock.Grant) {
 				deleteTree(t, conn, p)
 				return "", acquire(t, eB, path.Base(p), lock.Foreground, lock.AcquireOptions{})
 			}},
 		{"tree-before-grant-waiter", isGrantMulti,
-			func(t *testing.T, conn, wconn *zk.Conn, _ *lock.Engine, p string) (string, *lock.Grant) {
+			func(t *testing.T, _ *stepDialer, conn, wconn *zk.Conn, _ *lock.Engine, p string) (string, *lock.Grant) {
 				b, _, err := conn.Get(p)
 				if err != nil {
 					t.Error(err)
@@ -687,9 +687,19 @@ func TestReviewFirstOperatorDeletes(t *testing.T) {
 				}
 				return recreate(t, conn, wconn, p, b, 0, 0), nil
 			}},
-		{"tree-before-check", isListing,
-			func(t *testing.T, conn, _ *zk.Conn, _ *lock.Engine, p string) (string, *lock.Grant) {
-				deleteTree(t, conn, p)
+		// The grant's multi answers with the children it left: the
+		// sentinel and ours alone grant without a listing (636f60f). A
+		// background waiter made by hand just before it (behind A, which
+		// is foreground) makes the check list; the tree goes then.
+		{"tree-before-check", isGrantMulti,
+			func(t *testing.T, gate *stepDialer, conn, wconn *zk.Conn, _ *lock.Engine, p string) (string, *lock.Grant) {
+				if _, err := wconn.Create(p+"/B_x_byhand_", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll)); err != nil {
+					t.Error(err)
+				}
+				gate.once(isListing(p), func() bool {
+					deleteTree(t, conn, p)
+					return false
+				})
 				return "", nil
 			}},
 	}
@@ -706,7 +716,7 @@ func TestReviewFirstOperatorDeletes(t *testing.T) {
 			var waiter string
 			var other *lock.Grant
 			fired := gate.once(c.match(objPath), func() bool {
-				waiter, other = c.act(t, conn, wconn, eB, objPath)
+				waiter, other = c.act(t, gate, conn, wconn, eB, objPath)
 				return false
 			})
 			ch := grantAsync(context.Background(), eA, "od", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, RequestID: "rqA"})
@@ -837,10 +847,13 @@ func TestReviewFirstMissedLockDelay(t *testing.T) {
 
 // Two engines on one new object, the second's moves forced between the
 // first's requests: B's whole first touch before A's creating multi, or
-// before A's one write (B takes the node A made); or B queueing before A's
-// check: foreground behind A (A's grant stands and knows B as its next,
-// one write to hand over), or foreground ahead of A's background request
-// (A gives the lock back: B first). Never both at once, tokens increase.
+// before A's one write (B takes the node A made); or B queueing just
+// after A's one write landed, foreground behind A's foreground or
+// background request. A's write answered with the sentinel and A's child
+// alone, so A's grant stands without a listing (636f60f: before, a
+// listing checked for arrivals, and a foreground B that came before it
+// sent a background A back); B comes next. Never both at once, tokens
+// increase.
 func TestReviewFirstTouchTwoEngines(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -852,8 +865,8 @@ func TestReviewFirstTouchTwoEngines(t *testing.T) {
 	}{
 		{"create", isObjectCreate, true, lock.Foreground, true, false},
 		{"grant", isGrantMulti, true, lock.Foreground, true, false},
-		{"check-behind", isListing, false, lock.Foreground, false, true},
-		{"check-ahead", isListing, false, lock.Background, true, false},
+		{"after-grant-behind", isGrantMulti, false, lock.Foreground, false, false},
+		{"after-grant-ahead", isGrantMulti, false, lock.Background, false, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -865,26 +878,38 @@ func TestReviewFirstTouchTwoEngines(t *testing.T) {
 			release(t, acquire(t, eA, "warm", lock.Foreground, lock.AcquireOptions{}))
 			objPath := root + "/te"
 			bg := context.Background()
-			var bch <-chan asyncResult
 			var bHeld *lock.Grant
+			has := func(id string) bool {
+				for _, k := range children(t, conn, root, "te") {
+					if strings.Contains(k, "_"+id+"~") {
+						return true
+					}
+				}
+				return false
+			}
+			bchc := make(chan (<-chan asyncResult), 1)
 			fired := gate.once(c.match(objPath), func() bool {
 				if c.holds {
 					bHeld = acquire(t, eB, "te", lock.Foreground, lock.AcquireOptions{})
 					return false
 				}
-				bch = grantAsync(bg, eB, "te", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, RequestID: "rqB"})
-				waitFor(t, 10*time.Second, "B's child", func() bool {
-					for _, k := range children(t, conn, root, "te") {
-						if strings.Contains(k, "_rqB~") {
-							return true
-						}
-					}
-					return false
-				})
+				go func() { // once A's multi (sent when this returns) landed
+					waitFor(t, 10*time.Second, "A's child", func() bool { return has("rqA") })
+					bchc <- grantAsync(bg, eB, "te", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, RequestID: "rqB"})
+					waitFor(t, 10*time.Second, "B's child", func() bool { return has("rqB") })
+				}()
 				return false
 			})
 			ach := grantAsync(bg, eA, "te", c.typA, lock.AcquireOptions{Wait: 30 * time.Second, RequestID: "rqA"})
 			waitClosed(t, fired, "B's move")
+			var bch <-chan asyncResult
+			if !c.holds {
+				select {
+				case bch = <-bchc:
+				case <-time.After(20 * time.Second):
+					t.Fatal("B never started")
+				}
+			}
 			var chk overlapChecker
 			if c.holds {
 				if r, granted := queuedOrGranted(t, conn, ach, objPath, "rqA"); granted {
