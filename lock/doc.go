@@ -411,10 +411,13 @@
 //     predicts proves nobody created a child since) is one multi: create
 //     the child and name ourselves, guarded by that version. Without one
 //     (another engine used the object since), an object not seen contended
-//     lately is read (the version), then taken in that one multi, then
-//     listed to check that nobody queued meanwhile (the listing's stat
-//     shows whether the data is still what we wrote; only if not is it
-//     read again); someone queued ahead: everything is given back and the
+//     lately is read (the version), then taken in that one multi. The
+//     multi's setData answers with the children the multi left: the
+//     sentinel (checked in it) and ours alone, and the grant stands with
+//     no further request; anyone else there, and the object is listed
+//     to check that nobody queued ahead (the listing's stat shows
+//     whether the data is still what we wrote; only if not is it read
+//     again); someone queued ahead: everything is given back and the
 //     request queues. A prediction refused by another engine's version
 //     (one refused write) is not tried again on that object until a read
 //     shows it held; an object seen contended lately is queued on at once

@@ -33,10 +33,11 @@ func TestNativeFastAloneSeesArrivals(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			obj := "alone-" + c.name
-			// a first touch and a turn of another engine, so that e reads
-			// the object (no prediction of its own) and takes the path
-			// under test: every one of its acquires below is a fast one
-			// after a read
+			// a first touch and a turn of another engine: e's prediction
+			// (from its own release) is refused by the other's version,
+			// so e reads the object and sends the multi under test (the
+			// hook runs before both multis; the child it made before the
+			// refused one is still there for the second)
 			release(t, acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{}))
 			e2 := newEngine(t, zkServer.Servers(), root, native)
 			release(t, acquire(t, e2, obj, lock.Foreground, lock.AcquireOptions{}))

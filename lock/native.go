@@ -489,8 +489,9 @@ func (n *nreq) acquire(ctx context.Context, p prediction) (*Grant, error) {
 		} else {
 			// No prediction, nobody seen here lately and no holder: create
 			// our child and name ourselves in one multi guarded by the
-			// version read, then verify nobody waits ahead (three round
-			// trips, one write; queueing first costs four, two).
+			// version read; its answer, or a listing when it counts
+			// others, shows whether anyone waits ahead (two round trips
+			// and one write, or three; queueing first costs four, two).
 			g, err, done = n.fast(ctx, prediction{seq: -1, czxid: v.st.Czxid, version: v.st.Version})
 		}
 	}
@@ -535,8 +536,10 @@ func (n *nreq) acquire(ctx context.Context, p prediction) (*Grant, error) {
 // child and names us holder, guarded by the object node's data version our
 // own clean release left (any grant since changed it). Our child's
 // sequence number equal to the predicted one proves nobody created a child
-// since, so nobody waits ahead of us. Otherwise the listing decides: if
-// someone waits ahead of us, we give the lock back and queue.
+// since, so nobody waits ahead of us. Otherwise the multi's answer counts
+// the object's children: the sentinel and ours alone, nobody waits ahead
+// either; more, and a listing decides: if someone waits ahead of us, we
+// give the lock back and queue.
 func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 	d := nativeData{H: []nativeHolder{{R: n.reqID, S: n.shared}}}
 	if f := fastMultiHook.Load(); f != nil {

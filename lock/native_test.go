@@ -607,8 +607,8 @@ func (c *countingConn) Read(p []byte) (int, error) {
 // protocol: a read finding no node, the multi creating the object node
 // with its sentinel, a read of the new node's version, the grant's one
 // write; then the release's write. The grant's answer shows that nobody
-// queued meanwhile (the children's version one past the read's, two
-// children): a listing checked that before, and it went through the queue
+// queued meanwhile (its stat counts two children: the sentinel and ours):
+// a listing checked that before, and it went through the queue
 // before that: a read that the create made needless, another after it,
 // the child's create, the view's two reads and the take (nine requests
 // and three writes per cycle; W3 on a fresh root touches a thousand
@@ -666,8 +666,8 @@ func TestNativeFirstTouchRequests(t *testing.T) {
 // common case): neither engine can predict the other's last write, so a
 // cycle is a read of the holders (the version to guard the write with),
 // the one write naming us, and the release: the write's answer shows that
-// nobody queued meanwhile (the children's version one past the read's;
-// a listing checked it before). Before that, an engine wrote on the prediction
+// nobody queued meanwhile (its stat counts two children, the sentinel and
+// ours; a listing checked it before). Before that, an engine wrote on the prediction
 // its own last release left, the other engine's version refused it, and
 // the request queued (a child, two reads, a take, a listing: 6.6 requests
 // and 3.5 writes a cycle); and the check read the data again before the
