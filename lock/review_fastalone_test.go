@@ -13,6 +13,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/batonhq/baton/lock"
+	"github.com/batonhq/baton/testenv"
 )
 
 // Review of 636f60f: a native fast acquire after a read is granted from its
@@ -471,4 +472,287 @@ func faPoll(d time.Duration, cond func() bool) bool {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return true
+}
+
+// A real request of another engine queues (its child made, its take not
+// yet landed or landed) just before our fast multi: whichever of its take
+// and our multi lands first, it is granted before us when it sorts ahead
+// (foreground, or background with an older child), and the tokens say so.
+// A lock-delay sends it through the queue (child, view, take) rather than
+// a fast multi of its own, and a slow connection (100 ms each way) has its
+// take land after our multi as a rule: our multi counts three children.
+func TestReviewFastAloneRacingEngine(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) { o.AuditInterval = -1 })
+	p := testenv.ProxyT(t, zkServer.Addr(1))
+	e2 := newEngine(t, []string{p.Addr()}, root, native)
+	p.SetLatency(100 * time.Millisecond)
+	e3 := newEngine(t, zkServer.Servers(), root, native)
+	other := rawConn(t, zkServer.Servers())
+	for i := range 6 {
+		ours, theirs := lock.Foreground, lock.Foreground
+		if i%2 == 1 {
+			ours = lock.Background
+		}
+		if i%3 == 2 {
+			ours, theirs = lock.Background, lock.Background
+		}
+		t.Run(fmt.Sprint(i, "-", ours, "-behind-", theirs), func(t *testing.T) {
+			obj := fmt.Sprint("race-", i)
+			objPath := root + "/" + obj
+			faPrime(t, e3, obj)
+			type res struct {
+				token int64
+				err   error
+			}
+			theirDone := make(chan res, 1)
+			ran, undo := faHook(t, obj, func(string) {
+				go func() {
+					g, err := e2.Acquire(context.Background(), obj, theirs, lock.AcquireOptions{LockDelay: time.Second, Wait: 30 * time.Second})
+					if err != nil {
+						theirDone <- res{err: err}
+						return
+					}
+					time.Sleep(20 * time.Millisecond)
+					theirDone <- res{g.Token(), g.Release(context.Background())}
+				}()
+				if !faPoll(10*time.Second, func() bool {
+					kids, _, _ := other.Children(objPath)
+					return len(kids) >= 2
+				}) {
+					t.Error("e2's request made no child")
+				}
+			})
+			g, err := e.Acquire(context.Background(), obj, ours, lock.AcquireOptions{Wait: 30 * time.Second})
+			undo()
+			if !ran() {
+				t.Fatal("the hook did not run")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok := g.Token()
+			release(t, g)
+			r := <-theirDone
+			if r.err != nil {
+				t.Fatalf("e2: %v", r.err)
+			}
+			if r.token >= tok {
+				t.Fatalf("granted (token %d) past e2's %v request queued before our multi (token %d)", tok, theirs, r.token)
+			}
+		})
+	}
+}
+
+// The engine's connection is lost with the fast multi in flight (the
+// multi lands, its answer does not come back): the request gives back
+// what landed after the reconnect, queues, and is granted; another engine
+// contending meanwhile never overlaps with it, and tokens rise.
+func TestReviewFastAloneConnLossInFlight(t *testing.T) {
+	root := testRoot(t, zkServer)
+	p := testenv.ProxyT(t, zkServer.Addr(1))
+	e := newEngine(t, []string{p.Addr()}, root, native, func(o *lock.Options) { o.AuditInterval = -1; o.SessionTimeout = 6 * time.Second })
+	e2 := newEngine(t, zkServer.Servers(), root, native)
+	other := rawConn(t, zkServer.Servers())
+	obj := "cut"
+	objPath := root + "/" + obj
+	faPrime(t, e2, obj)
+	var chk overlapChecker
+	ran, undo := faHook(t, obj, func(string) { p.BlackHoleDownstream() })
+	healed := make(chan struct{})
+	go func() {
+		defer close(healed)
+		// our multi landed (data names us, our child is there)
+		faPoll(10*time.Second, func() bool {
+			kids, _, _ := other.Children(objPath)
+			return len(kids) == 2
+		})
+		time.Sleep(100 * time.Millisecond)
+		p.Heal()
+		p.ResetConnections()
+	}()
+	theirs := make(chan error, 1)
+	go func() {
+		<-healed
+		g, err := e2.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
+		if err == nil {
+			chk.enter(g.Token())
+			time.Sleep(20 * time.Millisecond)
+			chk.leave()
+			err = g.Release(context.Background())
+		}
+		theirs <- err
+	}()
+	g, err := e.Acquire(context.Background(), obj, lock.Background, lock.AcquireOptions{Wait: 30 * time.Second})
+	undo()
+	<-healed
+	if !ran() {
+		t.Fatal("the hook did not run")
+	}
+	if err != nil {
+		t.Fatalf("acquire after the lost answer: %v", err)
+	}
+	chk.enter(g.Token())
+	if kids := faKids(t, other, objPath); len(kids) != 1 || kids[0] != g.Node() {
+		t.Errorf("children while held: %v, want only %s (an orphan of the lost multi?)", kids, g.Node())
+	}
+	time.Sleep(20 * time.Millisecond)
+	chk.leave()
+	release(t, g)
+	if err := <-theirs; err != nil {
+		t.Fatal(err)
+	}
+	chk.verify(t, 2)
+}
+
+// faObserver counts fast-path attempts with a prediction: hits (our
+// child's sequence number the predicted one) and misses.
+type faObserver struct{ hits, misses atomic.Int64 }
+
+func (o *faObserver) SessionState(string) {}
+func (o *faObserver) FastPath(hit bool) {
+	if hit {
+		o.hits.Add(1)
+	} else {
+		o.misses.Add(1)
+	}
+}
+
+// The prediction a fast-alone grant leaves (seq+1, when this engine had no
+// other request on the object) is made without a listing: a child that
+// came after the multi is unknown to it. A wrong prediction must cost a
+// listing, never a grant past a waiter; a right one (nobody created
+// since) is a hit on the next acquire.
+func TestReviewFastAlonePredictionAfterArrival(t *testing.T) {
+	root := testRoot(t, zkServer)
+	obs := &faObserver{}
+	e := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) {
+		o.AuditInterval = -1
+		o.HolderWatchDelay = time.Hour // no learning while held: the release names nobody
+		o.Observer = obs
+	})
+	e2 := newEngine(t, zkServer.Servers(), root, native)
+	other := rawConn(t, zkServer.Servers())
+	acl := zk.WorldACL(zk.PermAll)
+	ctx := context.Background()
+
+	t.Run("waiter-after-multi", func(t *testing.T) {
+		obj := "pred-waiter"
+		objPath := root + "/" + obj
+		faPrime(t, e2, obj)
+		ran, undo := faHook(t, obj, func(string) {})
+		g := acquire(t, e, obj, lock.Background, lock.AcquireOptions{})
+		undo()
+		if !ran() {
+			t.Fatal("the first acquire did not take the fast path after a read")
+		}
+		// a foreground waiter of another engine (by hand: it never
+		// takes), queued after our multi: the grant did not see it
+		w, err := other.Create(objPath+"/A_x_byhand_", nil, zk.FlagEphemeralSequential, acl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		release(t, g)
+		hits, misses := obs.hits.Load(), obs.misses.Load()
+		ran, undo = faHook(t, obj, func(string) {})
+		g2, err := e.Acquire(ctx, obj, lock.Background, lock.AcquireOptions{Wait: 1500 * time.Millisecond})
+		undo()
+		if err == nil {
+			release(t, g2)
+			t.Fatalf("granted (token %d) past the waiter %s on a prediction", g2.Token(), w)
+		}
+		if _, ok := errors.AsType[*lock.InstanceLockError](err); !ok {
+			t.Fatalf("acquire behind a waiter that never takes: %v; want a timeout", err)
+		}
+		if !ran() || obs.hits.Load() != hits || obs.misses.Load() != misses+1 {
+			t.Errorf("the second acquire: fast=%v, %d hits %d misses; want the predicted multi, refused by its sequence number (0, 1)",
+				ran(), obs.hits.Load()-hits, obs.misses.Load()-misses)
+		}
+		waitFor(t, 10*time.Second, "our child given back", func() bool { return len(faKids(t, other, objPath)) == 1 })
+		if err := other.Delete(w, -1); err != nil {
+			t.Fatal(err)
+		}
+		release(t, acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{}))
+	})
+
+	t.Run("child-came-and-went", func(t *testing.T) {
+		obj := "pred-went"
+		objPath := root + "/" + obj
+		faPrime(t, e2, obj)
+		g := acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{})
+		// a child made and gone after our multi: the prediction is wrong
+		// (the sequence moved), nobody waits
+		w, err := other.Create(objPath+"/A_x_byhand_", nil, zk.FlagEphemeralSequential, acl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Delete(w, -1); err != nil {
+			t.Fatal(err)
+		}
+		release(t, g)
+		hits, misses := obs.hits.Load(), obs.misses.Load()
+		g = acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{Wait: 10 * time.Second})
+		if obs.hits.Load() != hits || obs.misses.Load() != misses+1 {
+			t.Errorf("after a child came and went: %d hits %d misses, want 0 1", obs.hits.Load()-hits, obs.misses.Load()-misses)
+		}
+		release(t, g)
+		// that grant (alone, no listing) predicted right
+		g = acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{})
+		if obs.hits.Load() != hits+1 || obs.misses.Load() != misses+1 {
+			t.Errorf("next acquire: %d hits %d misses, want 1 1 (the fast-alone grant's prediction)", obs.hits.Load()-hits, obs.misses.Load()-misses)
+		}
+		release(t, g)
+	})
+}
+
+// A waiter with a lock-delay waits out a holder that vanished (Abandon:
+// "x" recorded), its child made. A request without one that reads the
+// object then (no holder named) takes the fast multi: it counts the
+// waiter's child and must queue behind it, not pass it.
+func TestReviewFastAloneLockDelayWaiter(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) { o.AuditInterval = -1 })
+	e1 := newEngine(t, zkServer.Servers(), root, native)
+	e2 := newEngine(t, zkServer.Servers(), root, native)
+	other := rawConn(t, zkServer.Servers())
+	obj := "delay"
+	objPath := root + "/" + obj
+	g1 := acquire(t, e1, obj, lock.Foreground, lock.AcquireOptions{})
+	if err := g1.Abandon(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		token int64
+		at    time.Time
+		err   error
+	}
+	wdone := make(chan res, 1)
+	go func() {
+		g, err := e2.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{LockDelay: 2 * time.Second, Wait: 30 * time.Second})
+		if err != nil {
+			wdone <- res{err: err}
+			return
+		}
+		at := time.Now()
+		wdone <- res{g.Token(), at, g.Release(context.Background())}
+	}()
+	waitFor(t, 10*time.Second, "the lock-delay waiter's child", func() bool { return len(faKids(t, other, objPath)) == 1 })
+	ran, undo := faHook(t, obj, func(string) {})
+	g, err := e.Acquire(context.Background(), obj, lock.Background, lock.AcquireOptions{Wait: 30 * time.Second})
+	undo()
+	at := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(t, g)
+	w := <-wdone
+	if w.err != nil {
+		t.Fatalf("lock-delay waiter: %v", w.err)
+	}
+	if !ran() {
+		t.Error("the acquire did not take the fast path after a read")
+	}
+	if w.token >= g.Token() || at.Before(w.at) {
+		t.Fatalf("granted (token %d) past the lock-delay waiter queued ahead (token %d)", g.Token(), w.token)
+	}
 }
