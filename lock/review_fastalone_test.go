@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -94,16 +95,45 @@ func faDeleteAll(conn *zk.Conn, p string) error {
 func TestReviewFastAloneStatCountsMultiCreate(t *testing.T) {
 	conn := rawConn(t, zkServer.Servers())
 	other := rawConn(t, zkServer.Servers())
+	faStatChecks(t, conn, other, "/t/review_fastalone_raw")
+}
+
+// The same on a three-node ensemble, through each node in turn (two of
+// them followers: the answer is made where the session is).
+func TestReviewFastAloneStatCountsMultiCreateEnsemble(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts its own ZooKeeper ensemble")
+	}
+	t.Parallel()
+	z := testenv.ZooKeeperT(t, testenv.ZKOptions{Nodes: 3})
+	for node := 1; node <= 3; node++ {
+		t.Run(fmt.Sprint("node", node), func(t *testing.T) {
+			conn := rawConn(t, []string{z.Addr(node)})
+			other := rawConn(t, []string{z.Addr(node%3 + 1)})
+			faStatChecks(t, conn, other, fmt.Sprint("/raw", node))
+		})
+	}
+}
+
+// faStatChecks runs the checks of TestReviewFastAloneStatCountsMultiCreate
+// under base (made afresh, deleted after) through conn; other is another
+// session.
+func faStatChecks(t *testing.T, conn, other *zk.Conn, base string) {
+	t.Helper()
 	acl := zk.WorldACL(zk.PermAll)
-	base := "/t/review_fastalone_raw"
 	t.Cleanup(func() { _ = faDeleteAll(conn, base) })
 	if err := faDeleteAll(conn, base); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{"/t", base} {
-		if _, err := conn.Create(p, nil, 0, acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			t.Fatal(err)
+	for i := 1; i < len(base); i++ {
+		if base[i] == '/' {
+			if _, err := conn.Create(base[:i], nil, 0, acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+				t.Fatal(err)
+			}
 		}
+	}
+	if _, err := conn.Create(base, nil, 0, acl); err != nil {
+		t.Fatal(err)
 	}
 	obj := base + "/o"
 	if _, err := conn.Multi(
@@ -755,4 +785,143 @@ func TestReviewFastAloneLockDelayWaiter(t *testing.T) {
 	if w.token >= g.Token() || at.Before(w.at) {
 		t.Fatalf("granted (token %d) past the lock-delay waiter queued ahead (token %d)", g.Token(), w.token)
 	}
+}
+
+// faRW checks one object's grants: an exclusive grant alone, a shared one
+// beside shared ones only; an exclusive grant's token above every token
+// seen before it, a shared one's above every exclusive one.
+type faRW struct {
+	mu                 sync.Mutex
+	writers, readers   int
+	maxAll, maxX       int64
+	overlaps, badToken int
+}
+
+func (c *faRW) enter(g *lock.Grant) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tok := g.Token()
+	if g.Shared() {
+		c.readers++
+		if c.writers != 0 {
+			c.overlaps++
+		}
+		if tok <= c.maxX {
+			c.badToken++
+		}
+		c.maxAll = max(c.maxAll, tok)
+		return
+	}
+	c.writers++
+	if c.writers != 1 || c.readers != 0 {
+		c.overlaps++
+	}
+	if tok <= c.maxAll {
+		c.badToken++
+	}
+	c.maxAll, c.maxX = max(c.maxAll, tok), tok
+}
+
+func (c *faRW) leave(g *lock.Grant) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g.Shared() {
+		c.readers--
+	} else {
+		c.writers--
+	}
+}
+
+// Engines (parking on and off) race on fresh objects (first touches) and
+// take hot objects by turns and together, foreground and background,
+// exclusive and shared: no overlap, rising tokens, every request granted;
+// the fast-alone path is taken along the way.
+func TestReviewFastAloneStress(t *testing.T) {
+	root := testRoot(t, zkServer)
+	var es []*lock.Engine
+	for i := range 3 {
+		es = append(es, newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) {
+			o.AuditInterval = -1
+			o.DisableParking = i == 1
+		}))
+	}
+	var fast atomic.Int64
+	undo := lock.SetFastMultiHook(func(string) { fast.Add(1) })
+	defer undo()
+	var mu sync.Mutex
+	checks := map[string]*faRW{}
+	check := func(obj string) *faRW {
+		mu.Lock()
+		defer mu.Unlock()
+		if checks[obj] == nil {
+			checks[obj] = &faRW{}
+		}
+		return checks[obj]
+	}
+	var failed atomic.Int64
+	turn := func(e *lock.Engine, obj string, typ lock.Type, shared bool, hold time.Duration) {
+		g, err := e.Acquire(context.Background(), obj, typ, lock.AcquireOptions{Shared: shared, Wait: 30 * time.Second})
+		if err != nil {
+			failed.Add(1)
+			t.Errorf("%s %v shared=%v: %v", obj, typ, shared, err)
+			return
+		}
+		c := check(obj)
+		c.enter(g)
+		time.Sleep(hold)
+		c.leave(g)
+		if err := g.Release(context.Background()); err != nil {
+			t.Errorf("release %s: %v", obj, err)
+		}
+	}
+	// fresh objects: every engine's two workers at once
+	for k := range 8 {
+		obj := fmt.Sprint("fresh-", k)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i, e := range es {
+			for j := range 2 {
+				wg.Go(func() {
+					<-start
+					typ := lock.Foreground
+					if (i+j+k)%3 == 0 {
+						typ = lock.Background
+					}
+					turn(e, obj, typ, (i+k)%4 == 1, time.Millisecond)
+				})
+			}
+		}
+		close(start)
+		wg.Wait()
+	}
+	// hot objects: turns and contention
+	var wg sync.WaitGroup
+	for i, e := range es {
+		for j := range 3 {
+			wg.Go(func() {
+				for n := range 25 {
+					x := i*7 + j*3 + n
+					obj := fmt.Sprint("hot-", x%3)
+					typ := lock.Foreground
+					if x%4 == 0 {
+						typ = lock.Background
+					}
+					turn(e, obj, typ, x%3 == 1, time.Duration(x%3)*time.Millisecond)
+					if n%5 == 4 {
+						time.Sleep(5 * time.Millisecond) // let an object fall free: turns
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for obj, c := range checks {
+		if c.overlaps != 0 || c.badToken != 0 {
+			t.Errorf("%s: overlaps=%d non-increasing tokens=%d", obj, c.overlaps, c.badToken)
+		}
+	}
+	if fast.Load() == 0 {
+		t.Error("no fast multi was sent")
+	}
+	t.Logf("fast multis %d, failures %d", fast.Load(), failed.Load())
 }
