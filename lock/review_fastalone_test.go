@@ -925,3 +925,60 @@ func TestReviewFastAloneStress(t *testing.T) {
 	}
 	t.Logf("fast multis %d, failures %d", fast.Load(), failed.Load())
 }
+
+// A fast-alone grant (no listing) hosts requests of its engine parked
+// behind it; a request of another engine queues after the grant. The
+// release grants the first parked request in its multi (passing the
+// other engine's waiter once, as the package doc allows), and that grant
+// finds the waiter (its multi counted three children): the waiter comes
+// before the second parked request.
+func TestReviewFastAloneParkedBehindFastGrant(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root, native, parking, func(o *lock.Options) { o.AuditInterval = -1 })
+	e2 := newEngine(t, zkServer.Servers(), root, native)
+	other := rawConn(t, zkServer.Servers())
+	obj := "parked"
+	objPath := root + "/" + obj
+	faPrime(t, e2, obj)
+	ran, undo := faHook(t, obj, func(string) {})
+	g1 := acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{})
+	undo()
+	if !ran() {
+		t.Fatal("the first acquire did not take the fast path after a read")
+	}
+	type res struct {
+		who   string
+		token int64
+		err   error
+	}
+	out := make(chan res, 3)
+	take := func(who string, e *lock.Engine) {
+		g, err := e.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second})
+		if err != nil {
+			out <- res{who, 0, err}
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+		out <- res{who, g.Token(), g.Release(context.Background())}
+	}
+	parks := e.Parks()
+	go take("parked1", e)
+	waitFor(t, 10*time.Second, "the first request parked", func() bool { return e.Parks() == parks+1 })
+	go take("parked2", e)
+	waitFor(t, 10*time.Second, "the second request parked", func() bool { return e.Parks() == parks+2 })
+	go take("remote", e2)
+	waitFor(t, 10*time.Second, "the remote waiter's child", func() bool { return len(faKids(t, other, objPath)) == 2 })
+	release(t, g1)
+	tokens := map[string]int64{}
+	for range 3 {
+		r := <-out
+		if r.err != nil {
+			t.Fatalf("%s: %v", r.who, r.err)
+		}
+		tokens[r.who] = r.token
+	}
+	if tokens["remote"] > tokens["parked2"] {
+		t.Fatalf("the remote waiter was passed by two parked requests: tokens %v", tokens)
+	}
+	t.Logf("tokens %v", tokens)
+}
