@@ -635,19 +635,6 @@ func TestReviewFastAloneConnLossInFlight(t *testing.T) {
 	chk.verify(t, 2)
 }
 
-// faObserver counts fast-path attempts with a prediction: hits (our
-// child's sequence number the predicted one) and misses.
-type faObserver struct{ hits, misses atomic.Int64 }
-
-func (o *faObserver) SessionState(string) {}
-func (o *faObserver) FastPath(hit bool) {
-	if hit {
-		o.hits.Add(1)
-	} else {
-		o.misses.Add(1)
-	}
-}
-
 // The prediction a fast-alone grant leaves (seq+1, when this engine had no
 // other request on the object) is made without a listing: a child that
 // came after the multi is unknown to it. A wrong prediction must cost a
@@ -655,7 +642,7 @@ func (o *faObserver) FastPath(hit bool) {
 // since) is a hit on the next acquire.
 func TestReviewFastAlonePredictionAfterArrival(t *testing.T) {
 	root := testRoot(t, zkServer)
-	obs := &faObserver{}
+	obs := &countObserver{}
 	e := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) {
 		o.AuditInterval = -1
 		o.HolderWatchDelay = time.Hour // no learning while held: the release names nobody
