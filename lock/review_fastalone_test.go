@@ -311,14 +311,7 @@ func TestReviewFastAloneArrivalBeforeMulti(t *testing.T) {
 				}
 			}
 			// nothing of ours left; with the child gone the object is free
-			objPath := root + "/" + obj
-			waitFor(t, 10*time.Second, "our child given back", func() bool {
-				kids := faKids(t, other, objPath)
-				return len(kids) == 1 && objPath+"/"+kids[0] == made
-			})
-			if err := other.Delete(made, -1); err != nil {
-				t.Fatal(err)
-			}
+			faGiveBackThenRemove(t, other, root+"/"+obj, made)
 			release(t, acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{}))
 			release(t, acquire(t, e2, obj, lock.Background, lock.AcquireOptions{}))
 		})
@@ -372,20 +365,9 @@ func TestReviewFastAloneSentinelSwapped(t *testing.T) {
 			if !errors.Is(err, lock.ErrForeignNode) {
 				t.Logf("refused: %v", err) // a wait that timed out is no grant either
 			}
-			objPath := root + "/" + obj
-			waitFor(t, 10*time.Second, "our child given back", func() bool {
-				for _, k := range faKids(t, other, objPath) {
-					if objPath+"/"+k != made {
-						return false
-					}
-				}
-				return true
-			})
 			// the plugin leaves: the object is Baton's again (a sentinel
 			// made anew)
-			if err := other.Delete(made, -1); err != nil {
-				t.Fatal(err)
-			}
+			faGiveBackThenRemove(t, other, root+"/"+obj, made)
 			release(t, acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{}))
 			release(t, acquire(t, e2, obj, lock.Foreground, lock.AcquireOptions{}))
 		})
@@ -455,7 +437,7 @@ func TestReviewFastAloneRecreatedObject(t *testing.T) {
 					time.Sleep(100 * time.Millisecond)
 					waiterDone <- g.Release(context.Background())
 				}()
-				if !faPoll(10*time.Second, func() bool {
+				if !waitUntil(10*time.Second, func() bool {
 					kids, _, _ := other.Children(objPath)
 					return len(kids) >= 2
 				}) {
@@ -489,19 +471,6 @@ func TestReviewFastAloneRecreatedObject(t *testing.T) {
 			release(t, acquire(t, e2, obj, lock.Foreground, lock.AcquireOptions{}))
 		})
 	}
-}
-
-// faPoll polls cond every 10ms until it holds (true) or d passes (false);
-// for goroutines that must not call t.Fatal.
-func faPoll(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
 }
 
 // A real request of another engine queues (its child made, its take not
@@ -546,7 +515,7 @@ func TestReviewFastAloneRacingEngine(t *testing.T) {
 					time.Sleep(20 * time.Millisecond)
 					theirDone <- res{g.Token(), g.Release(context.Background())}
 				}()
-				if !faPoll(10*time.Second, func() bool {
+				if !waitUntil(10*time.Second, func() bool {
 					kids, _, _ := other.Children(objPath)
 					return len(kids) >= 2
 				}) {
@@ -593,7 +562,7 @@ func TestReviewFastAloneConnLossInFlight(t *testing.T) {
 	go func() {
 		defer close(healed)
 		// our multi landed (data names us, our child is there)
-		faPoll(10*time.Second, func() bool {
+		waitUntil(10*time.Second, func() bool {
 			kids, _, _ := other.Children(objPath)
 			return len(kids) == 2
 		})
@@ -968,4 +937,22 @@ func TestReviewFastAloneParkedBehindFastGrant(t *testing.T) {
 		t.Fatalf("the remote waiter was passed by two parked requests: tokens %v", tokens)
 	}
 	t.Logf("tokens %v", tokens)
+}
+
+// faGiveBackThenRemove waits until made (a node put there by hand) is the
+// object's only child but the sentinel (the refused acquire gave its own
+// back), then deletes it.
+func faGiveBackThenRemove(t *testing.T, conn *zk.Conn, objPath, made string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "our child given back", func() bool {
+		for _, k := range faKids(t, conn, objPath) {
+			if objPath+"/"+k != made {
+				return false
+			}
+		}
+		return true
+	})
+	if err := conn.Delete(made, -1); err != nil {
+		t.Fatal(err)
+	}
 }
