@@ -434,14 +434,15 @@ func (n *nreq) acquire(ctx context.Context, p prediction) (*Grant, error) {
 			created, err := n.e.ensureNativeFrom(ctx, n.s, n.name, n.objPath, missing)
 			if err == nil {
 				if created && v == nil && !p.contended && n.delay <= 0 {
-					// Ours, just made: its holders (none) and version, for
-					// the one-write grant below (a first touch was eight
+					// Ours, just made: no holders, data version 0, for the
+					// one-write grant below (a first touch was eight
 					// requests and three writes through the queue). Not
-					// for a request that queues anyway (contended, or a
-					// lock-delay: the view reads the data).
-					if w, err := n.readData(ctx); err == nil && w.d.V == 1 {
-						v = w
-					}
+					// read: the grant's write is guarded by version 0, and
+					// its answer counts the children (a write since, and
+					// it is refused; anyone else there, and the listing
+					// decides). Not for a request that queues anyway
+					// (contended, or a lock-delay: the view reads the data).
+					v = &nativeView{d: nativeData{V: 1}, st: &zk.Stat{Czxid: -1}}
 				}
 				break
 			}
@@ -571,7 +572,13 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 		if p.seq >= 0 {
 			n.e.observe(func(o Observer) { o.FastPath(false) })
 		}
-		if st.Czxid == p.czxid && st.NumChildren == 2 {
+		// The node the multi landed on is the one whose version guarded
+		// it (read, or predicted from our release), or (czxid -1) one at
+		// data version 0, which names nobody: a native object node is
+		// created with free data (ensureNativeFrom), and every grant
+		// writes it again.
+		known := st.Czxid == p.czxid || (p.czxid < 0 && p.version == 0)
+		if known && st.NumChildren == 2 {
 			// The setData's stat counts the children the multi left (as a
 			// parked handoff's, park.go): the sentinel (checked in the
 			// multi) and ours alone, so nobody waits ahead and no foreign
@@ -584,7 +591,7 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 			g, err := n.granted(ctx, st.Mzxid, st, d, nil, next)
 			return g, err, true
 		}
-		if st.Czxid == p.czxid {
+		if known {
 			// Someone created a child since: are they ahead of us?
 			v, err := n.readAfter(ctx, d, st)
 			if err == nil && len(v.kids) > 1 {

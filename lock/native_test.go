@@ -605,8 +605,8 @@ func (c *countingConn) Read(p []byte) (int, error) {
 
 // The first touch of an object (no object node yet) under the native
 // protocol: a read finding no node, the multi creating the object node
-// with its sentinel, a read of the new node's version, the grant's one
-// write; then the release's write. The grant's answer shows that nobody
+// with its sentinel, the grant's one write (guarded by the new node's
+// version 0: not read); then the release's write. The grant's answer shows that nobody
 // queued meanwhile (its stat counts two children: the sentinel and ours):
 // a listing checked that before, and it went through the queue
 // before that: a read that the create made needless, another after it,
@@ -639,8 +639,8 @@ func TestNativeFirstTouchRequests(t *testing.T) {
 	if chk.grants != n {
 		t.Errorf("%d grants, want %d", chk.grants, n)
 	}
-	if want := 5*int64(n) + pings; pk > want {
-		t.Errorf("%d requests for %d first touches, want at most %d (5 each)", pk, n, want)
+	if want := 4*int64(n) + pings; pk > want {
+		t.Errorf("%d requests for %d first touches, want at most %d (4 each)", pk, n, want)
 	}
 	// Writes: the object node's creation, the grant and the release are
 	// three transactions, so the last (the release's) is the creation's
