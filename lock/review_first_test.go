@@ -98,10 +98,6 @@ func isObjectCreate(objPath string) func(int32, string) bool { // the first touc
 	return func(op int32, p string) bool { return op == 14 && p == objPath }
 }
 
-func isDataRead(objPath string) func(int32, string) bool {
-	return func(op int32, p string) bool { return op == 4 && p == objPath }
-}
-
 func isListing(objPath string) func(int32, string) bool {
 	return func(op int32, p string) bool { return (op == 12 || op == 8) && p == objPath }
 }
