@@ -778,29 +778,7 @@ func TestReviewFirstMissedCut(t *testing.T) {
 		t.Errorf("%d refused predictions before the cut, want 1", obs.misses.Load()-m0)
 	}
 	cch := grantAsync(bg, eC, "mc", lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, LockDelay: time.Minute})
-	chk := overlapChecker{last: b.Token()}
-	for range 2 {
-		var r asyncResult
-		select {
-		case r = <-ach:
-		case r = <-cch:
-		case <-time.After(40 * time.Second):
-			t.Fatal("stuck")
-		}
-		if r.err != nil {
-			t.Fatalf("%v (lock-delays %d)", r.err, eC.Health().LockDelays)
-		}
-		chk.enter(r.g.Token())
-		time.Sleep(10 * time.Millisecond) // a holder that stays a moment: not a condition of the test
-		chk.leave()
-		release(t, r.g)
-	}
-	if chk.overlaps != 0 || chk.badToken != 0 {
-		t.Errorf("%d overlaps, %d tokens not increasing", chk.overlaps, chk.badToken)
-	}
-	if d := eC.Health().LockDelays; d != 0 {
-		t.Errorf("%d lock-delays after a given-back grant (nobody vanished)", d)
-	}
+	takeBothNoDelay(t, &overlapChecker{last: b.Token()}, eC, ach, cch)
 }
 
 // While the engine reads first (missed), a holder of another engine
@@ -1060,5 +1038,35 @@ func TestReviewFirstTouchQueueingNoExtraRead(t *testing.T) {
 	t.Logf("%d first touches with a lock-delay: %d requests (up to %d pings)", n, pk, pings)
 	if want := 7*int64(n) + pings; pk > want {
 		t.Errorf("%d requests for %d first touches that queue, want at most %d (7 each)", pk, n, want)
+	}
+}
+
+// takeBothNoDelay takes the grants of ach and cch as they come, each held
+// a moment, and checks that they never overlapped, that their tokens
+// increased from chk's, and that eC (whose request asked for a
+// lock-delay) waited none: a grant given back is no holder that vanished.
+func takeBothNoDelay(t *testing.T, chk *overlapChecker, eC *lock.Engine, ach, cch <-chan asyncResult) {
+	t.Helper()
+	for range 2 {
+		var r asyncResult
+		select {
+		case r = <-ach:
+		case r = <-cch:
+		case <-time.After(40 * time.Second):
+			t.Fatal("stuck")
+		}
+		if r.err != nil {
+			t.Fatalf("%v (lock-delays %d)", r.err, eC.Health().LockDelays)
+		}
+		chk.enter(r.g.Token())
+		time.Sleep(10 * time.Millisecond) // a holder that stays a moment: not a condition of the test
+		chk.leave()
+		release(t, r.g)
+	}
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("%d overlaps, %d tokens not increasing", chk.overlaps, chk.badToken)
+	}
+	if d := eC.Health().LockDelays; d != 0 {
+		t.Errorf("%d lock-delays after a given-back grant (nobody vanished)", d)
 	}
 }

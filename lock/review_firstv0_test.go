@@ -338,29 +338,7 @@ func TestReviewFirstV0CutInFlight(t *testing.T) {
 	ach := grantAsync(bg, eA, obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, RequestID: "rqA"})
 	waitClosed(t, cut, "the cut of the first touch's one-write grant")
 	cch := grantAsync(bg, eC, obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, LockDelay: time.Minute})
-	var chk overlapChecker
-	for range 2 {
-		var r asyncResult
-		select {
-		case r = <-ach:
-		case r = <-cch:
-		case <-time.After(40 * time.Second):
-			t.Fatal("stuck")
-		}
-		if r.err != nil {
-			t.Fatalf("%v (lock-delays %d)", r.err, eC.Health().LockDelays)
-		}
-		chk.enter(r.g.Token())
-		time.Sleep(10 * time.Millisecond) // a holder that stays a moment: not a condition of the test
-		chk.leave()
-		release(t, r.g)
-	}
-	if chk.overlaps != 0 || chk.badToken != 0 {
-		t.Errorf("%d overlaps, %d tokens not increasing", chk.overlaps, chk.badToken)
-	}
-	if d := eC.Health().LockDelays; d != 0 {
-		t.Errorf("%d lock-delays after a given-back grant (nobody vanished)", d)
-	}
+	takeBothNoDelay(t, &overlapChecker{}, eC, ach, cch)
 	if k := faKids(t, conn, objPath); len(k) != 0 {
 		t.Errorf("left %v", k)
 	}
