@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"runtime"
 	"runtime/debug"
@@ -68,4 +69,12 @@ func memLimitWarning(maxWaiters int, memLimit int64) string {
 		"near that many the collector runs without pause (up to half the CPU, fewer handoffs per second): "+
 		"set GOMEMLIMIT to at least %dMiB in baton serve's environment, or lower sidecar.max.waiters",
 		maxWaiters, need>>20, memLimit>>20, (need+1<<20-1)>>20)
+}
+
+// warnMemLimit logs memLimitWarning against the process's memory limit, if
+// there is one to give (at start, and on a reload changing maxWaiters).
+func warnMemLimit(log *slog.Logger, maxWaiters int) {
+	if w := memLimitWarning(maxWaiters, debug.SetMemoryLimit(-1)); w != "" {
+		log.Warn("memory limit below the waiters' need", "key", "sidecar.max.waiters", "warning", w)
+	}
 }

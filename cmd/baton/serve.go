@@ -111,9 +111,7 @@ func serveLoaded(ctx context.Context, g *globals, loaded *props.Loaded, opts pro
 	log.Info("baton serve starting", "version", ver, "commit", rev, "pid", os.Getpid(), "config_file", loaded.File,
 		"gomaxprocs", runtime.GOMAXPROCS(0), "gomemlimit", debug.SetMemoryLimit(-1),
 		"socket", cfg.SocketPath, "zookeeper", strings.Join(cfg.ZKServers, ",")+cfg.ZKChroot)
-	if w := memLimitWarning(cfg.MaxWaiters, debug.SetMemoryLimit(-1)); w != "" {
-		log.Warn("memory limit below the waiters' need", "key", "sidecar.max.waiters", "warning", w)
-	}
+	warnMemLimit(log, cfg.MaxWaiters)
 
 	// BATON_LEAN_PATH=off: every request through net/http (a diagnostic
 	// switch, for comparison: sidecar/lean.go)
@@ -260,9 +258,7 @@ func (r *reloader) reload(log *slog.Logger) {
 	}
 	r.logs.setFormat(next.Config.LogFormat)
 	if next.Config.MaxWaiters != r.cur.Config.MaxWaiters {
-		if w := memLimitWarning(next.Config.MaxWaiters, debug.SetMemoryLimit(-1)); w != "" {
-			log.Warn("memory limit below the waiters' need", "key", "sidecar.max.waiters", "warning", w)
-		}
+		warnMemLimit(log, next.Config.MaxWaiters)
 	}
 	kept := r.srv.Reload(next, changes) // logs every change
 	r.cur = next
