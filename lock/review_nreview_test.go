@@ -751,9 +751,12 @@ func TestNreviewViewOneRoundTrip(t *testing.T) {
 	)
 	gate := func() {
 		if state.Load() == 2 {
+			// bounded for a sequential view (its listing waits for this
+			// reply); long enough that a loaded machine (make test beside
+			// a CPU burner) does not starve a pipelined one past it
 			select {
 			case <-listed:
-			case <-time.After(time.Second):
+			case <-time.After(5 * time.Second):
 			}
 		}
 	}
