@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -98,7 +99,9 @@ func (t *Time) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
+	if n := len(b); n >= 2 && b[0] == '"' && b[n-1] == '"' && bytes.IndexByte(b[1:n-1], '\\') < 0 && bytes.IndexByte(b[1:n-1], '"') < 0 {
+		s = string(b[1 : n-1]) // no escapes: what json.Unmarshal would give, without its reflection
+	} else if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("api: time: %w", err)
 	}
 	v, err := time.Parse(time.RFC3339Nano, s)

@@ -33,9 +33,19 @@ func TestTimeJSON(t *testing.T) {
 		}
 	}
 	var bad api.Time
-	for _, in := range []string{`"yesterday"`, `5`, `"2025-01-02"`} {
+	for _, in := range []string{`"yesterday"`, `5`, `"2025-01-02"`, `"2025-01-02T15:04:05Z\"`} {
 		if err := json.Unmarshal([]byte(in), &bad); err == nil {
 			t.Errorf("Unmarshal(%s): no error", in)
+		}
+	}
+	// A string with escapes takes json's own decoding (an escaped "Z", a
+	// zone written "\u002b01:00"); a plain one is read without it: the
+	// same time either way.
+	want := time.Date(2025, 1, 2, 14, 4, 5, 123000000, time.UTC)
+	for _, in := range []string{`"2025-01-02T14:04:05.123Z"`, `"2025-01-02T14:04:05.123\u005a"`, `"2025-01-02T15:04:05.123\u002b01:00"`} {
+		var got api.Time
+		if err := got.UnmarshalJSON([]byte(in)); err != nil || !got.Equal(want) || got.Location() != time.UTC {
+			t.Errorf("UnmarshalJSON(%s) = %v, %v, want %v", in, got, err, want)
 		}
 	}
 }
