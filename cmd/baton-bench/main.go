@@ -9,6 +9,7 @@
 //	baton-bench reqcost [--zk HOST:PORT] [--n 5000] [--baton PATH]
 //	baton-bench cost    [--zk HOST:PORT] [--cycles 2000] [--env KEY=VALUE] [--baton PATH]
 //	baton-bench wire    --zk-port P -- COMMAND [ARGS...]
+//	baton-bench w3floor --gozk LOCKBENCH [--zk HOST:PORT] [--rounds 3] [--baton PATH]
 //
 // Implementations (--impl):
 //
@@ -113,7 +114,7 @@ type result struct {
 
 func main() {
 	if len(os.Args) < 2 || strings.HasPrefix(os.Args[1], "-") {
-		fmt.Fprintln(os.Stderr, "usage: baton-bench W1|W2|W3|W4|W5 --zk HOST:PORT --root PATH [flags]; baton-bench probe|reqcost|cost|ab|floor|wire|cpu [flags]")
+		fmt.Fprintln(os.Stderr, "usage: baton-bench W1|W2|W3|W4|W5 --zk HOST:PORT --root PATH [flags]; baton-bench probe|reqcost|cost|ab|floor|w3floor|wire|cpu [flags]")
 		os.Exit(64)
 	}
 	switch os.Args[1] {
@@ -137,6 +138,8 @@ func main() {
 		os.Exit(zkCyclesMain(os.Args[2:]))
 	case "ab":
 		os.Exit(abMain(os.Args[2:]))
+	case "w3floor":
+		os.Exit(w3floorMain(os.Args[2:]))
 	}
 	cfg := config{workload: os.Args[1]}
 	fs := flag.NewFlagSet("baton-bench", flag.ExitOnError)

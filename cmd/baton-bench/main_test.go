@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -249,4 +250,71 @@ func TestAB(t *testing.T) {
 		}
 	}
 	t.Logf("%+v", res.Rounds)
+}
+
+// TestW3LeanShapes: w3floor's lean sidecars do the ZooKeeper work of their
+// shape for every acquire and release they answer, with either client —
+// the peer's shape a create and a delete per cycle (two child changes),
+// Baton's two data writes — and leave no child behind.
+func TestW3LeanShapes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts ZooKeeper")
+	}
+	z := testenv.ZooKeeperT(t, testenv.ZKOptions{})
+	addr := z.Servers()[0]
+	c, err := rawZK(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	dir := t.TempDir()
+	const ops, warmup = 40, 10
+	for _, shape := range []string{"multi", "peer"} {
+		before, _, err := c.Children("/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lp, err := startLeanShape(addr, filepath.Join(dir, shape+".sock"), shape)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, raw := range []bool{false, true} {
+			rate, err := w3LeanRun(w3Lean{name: shape, socks: []string{lp.socket}, raw: raw}, ops, warmup)
+			if err != nil || rate <= 0 {
+				t.Fatalf("%s raw=%v: rate %v, %v", shape, raw, rate, err)
+			}
+		}
+		lp.stop()
+		after, _, err := c.Children("/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var root string
+		for _, n := range after {
+			if !slices.Contains(before, n) && strings.HasPrefix(n, "baton-cost-lean-") {
+				root = "/" + n
+			}
+		}
+		if root == "" {
+			t.Fatalf("%s: no object node made by the lean sidecar among %v", shape, after)
+		}
+		_, st, err := c.Get(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cycles := int32(2 * (ops + warmup))
+		switch shape {
+		case "multi":
+			if st.Version != 2*cycles || st.Cversion != 2*cycles {
+				t.Errorf("multi: data version %d, cversion %d after %d cycles: want %d each", st.Version, st.Cversion, cycles, 2*cycles)
+			}
+		case "peer":
+			if st.Version != 0 || st.Cversion != 2*cycles {
+				t.Errorf("peer: data version %d, cversion %d after %d cycles: want 0 and %d", st.Version, st.Cversion, cycles, 2*cycles)
+			}
+		}
+		if st.NumChildren != 0 {
+			t.Errorf("%s: %d children left", shape, st.NumChildren)
+		}
+	}
 }

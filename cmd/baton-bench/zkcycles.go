@@ -15,7 +15,10 @@ package main
 // With --socket it is instead the leanest sidecar of Baton's shape: the
 // raw echo's hand-written HTTP/1.1 on a unix socket, each POST one acquire
 // multi and each DELETE one release multi, sent from the connection's
-// goroutine, with a canned answer; no lock logic, no net/http.
+// goroutine, with a canned answer; no lock logic, no net/http. --shape
+// peer makes each POST the peer's uncontended acquire instead (create an
+// ephemeral-sequential child, list the children) and each DELETE its
+// release (delete the child): go-zookeeper's lock recipe's ZooKeeper work.
 
 import (
 	"bufio"
@@ -42,13 +45,14 @@ func zkCyclesMain(args []string) int {
 	cycles := fs.Int("cycles", 2000, "measured cycles")
 	warmup := fs.Int("warmup", 300, "unmeasured cycles first")
 	sock := fs.String("socket", "", "serve W1 cycles over HTTP/1.1 on this unix socket instead")
+	shape := fs.String("shape", "multi", "with --socket: multi (Baton's two multis) or peer (create + getChildren, delete)")
 	_ = fs.Parse(args)
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(1) // as `baton serve` (cmd/baton/runtime.go)
 	}
 	run := func() error { return zkCycles(*addr, *root, *cycles, *warmup) }
 	if *sock != "" {
-		run = func() error { return leanServe(*addr, *root, *sock) }
+		run = func() error { return leanServe(*addr, *root, *sock, *shape) }
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "zk-cycles:", err)
@@ -63,6 +67,7 @@ type zkObject struct {
 	root    string
 	version int32
 	child   string
+	peer    bool // the peer's shape (leanServe --shape peer)
 }
 
 // newZKObject connects and creates root.
@@ -85,6 +90,15 @@ func newZKObject(addr, root string) (*zkObject, error) {
 
 // acquire creates our child and names it in the data, guarded by its version.
 func (o *zkObject) acquire() error {
+	if o.peer {
+		child, err := o.c.Create(o.root+"/lock-", nil, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+		if err != nil {
+			return err
+		}
+		o.child = child
+		_, _, err = o.c.Children(o.root)
+		return err
+	}
 	res, err := o.c.Multi(
 		&zk.CreateRequest{Path: o.root + "/A_x_r_", Data: []byte(`{"r":"r"}`), Acl: zk.WorldACL(zk.PermAll), Flags: zk.FlagEphemeral | zk.FlagSequence},
 		&zk.SetDataRequest{Path: o.root, Data: []byte(`{"native":1,"h":[{"r":"r","t":0}]}`), Version: o.version},
@@ -99,6 +113,9 @@ func (o *zkObject) acquire() error {
 
 // release deletes our child and rewrites the data, guarded by its version.
 func (o *zkObject) release() error {
+	if o.peer {
+		return o.c.Delete(o.child, -1)
+	}
 	if _, err := o.c.Multi(
 		&zk.DeleteRequest{Path: o.child, Version: -1},
 		&zk.SetDataRequest{Path: o.root, Data: []byte(`{"native":1}`), Version: o.version},
@@ -191,12 +208,17 @@ func zkCyclesCost(addr string, warmup, cycles int) (cpuUs, ctxsw float64, err er
 }
 
 // leanServe answers W1 cycles on sock: a POST acquires, a DELETE releases
-// (W1 is sequential: one holder of the one object at a time).
-func leanServe(addr, root, sock string) error {
+// (W1 is sequential: one holder of the one object at a time), in shape
+// "multi" or "peer".
+func leanServe(addr, root, sock, shape string) error {
+	if shape != "multi" && shape != "peer" {
+		return fmt.Errorf("--shape %q: want multi or peer", shape)
+	}
 	o, err := newZKObject(addr, root)
 	if err != nil {
 		return err
 	}
+	o.peer = shape == "peer"
 	defer o.c.Close()
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
@@ -244,8 +266,11 @@ type leanProc struct {
 }
 
 // startLean starts zk-cycles --socket on sock and waits until it accepts.
-func startLean(addr, sock string) (*leanProc, error) {
-	cmd, err := zkCyclesCmd(addr, "lean", "--socket", sock)
+func startLean(addr, sock string) (*leanProc, error) { return startLeanArgs(addr, sock) }
+
+// startLeanArgs is startLean with more zk-cycles flags.
+func startLeanArgs(addr, sock string, args ...string) (*leanProc, error) {
+	cmd, err := zkCyclesCmd(addr, "lean", append([]string{"--socket", sock}, args...)...)
 	if err != nil {
 		return nil, err
 	}
