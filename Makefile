@@ -10,7 +10,7 @@ GOTEST_TIMEOUT ?= 14m
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS := openjdk-17-jre-headless zookeeper zookeeper-bin kcat
 
-.PHONY: help deps build test test-short run bench peers chaos fuzz lint cover clean deploy-test
+.PHONY: help deps build test test-short run bench peers floors chaos fuzz lint cover clean deploy-test
 
 help: ## this list
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -69,6 +69,13 @@ bench: deps ## benchmarks with figures (engine, socket, queue, dlq, dispatcher),
 
 peers: deps ## Baton vs Curator, kazoo and go-zookeeper's lock in one run (../shared/peers)
 	bash cmd/baton-bench/peers.sh
+
+floors: deps ## the floors issue 21's goals are set against, interleaved with go-zookeeper's lock of ../shared/peers (PEERS_DIR): W1, W2 on one sidecar and W4 (floor), W3 with a sidecar per client (w3floor); about 4 min
+	$(GO) build -o bin/baton ./cmd/baton && $(GO) build -o bin/baton-bench ./cmd/baton-bench
+	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && cp -r $${PEERS_DIR:-../shared/peers}/gozk/. "$$d" && chmod -R u+w "$$d" && \
+	  (cd "$$d" && $(GO) build -o lockbench .) && \
+	  bin/baton-bench floor --baton bin/baton --gozk "$$d/lockbench" --rounds 5 --impls "gozk http:native client:native shared:native" && \
+	  bin/baton-bench w3floor --baton bin/baton --gozk "$$d/lockbench" --rounds 5
 
 chaos: deps ## the fault-injection tests only (kills, pauses, black holes), verbose
 	$(GO) test -race -count=1 -v -run 'CutOff|Leader|Dropped|Kill|Pause|BlackHole|Outage|Lost|Crash' $(PKGS)

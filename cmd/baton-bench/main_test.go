@@ -253,7 +253,7 @@ func TestAB(t *testing.T) {
 }
 
 // TestW3LeanShapes: w3floor's lean sidecars do the ZooKeeper work of their
-// shape for every acquire and release they answer, with either client —
+// shape for every acquire and release they answer, with each client —
 // the peer's shape a create and a delete per cycle (two child changes),
 // Baton's two data writes — and leave no child behind.
 func TestW3LeanShapes(t *testing.T) {
@@ -269,7 +269,7 @@ func TestW3LeanShapes(t *testing.T) {
 	defer c.Close()
 	dir := t.TempDir()
 	const ops, warmup = 40, 10
-	for _, shape := range []string{"multi", "peer"} {
+	for _, shape := range []string{"multi", "read", "peer"} {
 		before, _, err := c.Children("/")
 		if err != nil {
 			t.Fatal(err)
@@ -278,10 +278,10 @@ func TestW3LeanShapes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, raw := range []bool{false, true} {
-			rate, err := w3LeanRun(w3Lean{name: shape, socks: []string{lp.socket}, raw: raw}, ops, warmup)
+		for _, cl := range []string{"stock", "go", "raw"} {
+			rate, err := w3LeanRun(w3Lean{name: shape, socks: []string{lp.socket}, client: cl}, ops, warmup)
 			if err != nil || rate <= 0 {
-				t.Fatalf("%s raw=%v: rate %v, %v", shape, raw, rate, err)
+				t.Fatalf("%s, %s client: rate %v, %v", shape, cl, rate, err)
 			}
 		}
 		lp.stop()
@@ -302,11 +302,11 @@ func TestW3LeanShapes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cycles := int32(2 * (ops + warmup))
+		cycles := int32(3 * (ops + warmup))
 		switch shape {
-		case "multi":
+		case "multi", "read":
 			if st.Version != 2*cycles || st.Cversion != 2*cycles {
-				t.Errorf("multi: data version %d, cversion %d after %d cycles: want %d each", st.Version, st.Cversion, cycles, 2*cycles)
+				t.Errorf("%s: data version %d, cversion %d after %d cycles: want %d each", shape, st.Version, st.Cversion, cycles, 2*cycles)
 			}
 		case "peer":
 			if st.Version != 0 || st.Cversion != 2*cycles {

@@ -13,11 +13,15 @@ package main
 //   - the floor: the same eight clients, each calling its own "lean
 //     sidecar" process (zk-cycles --socket: the raw echo's hand-written
 //     HTTP/1.1, no lock logic, no net/http) that does only the ZooKeeper
-//     work of an uncontended acquisition and release, in one of two
-//     shapes — Baton's (two multis, as W1) or the peer's own (create and
-//     getChildren, then delete) — each with the stock net/http client and
-//     with a raw client (a hand-written request on a kept connection, the
-//     cheapest any client can be);
+//     work of an uncontended acquisition and release, in one of three
+//     shapes — Baton's (two multis, as W1), Baton's with the read of an
+//     object another sidecar used last (a getData first: most of W3's
+//     acquisitions), or the peer's own (create and getChildren, then
+//     delete) — each with the stock net/http client (as
+//     baton-http), Baton's Go client (as baton-client; the lean sidecar
+//     answers a lease as `baton serve` does) and a raw client (a
+//     hand-written request on a kept connection, the cheapest any client
+//     can be);
 //   - Baton's W3 per client (baton-http, baton-client; native protocol).
 //
 // A lean sidecar holds no lock: the floor is a bound below any lock served
@@ -26,6 +30,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -41,6 +46,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/batonhq/baton/client"
 )
 
 func w3floorMain(args []string) int {
@@ -68,9 +75,9 @@ func w3floorMain(args []string) int {
 // w3Lean is one floor configuration: eight lean sidecars of one shape,
 // called by one kind of client.
 type w3Lean struct {
-	name  string
-	socks []string
-	raw   bool // a hand-written client; else net/http's
+	name   string
+	socks  []string
+	client string // "stock" (net/http), "go" (package client) or "raw" (hand-written)
 }
 
 func w3floor(zkAddr, bat, gozk string, rounds, clients, ops, warmup, objects int) error {
@@ -96,7 +103,7 @@ func w3floor(zkAddr, bat, gozk string, rounds, clients, ops, warmup, objects int
 	run := fmt.Sprintf("/w3floor-%d", time.Now().UnixNano())
 
 	shapes := map[string][]string{} // shape → its sidecars' sockets
-	for _, shape := range []string{"multi", "peer"} {
+	for _, shape := range []string{"multi", "read", "peer"} {
 		for i := range clients {
 			sock := filepath.Join(dir, fmt.Sprintf("%s%d.sock", shape, i))
 			lp, err := startLeanShape(addr, sock, shape)
@@ -108,14 +115,14 @@ func w3floor(zkAddr, bat, gozk string, rounds, clients, ops, warmup, objects int
 		}
 	}
 	var leans []w3Lean
-	for _, shape := range []string{"multi", "peer"} {
-		for _, raw := range []bool{false, true} {
-			cl := "stock client"
-			if raw {
-				cl = "raw client"
+	work := map[string]string{"multi": "two multis (Baton's, its version known)", "read": "a read + two multis (Baton's, another sidecar used the object last)", "peer": "the peer's ZooKeeper work"}
+	for _, shape := range []string{"multi", "read", "peer"} {
+		for _, cl := range []string{"stock", "go", "raw"} {
+			if shape == "read" && cl == "raw" {
+				continue // the read's cost is told by the other two
 			}
-			leans = append(leans, w3Lean{name: fmt.Sprintf("floor: %s's ZooKeeper work, %s", map[string]string{"multi": "Baton", "peer": "the peer"}[shape], cl),
-				socks: shapes[shape], raw: raw})
+			leans = append(leans, w3Lean{name: fmt.Sprintf("floor: %s, %s client", work[shape], map[string]string{"stock": "stock", "go": "Go", "raw": "raw"}[cl]),
+				socks: shapes[shape], client: cl})
 		}
 	}
 
@@ -203,7 +210,7 @@ func w3LeanRun(l w3Lean, ops, warmup int) (float64, error) {
 	base := time.Now()
 	var wg sync.WaitGroup
 	for _, sock := range l.socks {
-		cycle, closeFn, err := leanCaller(sock, l.raw)
+		cycle, closeFn, err := leanCaller(sock, l.client)
 		if err != nil {
 			return 0, err
 		}
@@ -234,8 +241,18 @@ func w3LeanRun(l w3Lean, ops, warmup int) (float64, error) {
 
 // leanCaller is one client of a lean sidecar: cycle sends an acquire
 // (POST) and a release (DELETE), each answered 200.
-func leanCaller(sock string, raw bool) (cycle func() error, closeFn func(), err error) {
-	if !raw {
+func leanCaller(sock, kind string) (cycle func() error, closeFn func(), err error) {
+	switch kind {
+	case "go": // as clientLocker
+		c := client.New(sock)
+		return func() error {
+			l, err := c.Acquire(context.Background(), "o", client.WithWait(time.Minute), client.WithoutRenewal())
+			if err != nil {
+				return err
+			}
+			return l.Release(context.Background())
+		}, func() { c.Close() }, nil
+	case "stock":
 		hc := unixHTTPClient(sock)
 		do := func(method string) error {
 			req, err := http.NewRequest(method, "http://baton/v1/locks/o/acquire", nil)
@@ -259,6 +276,9 @@ func leanCaller(sock string, raw bool) (cycle func() error, closeFn func(), err 
 			}
 			return do(http.MethodDelete)
 		}, hc.CloseIdleConnections, nil
+	case "raw":
+	default:
+		return nil, nil, fmt.Errorf("client %q: want stock, go or raw", kind)
 	}
 	c, err := net.Dial("unix", sock)
 	if err != nil {

@@ -18,7 +18,9 @@ package main
 // goroutine, with a canned answer; no lock logic, no net/http. --shape
 // peer makes each POST the peer's uncontended acquire instead (create an
 // ephemeral-sequential child, list the children) and each DELETE its
-// release (delete the child): go-zookeeper's lock recipe's ZooKeeper work.
+// release (delete the child): go-zookeeper's lock recipe's ZooKeeper work;
+// --shape read reads the object node's data before each acquire multi (an
+// acquire on an object another sidecar used last reads its version first).
 
 import (
 	"bufio"
@@ -45,7 +47,7 @@ func zkCyclesMain(args []string) int {
 	cycles := fs.Int("cycles", 2000, "measured cycles")
 	warmup := fs.Int("warmup", 300, "unmeasured cycles first")
 	sock := fs.String("socket", "", "serve W1 cycles over HTTP/1.1 on this unix socket instead")
-	shape := fs.String("shape", "multi", "with --socket: multi (Baton's two multis) or peer (create + getChildren, delete)")
+	shape := fs.String("shape", "multi", "with --socket: multi (Baton's two multis), read (a getData, then the two multis) or peer (create + getChildren, delete)")
 	_ = fs.Parse(args)
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(1) // as `baton serve` (cmd/baton/runtime.go)
@@ -68,6 +70,7 @@ type zkObject struct {
 	version int32
 	child   string
 	peer    bool // the peer's shape (leanServe --shape peer)
+	read    bool // a getData before the acquire multi (--shape read)
 }
 
 // newZKObject connects and creates root.
@@ -98,6 +101,11 @@ func (o *zkObject) acquire() error {
 		o.child = child
 		_, _, err = o.c.Children(o.root)
 		return err
+	}
+	if o.read { // what an acquire that did not release the object last reads first: its version
+		if _, _, err := o.c.Get(o.root); err != nil {
+			return err
+		}
 	}
 	res, err := o.c.Multi(
 		&zk.CreateRequest{Path: o.root + "/A_x_r_", Data: []byte(`{"r":"r"}`), Acl: zk.WorldACL(zk.PermAll), Flags: zk.FlagEphemeral | zk.FlagSequence},
@@ -211,20 +219,23 @@ func zkCyclesCost(addr string, warmup, cycles int) (cpuUs, ctxsw float64, err er
 // (W1 is sequential: one holder of the one object at a time), in shape
 // "multi" or "peer".
 func leanServe(addr, root, sock, shape string) error {
-	if shape != "multi" && shape != "peer" {
-		return fmt.Errorf("--shape %q: want multi or peer", shape)
+	if shape != "multi" && shape != "peer" && shape != "read" {
+		return fmt.Errorf("--shape %q: want multi, read or peer", shape)
 	}
 	o, err := newZKObject(addr, root)
 	if err != nil {
 		return err
 	}
-	o.peer = shape == "peer"
+	o.peer, o.read = shape == "peer", shape == "read"
 	defer o.c.Close()
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		return err
 	}
-	acquired := echoAnswer([]byte(`{"lease_id":"lean","token":"1"}`))
+	// a lease as `baton serve` answers it, for a client that decodes it (the Go client)
+	acquired := echoAnswer([]byte(`{"lease_id":"l-7f3a9c2e1b4d4e8f9a0b1c2d3e4f5a6b","object":"o","type":"foreground","info":"","token":"12884902145",` +
+		`"node":"/lean/o/A_x_7f3a9c2e_0000000123","acquired_at":"2026-11-28T04:50:01.123Z","lease_expires_at":"2026-11-28T04:50:31.123Z",` +
+		`"valid_until":"2026-11-28T04:50:11.123Z","valid_for_ms":9998,"state":"held","waited_ms":0,"holds":1,"mode":"exclusive"}`))
 	released := echoAnswer([]byte(`{"released":true}`))
 	failed := []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
 	for {
