@@ -422,11 +422,14 @@
 //     (one refused write) is not tried again on that object until a read
 //     shows it held; an object seen contended lately is queued on at once
 //     (the view after the create reads the holders anyway). A first touch
-//     creates the object node (with free data) and its sentinel, and takes
-//     it in the one multi guarded by data version 0, unread: a node at
-//     version 0 was never written since its creation, so whichever
-//     incarnation the multi lands on names nobody (four requests with the
-//     release).
+//     (the read finds no object node) is one multi: it creates the object
+//     node with free data, its sentinel and the sentinel's mark, then our
+//     child, and names us guarded by data version 0 (three requests with
+//     the release). A node made meanwhile, or no lock root yet, and
+//     nothing is created: the node is made (or looked at) alone, and a
+//     node this request made is taken in the one multi guarded by data
+//     version 0, unread: a node at version 0 was never written since its
+//     creation, so whichever incarnation the multi lands on names nobody.
 //   - A waiter whose view shows a holder named with its child gone, and
 //     itself first, takes nothing at once: most often a release landed
 //     between the view's two reads, and its write may name this waiter. A

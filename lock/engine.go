@@ -73,8 +73,12 @@ type Engine struct {
 	// preReads: native acquires that read the holders before creating
 	// anything, for tests
 	preReads atomic.Int64
-	watch    watchSet     // watched objects (watch.go)
-	delays   atomic.Int64 // vanished holders waited out (lock-delay)
+	// firstSplit (tests): a first touch makes the object node in a write
+	// of its own, then takes it guarded by version 0 (the path a first
+	// touch's fallbacks take), not in one multi
+	firstSplit atomic.Bool
+	watch      watchSet     // watched objects (watch.go)
+	delays     atomic.Int64 // vanished holders waited out (lock-delay)
 	// handoffs: the native protocol's local waiters (*nreq, waiting with a
 	// child: slow) by request id, for in-process handoffs (see
 	// nativeHandoff) and the parked queue a release moves behind one
@@ -163,6 +167,9 @@ type prediction struct {
 	version   int32 // the object node's data version our release left (-1: unknown)
 	contended bool
 	missed    bool // native: read before using the prediction (see objState.missed)
+	// first (native): no object node was there; the multi creates it,
+	// its sentinel, our child, and names us (nreq.fast)
+	first bool
 }
 
 func (st *objState) invalidate() { st.predict = -1 }

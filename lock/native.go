@@ -357,6 +357,9 @@ type nreq struct {
 	created bool        // a child of this request was created (or may have been)
 	waited  bool        // the object was held or contended when it came, or it queued behind another
 	missed  bool        // its predicted write was refused by the data version (fast)
+	// firstNoRoot: its first-touch multi (fast, prediction.first) found no
+	// lock root: nothing was created, and ensureNativeFrom makes the root
+	firstNoRoot bool
 	// parkGrant, parkFail: how the request ended, for a parked queue a
 	// release moves behind it after the fact (parkMove); under e.objMu
 	parkGrant *Grant
@@ -430,10 +433,28 @@ func (n *nreq) acquire(ctx context.Context, p prediction) (*Grant, error) {
 		case v.d.V == 1:
 			n.e.objSentinel(n.name, true)
 		}
+		if missing && !p.contended && n.delay <= 0 && !n.e.firstSplit.Load() {
+			// No object node: make it, its sentinel and our child, and
+			// name us, in one write (a first touch was two: the node,
+			// then the one-write grant below). An object made meanwhile
+			// (NodeExists) or no root yet (NoNode): nothing was created,
+			// and the usual way follows.
+			g, err, done := n.fast(ctx, prediction{seq: -1, czxid: -1, version: 0, first: true})
+			switch {
+			case done:
+				return g, err
+			case n.uncertain:
+				// Its answer lost: the slow path gives back what landed,
+				// then queues; the object node may be there now.
+				missing = false
+			case !n.firstNoRoot:
+				missing = false // made meanwhile: look
+			}
+		}
 		for v == nil || v.d.V != 1 {
 			created, err := n.e.ensureNativeFrom(ctx, n.s, n.name, n.objPath, missing)
 			if err == nil {
-				if created && v == nil && !p.contended && n.delay <= 0 {
+				if created && v == nil && !p.contended && n.delay <= 0 && !n.uncertain {
 					// Ours, just made: no holders, data version 0, for the
 					// one-write grant below (a first touch was eight
 					// requests and three writes through the queue). Not
@@ -541,16 +562,32 @@ func (n *nreq) acquire(ctx context.Context, p prediction) (*Grant, error) {
 // the object's children: the sentinel and ours alone, nobody waits ahead
 // either; more, and a listing decides: if someone waits ahead of us, we
 // give the lock back and queue.
+//
+// With p.first (no object node was there), the multi first creates the
+// object node with free data, its sentinel and the sentinel's mark, as
+// ensureNativeFrom does: the data guarded by version 0 is then the node
+// this multi made, which nobody else can have a child under. If the node
+// exists (made meanwhile) or the root does not, nothing is created
+// (n.firstNoRoot says which).
 func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 	d := nativeData{H: []nativeHolder{{R: n.reqID, S: n.shared}}}
 	if f := fastMultiHook.Load(); f != nil {
 		(*f)(n.objPath)
 	}
-	ops := []any{
+	ops := make([]any, 0, 6)
+	if p.first {
+		free := nativeData{}.marshal()
+		ops = append(ops,
+			&zk.CreateRequest{Path: n.objPath, Data: free, Acl: n.e.acl, Flags: zk.FlagPersistent},
+			&zk.CreateRequest{Path: n.objPath + "/" + privateLock, Data: free, Acl: n.e.acl, Flags: zk.FlagPersistent},
+			&zk.CreateRequest{Path: sentinelMark(n.objPath), Acl: n.e.acl, Flags: zk.FlagPersistent})
+	}
+	at := len(ops) // our child's create; the setData follows it, then the check
+	ops = append(ops,
 		&zk.CreateRequest{Path: n.objPath + "/" + n.e.nativePrefix(n.typ, n.shared, n.reqID), Data: n.data, Acl: n.e.acl, Flags: zk.FlagEphemeralSequential},
 		&zk.SetDataRequest{Path: n.objPath, Data: d.marshal(), Version: p.version},
 		&zk.CheckVersionRequest{Path: sentinelMark(n.objPath), Version: -1},
-	}
+	)
 	n.created = true
 	res, err := boundedMulti(ctx, n.s, ops,
 		func(_ []zk.MultiResponse, err error) {
@@ -560,10 +597,13 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 		})
 	switch {
 	case err == nil:
-		child := path.Base(res[0].String)
+		child := path.Base(res[at].String)
 		seq := nativeSeq(child)
-		st := res[1].Stat
+		st := res[at+1].Stat
 		n.node, n.seq, n.objCzxid = child, seq, st.Czxid
+		if p.first {
+			n.e.objSentinel(n.name, true)
+		}
 		if st.Czxid == p.czxid && seq == p.seq {
 			n.e.observe(func(o Observer) { o.FastPath(true) })
 			g, err := n.granted(ctx, st.Mzxid, st, d, nil, seq+1)
@@ -619,6 +659,11 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 			}
 			return nil, n.fail(ctx, err), true
 		}
+		return nil, nil, false
+	case p.first && (errors.Is(err, zk.ErrNodeExists) || errors.Is(err, zk.ErrNoNode)):
+		// nothing created: the node exists, or the root does not
+		n.created = false
+		n.firstNoRoot = errors.Is(err, zk.ErrNoNode)
 		return nil, nil, false
 	case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNoNode):
 		if p.seq >= 0 {

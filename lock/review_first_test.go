@@ -445,6 +445,8 @@ func TestReviewFirstSharedJoinsBeforeCheck(t *testing.T) {
 	bconn := rawConn(t, zkServer.Servers())
 	gate := &stepDialer{}
 	eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Dialer = gate.dial; o.HolderWatchDelay = time.Minute })
+	// a first touch in two writes (the node, then the grant guarded by version 0): the path under review, which a one-multi first touch falls back to
+	lock.SplitFirstTouch(eA)
 	release(t, acquire(t, eA, "warm", lock.Foreground, lock.AcquireOptions{}))
 	objPath := root + "/sj"
 	var bnode string
@@ -585,6 +587,8 @@ func TestReviewFirstPluginDuringFirstTouch(t *testing.T) {
 			conn := rawConn(t, zkServer.Servers())
 			gate := &stepDialer{}
 			eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Dialer = gate.dial })
+			// a first touch in two writes (the node, then the grant guarded by version 0): the path under review, which a one-multi first touch falls back to
+			lock.SplitFirstTouch(eA)
 			release(t, acquire(t, eA, "warm", lock.Foreground, lock.AcquireOptions{}))
 			objPath := root + "/pf"
 			pl := &pluginLock{conn: rawConn(t, zkServer.Servers()), objPath: objPath}
@@ -709,6 +713,8 @@ func TestReviewFirstOperatorDeletes(t *testing.T) {
 			gate := &stepDialer{}
 			eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Dialer = gate.dial })
 			eB := newEngine(t, zkServer.Servers(), root, native, noAudit)
+			// a first touch in two writes (the node, then the grant guarded by version 0): the path under review, which a one-multi first touch falls back to
+			lock.SplitFirstTouch(eA)
 			release(t, acquire(t, eA, "warm", lock.Foreground, lock.AcquireOptions{}))
 			objPath := root + "/od"
 			var waiter string
@@ -851,6 +857,9 @@ func TestReviewFirstTouchTwoEngines(t *testing.T) {
 			gate := &stepDialer{}
 			eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Dialer = gate.dial; o.HolderWatchDelay = time.Minute })
 			eB := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.HolderWatchDelay = time.Minute })
+			// a first touch in two writes (the node, then the grant guarded by version 0): the path under review, which a one-multi first touch falls back to
+			lock.SplitFirstTouch(eA)
+			lock.SplitFirstTouch(eB)
 			release(t, acquire(t, eA, "warm", lock.Foreground, lock.AcquireOptions{}))
 			objPath := root + "/te"
 			bg := context.Background()

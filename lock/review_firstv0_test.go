@@ -50,6 +50,8 @@ func TestReviewFirstV0HolderJoinsBeforeWrite(t *testing.T) {
 			conn := rawConn(t, zkServer.Servers())
 			hconn := rawConn(t, zkServer.Servers())
 			eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.HolderWatchDelay = time.Minute })
+			// a first touch in two writes (the node, then the grant guarded by version 0): the path under review, which a one-multi first touch falls back to
+			lock.SplitFirstTouch(eA)
 			release(t, acquire(t, eA, "warm", lock.Foreground, lock.AcquireOptions{}))
 			obj := fmt.Sprint("hj-", time.Now().UnixNano()) // new under -count=N too
 			objPath := root + "/" + obj
@@ -212,6 +214,8 @@ func TestReviewFirstV0RecreatedBeforeWrite(t *testing.T) {
 			wconn := rawConn(t, zkServer.Servers())
 			obs := &countObserver{}
 			eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Observer = obs; o.HolderWatchDelay = time.Minute })
+			// a first touch in two writes (the node, then the grant guarded by version 0): the path under review, which a one-multi first touch falls back to
+			lock.SplitFirstTouch(eA)
 			release(t, acquire(t, eA, "warm", lock.Foreground, lock.AcquireOptions{}))
 			obj := fmt.Sprint("rc-", time.Now().UnixNano()) // new under -count=N too
 			objPath := root + "/" + obj
@@ -330,6 +334,8 @@ func TestReviewFirstV0CutInFlight(t *testing.T) {
 	gate := &stepDialer{}
 	eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Dialer = gate.dial })
 	eC := newEngine(t, zkServer.Servers(), root, native, noAudit)
+	// a first touch in two writes (the node, then the grant guarded by version 0): the path under review, which a one-multi first touch falls back to
+	lock.SplitFirstTouch(eA)
 	release(t, acquire(t, eA, "warm", lock.Foreground, lock.AcquireOptions{}))
 	obj := fmt.Sprint("ci-", time.Now().UnixNano()) // new under -count=N too
 	objPath := root + "/" + obj

@@ -1,0 +1,155 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/batonhq/baton/lock"
+)
+
+// A first touch is one multi that creates the object node, its sentinel
+// and our child, and names us. If the object node is made between our
+// read (no node) and that multi, the multi creates nothing and the
+// request takes the usual way: another engine's first touch that won the
+// race holds the lock, and we wait for it; a plugin's object node (no
+// sentinel) gets one and is taken; a plugin holder there fails the
+// acquire with ErrForeignNode. The hook makes them at the last moment.
+func TestNativeFirstTouchRaced(t *testing.T) {
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) { o.AuditInterval = -1 })
+	e2 := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) { o.AuditInterval = -1 })
+	other := rawConn(t, zkServer.Servers())
+	acl := zk.WorldACL(zk.PermAll)
+	ctx := context.Background()
+	release(t, acquire(t, e, "warm", lock.Foreground, lock.AcquireOptions{})) // the root exists
+	release(t, acquire(t, e2, "warm", lock.Foreground, lock.AcquireOptions{}))
+
+	for _, c := range []string{"engine", "plugin-object", "plugin-holder"} {
+		t.Run(c, func(t *testing.T) {
+			obj := fmt.Sprint("first-raced-", c, "-", time.Now().UnixNano()) // new under -count=N too
+			var fired atomic.Bool               // not a sync.Once: e2's own acquire runs the hook again, inside it
+			heldBy := make(chan *lock.Grant, 1) // e2's grant, made in the hook (on e's acquiring goroutine)
+			undo := lock.SetFastMultiHook(func(objPath string) {
+				if !strings.HasSuffix(objPath, "/"+obj) {
+					return
+				}
+				if fired.Swap(true) {
+					return
+				}
+				switch c {
+				case "engine": // e2's own first touch wins (its hook call finds fired set: skipped)
+					g, err := e2.Acquire(ctx, obj, lock.Foreground, lock.AcquireOptions{Wait: 5 * time.Second})
+					if err != nil {
+						t.Error(err)
+					}
+					heldBy <- g
+				case "plugin-object", "plugin-holder":
+					if _, err := other.Create(objPath, nil, 0, acl); err != nil {
+						t.Error(err)
+					}
+					if c == "plugin-holder" {
+						if _, err := other.Create(objPath+"/A-", nil, zk.FlagEphemeralSequential, acl); err != nil {
+							t.Error(err)
+						}
+					}
+				}
+			})
+			defer undo()
+			type result struct {
+				g   *lock.Grant
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				g, err := e.Acquire(ctx, obj, lock.Foreground, lock.AcquireOptions{Wait: 5 * time.Second})
+				done <- result{g, err}
+			}()
+			switch c {
+			case "engine":
+				select {
+				case r := <-done:
+					t.Fatalf("granted while another engine holds the object: %v, %v", r.g, r.err)
+				case <-time.After(500 * time.Millisecond):
+				}
+				held := <-heldBy
+				if held == nil {
+					t.Fatal("the other engine's first touch was not granted")
+				}
+				tok := held.Token()
+				release(t, held)
+				r := <-done
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				if r.g.Token() <= tok {
+					t.Errorf("token %d after the other holder's %d", r.g.Token(), tok)
+				}
+				release(t, r.g)
+			case "plugin-object":
+				r := <-done
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				release(t, r.g)
+				if ok, _, err := other.Exists(objPath(root, obj) + "/privateLock/native"); err != nil || !ok {
+					t.Errorf("no sentinel made under the plugin's object node: %v, %v", ok, err)
+				}
+			case "plugin-holder":
+				r := <-done
+				if !errors.Is(r.err, lock.ErrForeignNode) {
+					t.Fatalf("beside a plugin holder: %v, %v; want ErrForeignNode", r.g, r.err)
+				}
+			}
+			if !fired.Load() {
+				t.Fatal("the hook did not run: no first-touch multi was sent")
+			}
+			kids, _, err := other.Children(objPath(root, obj))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range kids {
+				if strings.Contains(k, "_x_") {
+					t.Errorf("a native child left behind: %s (children %v)", k, kids)
+				}
+			}
+		})
+	}
+}
+
+func objPath(root, obj string) string { return root + "/" + obj }
+
+// A first touch's one multi is applied and its answer lost (the
+// connection cut just after it is sent): the object node, its sentinel,
+// our child and our name in the data may all be there. The request gives
+// back what landed once reconnected, queues and is granted; another
+// engine's request with a lock-delay meanwhile is granted without one
+// (nobody vanished), never beside it; tokens increase, nothing is left.
+func TestNativeFirstTouchCutInFlight(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	gate := &stepDialer{}
+	eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Dialer = gate.dial })
+	eC := newEngine(t, zkServer.Servers(), root, native, noAudit)
+	release(t, acquire(t, eA, "warm", lock.Foreground, lock.AcquireOptions{}))
+	obj := fmt.Sprint("first-cut-", time.Now().UnixNano()) // new under -count=N too
+	objPath := root + "/" + obj
+	cut := gate.once(isObjectCreate(objPath), func() bool { return true })
+	bg := context.Background()
+	ach := grantAsync(bg, eA, obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, RequestID: "rqA"})
+	waitClosed(t, cut, "the cut of the first touch's one multi")
+	if !waitUntil(10*time.Second, func() bool { _, st, err := conn.Get(objPath); return err == nil && st.NumChildren == 2 }) {
+		t.Fatal("setup: the one multi (object node, sentinel, our child) did not land")
+	}
+	cch := grantAsync(bg, eC, obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, LockDelay: time.Minute})
+	takeBothNoDelay(t, &overlapChecker{}, eC, ach, cch)
+	if k := faKids(t, conn, objPath); len(k) != 0 {
+		t.Errorf("left %v", k)
+	}
+}
