@@ -33,9 +33,12 @@ func TestNativeFirstTouchRaced(t *testing.T) {
 
 	for _, c := range []string{"engine", "plugin-object", "plugin-holder"} {
 		t.Run(c, func(t *testing.T) {
-			obj := fmt.Sprint("first-raced-", c, "-", time.Now().UnixNano()) // new under -count=N too
-			var fired atomic.Bool                                            // not a sync.Once: e2's own acquire runs the hook again, inside it
-			heldBy := make(chan *lock.Grant, 1)                              // e2's grant, made in the hook (on e's acquiring goroutine)
+			// new under -count=N too
+			obj := fmt.Sprint("first-raced-", c, "-", time.Now().UnixNano())
+			// not a sync.Once: e2's own acquire runs the hook again, inside it
+			var fired atomic.Bool
+			// e2's grant, made in the hook (on e's acquiring goroutine)
+			heldBy := make(chan *lock.Grant, 1)
 			undo := lock.SetFastMultiHook(func(objPath string) {
 				if !strings.HasSuffix(objPath, "/"+obj) {
 					return
