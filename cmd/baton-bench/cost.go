@@ -105,20 +105,11 @@ func costMain(args []string) int {
 }
 
 func cost(res *costResult, zkAddr, bat string, warmup int, env []string) error {
-	bin, err := batonBin(bat)
+	bin, addr, dir, done, err := benchSetup(bat, zkAddr, "bbc")
 	if err != nil {
 		return err
 	}
-	addr, stop, err := startZK(zkAddr)
-	if err != nil {
-		return err
-	}
-	defer stop()
-	dir, err := os.MkdirTemp("", "bbc")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
+	defer done()
 	sidecarEnv = env
 	defer func() { sidecarEnv = nil }()
 	sc, err := startSidecar(bin, dir, "cost", map[string]string{

@@ -85,22 +85,13 @@ type floorRun struct {
 
 func floor(zkAddr, bat, gozk string, rounds, n, ops, warmup int, impls []string, capture bool) error {
 	fmt.Printf("floor: load at start %s, %s UTC\n", loadAvg(), time.Now().UTC().Format("2006-01-02 15:04:05"))
-	bin, err := batonBin(bat)
+	bin, addr, dir, done, err := benchSetup(bat, zkAddr, "bbf")
 	if err != nil {
 		return err
 	}
-	addr, stop, err := startZK(zkAddr)
-	if err != nil {
-		return err
-	}
-	defer stop()
+	defer done()
 	_, portStr, _ := net.SplitHostPort(addr)
 	port, _ := strconv.Atoi(portStr)
-	dir, err := os.MkdirTemp("", "bbf")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
 	exe, err := os.Executable()
 	if err != nil {
 		return err

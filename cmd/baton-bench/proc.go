@@ -388,3 +388,22 @@ type sharedState struct {
 	shared     *sidecarProc
 	sharedErr  error
 }
+
+// benchSetup is what floor, w3floor and cost run on: the baton executable
+// (bat, else found as batonBin finds it), a ZooKeeper (zkAddr, else one
+// started here) and a fresh temporary directory (named after prefix).
+// done stops what it started and removes the directory.
+func benchSetup(bat, zkAddr, prefix string) (bin, addr, dir string, done func(), err error) {
+	if bin, err = batonBin(bat); err != nil {
+		return "", "", "", nil, err
+	}
+	addr, stop, err := startZK(zkAddr)
+	if err != nil {
+		return "", "", "", nil, err
+	}
+	if dir, err = os.MkdirTemp("", prefix); err != nil {
+		stop()
+		return "", "", "", nil, err
+	}
+	return bin, addr, dir, func() { os.RemoveAll(dir); stop() }, nil
+}

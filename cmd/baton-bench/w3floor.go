@@ -82,20 +82,11 @@ type w3Lean struct {
 
 func w3floor(zkAddr, bat, gozk string, rounds, clients, ops, warmup, objects int) error {
 	fmt.Printf("w3floor: load at start %s, %s UTC\n", loadAvg(), time.Now().UTC().Format("2006-01-02 15:04:05"))
-	bin, err := batonBin(bat)
+	bin, addr, dir, done, err := benchSetup(bat, zkAddr, "bbw3")
 	if err != nil {
 		return err
 	}
-	addr, stop, err := startZK(zkAddr)
-	if err != nil {
-		return err
-	}
-	defer stop()
-	dir, err := os.MkdirTemp("", "bbw3")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
+	defer done()
 	exe, err := os.Executable()
 	if err != nil {
 		return err
