@@ -77,6 +77,7 @@ type Engine struct {
 	// of its own, then takes it guarded by version 0 (the path a first
 	// touch's fallbacks take), not in one multi
 	firstSplit atomic.Bool
+	predScore  atomic.Int32 // native predictions: stale ones up, held ones down (predOutcome)
 	watch      watchSet     // watched objects (watch.go)
 	delays     atomic.Int64 // vanished holders waited out (lock-delay)
 	// handoffs: the native protocol's local waiters (*nreq, waiting with a
@@ -475,7 +476,36 @@ func (e *Engine) objEnter(name string, gen uint64) prediction {
 	if st.predict < 0 {
 		return prediction{seq: -1, contended: st.contended || st.active > 1 || e.opts.DisableFastPath}
 	}
-	return prediction{seq: st.predict, czxid: st.czxid, version: st.version, missed: st.missed}
+	return prediction{seq: st.predict, czxid: st.czxid, version: st.version, missed: st.missed || e.predScore.Load() >= predReadFirst}
+}
+
+// Native predictions engine-wide: an engine whose predictions mostly turn
+// out stale (objects taken by turns on several sidecars, W3: another
+// sidecar wrote since our release 7 times in 8) reads before using one,
+// as after a refused one on that object (objState.missed); the read
+// still says whether it held, so the score recovers when they hold again.
+// A held prediction costs one write, a stale one a refused write, a read
+// and a write; read first, two requests either way: so read first when
+// more than half are stale. predScore counts stale ones up and held ones
+// down, within [0, predScoreMax].
+const (
+	predScoreMax  = 8
+	predReadFirst = 4
+)
+
+// predOutcome records whether a native prediction held.
+func (e *Engine) predOutcome(held bool) {
+	for {
+		s := e.predScore.Load()
+		n := s + 1
+		if held {
+			n = s - 1
+		}
+		n = min(max(n, 0), predScoreMax)
+		if n == s || e.predScore.CompareAndSwap(s, n) {
+			return
+		}
+	}
 }
 
 // objMissed records whether the native fast path's prediction of the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -155,4 +156,47 @@ func TestNativeFirstTouchCutInFlight(t *testing.T) {
 	if k := faKids(t, conn, objPath); len(k) != 0 {
 		t.Errorf("left %v", k)
 	}
+}
+
+// Objects taken by turns on two engines (W3's common case, there on
+// eight sidecars): an engine's prediction, from its own last release, is
+// stale whenever the other engine used the object since, and a stale one
+// is a refused write (then a read and the write). After a few stale ones
+// the engine reads first on every object, not once per object: the read
+// still tells whether a prediction would have held (its version), and the
+// engine predicts again once they hold (an object it alone uses, W1).
+func TestNativePredictionsStaleReadFirst(t *testing.T) {
+	root := testRoot(t, zkServer)
+	var obs countObserver
+	eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Observer = &obs })
+	eB := newEngine(t, zkServer.Servers(), root, native, noAudit)
+	const objects = 40
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	obj := func(i int) string { return fmt.Sprintf("turns-%s-%d", run, i) }
+	for i := range objects { // A, then B, on every object: A's predictions are all stale now
+		release(t, acquire(t, eA, obj(i), lock.Foreground, lock.AcquireOptions{}))
+		release(t, acquire(t, eB, obj(i), lock.Foreground, lock.AcquireOptions{}))
+	}
+	h0, m0 := obs.hits.Load(), obs.misses.Load()
+	var chk overlapChecker
+	for i := range objects {
+		g := acquire(t, eA, obj(i), lock.Foreground, lock.AcquireOptions{})
+		chk.enter(g.Token())
+		chk.leave()
+		release(t, g)
+	}
+	if refused := obs.misses.Load() - m0; refused > 6 {
+		t.Errorf("%d of %d stale predictions sent as refused writes; want the engine to read first after a few", refused, objects)
+	}
+	// one object A alone uses: its predictions hold again, and after a few
+	// reads showing so they are used without one
+	h1, r1 := obs.hits.Load(), eA.PreReads()
+	for range 12 {
+		release(t, acquire(t, eA, obj(0), lock.Foreground, lock.AcquireOptions{}))
+	}
+	hits, reads := obs.hits.Load()-h1, eA.PreReads()-r1
+	if hits != 12 || reads > 6 {
+		t.Errorf("12 acquires of an object A alone uses: %d on the prediction, %d read first; want 12, and at most 6 reads", hits, reads)
+	}
+	t.Logf("stale round: %d refused; alone: %d on the prediction, %d read first (before: %d hits)", obs.misses.Load()-m0, hits, reads, h0)
 }

@@ -509,6 +509,11 @@ func (n *nreq) acquire(ctx context.Context, p prediction) (*Grant, error) {
 			n.e.objMissed(n.name, false)
 			g, err, done = n.fast(ctx, p)
 		} else {
+			if p.seq >= 0 && p.version >= 0 && p.missed {
+				// read first instead of predicting, and the prediction
+				// would have been refused (a refused one is counted by fast)
+				n.e.predOutcome(false)
+			}
 			// No prediction, nobody seen here lately and no holder: create
 			// our child and name ourselves in one multi guarded by the
 			// version read; its answer, or a listing when it counts
@@ -606,11 +611,13 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 		}
 		if st.Czxid == p.czxid && seq == p.seq {
 			n.e.observe(func(o Observer) { o.FastPath(true) })
+			n.e.predOutcome(true)
 			g, err := n.granted(ctx, st.Mzxid, st, d, nil, seq+1)
 			return g, err, true
 		}
 		if p.seq >= 0 {
 			n.e.observe(func(o Observer) { o.FastPath(false) })
+			n.e.predOutcome(false)
 		}
 		// The node the multi landed on is the one whose version guarded
 		// it (read, or predicted from our release), or (czxid -1) one at
@@ -668,6 +675,7 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 	case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNoNode):
 		if p.seq >= 0 {
 			n.e.observe(func(o Observer) { o.FastPath(false) })
+			n.e.predOutcome(false)
 			n.missed = errors.Is(err, zk.ErrBadVersion)
 		}
 		if sentinelGone(res, 2) {
