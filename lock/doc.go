@@ -420,7 +420,10 @@
 //     again); someone queued ahead: everything is given back and the
 //     request queues. A prediction refused by another engine's version
 //     (one refused write) is not tried again on that object until a read
-//     shows it held; an object seen contended lately is queued on at once
+//     shows it held, and an engine whose predictions mostly turn out stale
+//     (objects taken by turns on several sidecars) reads first on every
+//     object until its reads show them holding again (a score: stale up,
+//     held down; read first at 4 of 8); an object seen contended lately is queued on at once
 //     (the view after the create reads the holders anyway). A first touch
 //     (the read finds no object node) is one multi: it creates the object
 //     node with free data, its sentinel and the sentinel's mark, then our
