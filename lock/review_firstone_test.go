@@ -1,0 +1,349 @@
+package lock_test
+
+// Independent review of 97d214e: a native first touch (the read found no
+// object node) is one multi that creates the object node with free data,
+// its sentinel and the sentinel's mark, our child, and names us guarded by
+// data version 0. A node made meanwhile (NodeExists) or no lock root
+// (NoNode): nothing is created and the two-write path follows; an answer
+// lost: given back. Interleavings are forced by the fast-multi hook (it
+// runs just before the multi is sent) or a dialer gate on the engine's
+// connection; the tests check order and counts, never timings.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/batonhq/baton/lock"
+)
+
+// foHolders returns the request ids the object's data names as holders.
+func foHolders(t *testing.T, conn *zk.Conn, objPath string) []string {
+	t.Helper()
+	b, _, err := conn.Get(objPath)
+	if err != nil {
+		t.Fatalf("get %s: %v", objPath, err)
+	}
+	var d struct {
+		H []struct {
+			R string `json:"r"`
+		} `json:"h"`
+	}
+	if len(b) > 0 {
+		if err := json.Unmarshal(b, &d); err != nil {
+			t.Fatalf("data of %s: %v (%q)", objPath, err, b)
+		}
+	}
+	var out []string
+	for _, h := range d.H {
+		out = append(out, h.R)
+	}
+	return out
+}
+
+// foBarrier is a fast-multi hook for objects whose name starts with
+// prefix: the first k fast multis on each such object are held until all k
+// have come (or 3 s have passed), then sent together; later ones pass.
+// Every request on a new object that read "no node" is held just before
+// its first-touch multi: they race for the object node. full counts the
+// objects on which k multis were held at once.
+type foBarrier struct {
+	prefix string
+	k      int
+	mu     sync.Mutex
+	n      map[string]int
+	ch     map[string]chan struct{}
+	full   atomic.Int32
+}
+
+func (b *foBarrier) hook(objPath string) {
+	name := path.Base(objPath)
+	if !strings.HasPrefix(name, b.prefix) {
+		return
+	}
+	b.mu.Lock()
+	b.n[name]++
+	n := b.n[name]
+	if n > b.k {
+		b.mu.Unlock()
+		return
+	}
+	ch := b.ch[name]
+	if ch == nil {
+		ch = make(chan struct{})
+		b.ch[name] = ch
+	}
+	if n == b.k {
+		close(ch)
+		b.full.Add(1)
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	t := time.NewTimer(3 * time.Second)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	}
+}
+
+// Three engines (one parking its local waiters) stampede new objects: on
+// each, six requests at once (exclusive and shared, foreground and
+// background, one with a lock-delay), their first-touch multis held and
+// sent together so that several race for the object node; then a second
+// round on the same objects (predictions the first-touch grants left, and
+// refused ones). Exclusive holders are alone, shared ones only with shared
+// ones, exclusive tokens increase, every request is granted, nothing is
+// left. A multi that lost the race (NodeExists) must create nothing and
+// grant nothing.
+func TestReviewFirstOneStampede(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	es := []*lock.Engine{
+		newEngine(t, zkServer.Servers(), root, native, noAudit),
+		newEngine(t, zkServer.Servers(), root, native, noAudit, parking),
+		newEngine(t, zkServer.Servers(), root, native, noAudit),
+	}
+	for _, e := range es { // the root exists (its creation is not the race under test)
+		release(t, acquire(t, e, "warm", lock.Foreground, lock.AcquireOptions{}))
+	}
+	bar := &foBarrier{prefix: "st-", k: 3, n: map[string]int{}, ch: map[string]chan struct{}{}}
+	undo := lock.SetFastMultiHook(bar.hook)
+	defer undo()
+	const objects, perEngine = 6, 2
+	chks := make([]rwChecker, objects)
+	for round := range 2 {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for o := range objects {
+			obj := fmt.Sprintf("st-%d", o)
+			for i, e := range es {
+				for j := range perEngine {
+					k := (i*perEngine + j + o + round) % 6
+					typ := lock.Foreground
+					if k == 1 || k == 4 {
+						typ = lock.Background
+					}
+					opts := lock.AcquireOptions{Wait: 30 * time.Second, Shared: k == 2 || k == 3}
+					if k == 5 {
+						opts.LockDelay = 300 * time.Millisecond
+					}
+					wg.Go(func() {
+						<-start
+						g, err := e.Acquire(context.Background(), obj, typ, opts)
+						if err != nil {
+							t.Errorf("round %d %s on engine %d (%d): %v", round, obj, i, k, err)
+							return
+						}
+						chks[o].enter(opts.Shared, g.Token())
+						time.Sleep(2 * time.Millisecond) // a holder that stays a moment: not a condition of the test
+						chks[o].leave(opts.Shared)
+						if err := g.Release(context.Background()); err != nil {
+							t.Errorf("release %s: %v", obj, err)
+						}
+					})
+				}
+			}
+		}
+		close(start)
+		wg.Wait()
+	}
+	for o := range chks {
+		c := &chks[o]
+		if want := 2 * len(es) * perEngine; c.violations != 0 || c.badToken != 0 || c.grants != want {
+			t.Errorf("object st-%d: %d violations, %d exclusive tokens not increasing, %d grants (want %d)", o, c.violations, c.badToken, c.grants, want)
+		}
+		if k := children(t, conn, root, fmt.Sprintf("st-%d", o)); len(k) != 1 || k[0] != "privateLock" {
+			t.Errorf("object st-%d left %v; want the sentinel only", o, k)
+		}
+	}
+	if bar.full.Load() == 0 {
+		t.Errorf("no object saw %d fast multis held at once: the race under test never happened", bar.k)
+	}
+	t.Logf("%d of %d objects raced by %d first-touch multis at once", bar.full.Load(), objects, bar.k)
+}
+
+// A context cancelled, or the wait timing out, while the first-touch multi
+// is queued to be sent: the acquire fails with the context's error, the
+// multi is then applied (the object node, its sentinel, our child, our
+// name). What landed is given back (the session's cleanup from the late
+// answer): the object ends free, with the sentinel only; another engine's
+// request with a lock-delay is granted without one (nobody vanished), and
+// the first engine takes the object again afterwards. With "-cut" the
+// connection is cut too once the multi is written (its answer lost).
+func TestReviewFirstOneCancelInFlight(t *testing.T) {
+	for _, how := range []string{"cancel", "timeout", "cancel-cut"} {
+		t.Run(how, func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			conn := rawConn(t, zkServer.Servers())
+			gate := &stepDialer{}
+			eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Dialer = gate.dial })
+			eC := newEngine(t, zkServer.Servers(), root, native, noAudit)
+			release(t, acquire(t, eA, "warm", lock.Foreground, lock.AcquireOptions{}))
+			var obj, objPath string
+			var r asyncResult
+			for attempt := 0; ; attempt++ {
+				// The reply cannot come before the write the gate holds:
+				// the wait ends first unless the acquiring goroutine was not
+				// scheduled for the whole pause (then: granted, again).
+				obj = fmt.Sprint("cf-", how, "-", attempt, "-", time.Now().UnixNano())
+				objPath = root + "/" + obj
+				ctx, cancel := context.WithCancel(context.Background())
+				wait := 30 * time.Second
+				if how == "timeout" {
+					wait = 500 * time.Millisecond
+				}
+				fired := gate.once(isObjectCreate(objPath), func() bool {
+					if how != "timeout" {
+						cancel()
+					}
+					time.Sleep(800 * time.Millisecond) // past the wait's end (a cancel: at once; a timeout: 500 ms), well within the connection's receive timeout
+					return how == "cancel-cut"
+				})
+				ach := grantAsync(ctx, eA, obj, lock.Foreground, lock.AcquireOptions{Wait: wait, RequestID: "rqA"})
+				waitClosed(t, fired, "the first-touch multi")
+				select {
+				case r = <-ach:
+				case <-time.After(30 * time.Second):
+					t.Fatal("the acquire never returned")
+				}
+				cancel()
+				if r.err == nil {
+					release(t, r.g)
+					if attempt < 3 {
+						t.Logf("attempt %d granted (the answer beat the wait's end): again", attempt)
+						continue
+					}
+					t.Fatal("the wait never ended before the answer")
+				}
+				break
+			}
+			if !errors.Is(r.err, context.Canceled) && !errors.Is(r.err, context.DeadlineExceeded) {
+				t.Fatalf("acquire: %v; want the context's error", r.err)
+			}
+			// the multi landed: our child and our name, given back
+			if !waitUntil(20*time.Second, func() bool {
+				ok, _, err := conn.Exists(objPath + "/privateLock/native")
+				return err == nil && ok
+			}) {
+				t.Fatal("setup: the first-touch multi never landed")
+			}
+			if !waitUntil(20*time.Second, func() bool {
+				k, _, err := conn.Children(objPath)
+				return err == nil && len(k) == 1 && len(foHolders(t, conn, objPath)) == 0
+			}) {
+				k, _, _ := conn.Children(objPath)
+				t.Fatalf("what the cancelled first touch made was not given back: children %v, holders %v", k, foHolders(t, conn, objPath))
+			}
+			c := acquire(t, eC, obj, lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second, LockDelay: time.Minute})
+			if d := eC.Health().LockDelays; d != 0 {
+				t.Errorf("%d lock-delays after a cancelled first touch (nobody held)", d)
+			}
+			release(t, c)
+			a := acquire(t, eA, obj, lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
+			if a.Token() <= c.Token() {
+				t.Errorf("token %d after %d", a.Token(), c.Token())
+			}
+			release(t, a)
+		})
+	}
+}
+
+// dropDialer closes the connection instead of writing the first request
+// frame that match holds for (the request never reaches ZooKeeper: its
+// sender gets the socket's error, like a connection that died under it).
+type dropDialer struct {
+	match atomic.Pointer[func(op int32, p string) bool]
+	fired chan struct{}
+}
+
+func (d *dropDialer) arm(m func(op int32, p string) bool) <-chan struct{} {
+	d.fired = make(chan struct{})
+	d.match.Store(&m)
+	return d.fired
+}
+
+func (d *dropDialer) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	nc, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &dropConn{Conn: nc, d: d}, nil
+}
+
+type dropConn struct {
+	net.Conn
+	d      *dropDialer
+	frames int
+}
+
+func (c *dropConn) Write(p []byte) (int, error) {
+	c.frames++
+	if m := c.d.match.Load(); c.frames > 1 && m != nil {
+		if op, pth, ok := requestPath(p); ok && (*m)(op, pth) && c.d.match.CompareAndSwap(m, nil) {
+			c.Conn.Close()
+			close(c.d.fired)
+			return c.Conn.Write(p) // use of closed network connection
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// The first-touch multi is lost with the connection: applied with its
+// answer lost ("applied"), or never sent ("dropped"), while another
+// engine's request with a lock-delay comes for the object. Both are
+// granted, one at a time, tokens increasing, with no lock-delay (nobody
+// vanished), and nothing is left: the request gives back what landed
+// (uncertain) and queues; when nothing landed it makes the object itself.
+func TestReviewFirstOneCutAppliedOrNot(t *testing.T) {
+	for _, how := range []string{"applied", "dropped"} {
+		t.Run(how, func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			conn := rawConn(t, zkServer.Servers())
+			gate := &stepDialer{}
+			drop := &dropDialer{}
+			dial := gate.dial
+			if how == "dropped" {
+				dial = drop.dial
+			}
+			eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Dialer = dial })
+			eC := newEngine(t, zkServer.Servers(), root, native, noAudit)
+			release(t, acquire(t, eA, "warm", lock.Foreground, lock.AcquireOptions{}))
+			obj := fmt.Sprint("ca-", how, "-", time.Now().UnixNano())
+			objPath := root + "/" + obj
+			var cut <-chan struct{}
+			if how == "applied" {
+				cut = gate.once(isObjectCreate(objPath), func() bool { return true })
+			} else {
+				cut = drop.arm(isObjectCreate(objPath))
+			}
+			bg := context.Background()
+			ach := grantAsync(bg, eA, obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, RequestID: "rqA"})
+			waitClosed(t, cut, "the cut of the first-touch multi")
+			if how == "applied" {
+				if !waitUntil(10*time.Second, func() bool { _, st, err := conn.Get(objPath); return err == nil && st.NumChildren == 2 }) {
+					t.Fatal("setup: the one multi did not land")
+				}
+			}
+			cch := grantAsync(bg, eC, obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, LockDelay: time.Minute})
+			takeBothNoDelay(t, &overlapChecker{}, eC, ach, cch)
+			if k := faKids(t, conn, objPath); len(k) != 0 {
+				t.Errorf("left %v", k)
+			}
+			if h := foHolders(t, conn, objPath); len(h) != 0 {
+				t.Errorf("the data still names %v", h)
+			}
+		})
+	}
+}
