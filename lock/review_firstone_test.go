@@ -347,3 +347,269 @@ func TestReviewFirstOneCutAppliedOrNot(t *testing.T) {
 		})
 	}
 }
+
+// Between the read that found no object node and the first-touch multi,
+// the node appears: a plugin holder's (plain object node, ephemeral
+// privateLock), a plugin's empty container node, an object restored by an
+// operator whose data names a holder with no child (it vanished), or
+// another engine's shared grant. The multi creates nothing; the request
+// fails with ErrForeignNode beside the plugin holder, takes the plugin's
+// node (sentinel added, the plugin kept out), queues behind the restored
+// holder until its child goes, queues behind the shared holder
+// (exclusive) or joins it (shared). Nothing of ours is left.
+func TestReviewFirstOneNodeBeforeMulti(t *testing.T) {
+	acl := zk.WorldACL(zk.PermAll)
+	for _, c := range []string{"plugin-sentinel", "plugin-container", "restored-holder", "shared-holder-exclusive", "shared-holder-shared"} {
+		t.Run(c, func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			conn := rawConn(t, zkServer.Servers())
+			pconn := rawConn(t, zkServer.Servers())
+			eA := newEngine(t, zkServer.Servers(), root, native, noAudit)
+			eB := newEngine(t, zkServer.Servers(), root, native, noAudit)
+			release(t, acquire(t, eA, "warm", lock.Foreground, lock.AcquireOptions{}))
+			obj := fmt.Sprint("nb-", time.Now().UnixNano())
+			objPath := root + "/" + obj
+			var bHeld *lock.Grant
+			var ghost string
+			ran, undo := faHook(t, obj, func(p string) {
+				switch c {
+				case "plugin-sentinel":
+					if _, err := pconn.Multi(
+						&zk.CreateRequest{Path: p, Acl: acl},
+						&zk.CreateRequest{Path: p + "/privateLock", Acl: acl, Flags: zk.FlagEphemeral},
+					); err != nil {
+						t.Error(err)
+					}
+				case "plugin-container":
+					if _, err := pconn.CreateContainer(p, nil, zk.FlagContainer, acl); err != nil {
+						t.Error(err)
+					}
+				case "restored-holder":
+					if _, err := conn.Multi(
+						&zk.CreateRequest{Path: p, Data: []byte(`{"native":1,"h":[{"r":"ghost~000000000000","t":1}]}`), Acl: acl},
+						&zk.CreateRequest{Path: p + "/privateLock", Data: []byte(`{"native":1}`), Acl: acl},
+						&zk.CreateRequest{Path: p + "/privateLock/native", Acl: acl},
+					); err != nil {
+						t.Error(err)
+					}
+					var err error
+					if ghost, err = pconn.Create(p+"/A_x_ghost~000000000000_", nil, zk.FlagEphemeralSequential, acl); err != nil {
+						t.Error(err)
+					}
+				default: // B's whole first touch (its own hook call passes: the hook ran once)
+					g, err := eB.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Shared: true, Wait: 10 * time.Second})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					bHeld = g
+				}
+			})
+			defer undo()
+			opts := lock.AcquireOptions{Wait: 30 * time.Second, RequestID: "rqA", Shared: c == "shared-holder-shared"}
+			ach := grantAsync(context.Background(), eA, obj, lock.Foreground, opts)
+			var r asyncResult
+			switch c {
+			case "restored-holder":
+				waitFor(t, 20*time.Second, "the hook", ran)
+				r2, granted := queuedOrGranted(t, conn, ach, objPath, "rqA")
+				if granted {
+					if r2.err == nil {
+						release(t, r2.g)
+					}
+					t.Fatalf("A granted (%v) beside the restored holder", r2.err)
+				}
+				if err := pconn.Delete(ghost, -1); err != nil {
+					t.Fatal(err)
+				}
+				r = <-ach
+			case "shared-holder-exclusive":
+				waitFor(t, 20*time.Second, "the hook", ran)
+				if bHeld == nil {
+					t.Fatal("setup: B was not granted")
+				}
+				r2, granted := queuedOrGranted(t, conn, ach, objPath, "rqA")
+				if granted {
+					if r2.err == nil {
+						release(t, r2.g)
+					}
+					t.Fatalf("exclusive A granted (%v) beside B's shared grant", r2.err)
+				}
+				release(t, bHeld)
+				r = <-ach
+			case "shared-holder-shared":
+				r = <-ach
+				if bHeld == nil {
+					t.Fatal("setup: B was not granted")
+				}
+				if r.err == nil && bHeld.State() != lock.Held {
+					t.Errorf("B's shared grant ended (%v) when A joined", bHeld.State())
+				}
+				release(t, bHeld)
+			default:
+				r = <-ach
+			}
+			if !ran() {
+				t.Fatal("the hook never ran: no first-touch multi")
+			}
+			switch c {
+			case "plugin-sentinel":
+				if !errors.Is(r.err, lock.ErrForeignNode) {
+					if r.err == nil {
+						release(t, r.g)
+					}
+					t.Fatalf("beside a plugin holder: %v; want ErrForeignNode", r.err)
+				}
+				if k := faKids(t, conn, objPath); len(k) != 0 {
+					t.Errorf("left %v", k)
+				}
+				if err := pconn.Delete(objPath+"/privateLock", -1); err != nil { // the plugin releases
+					t.Fatal(err)
+				}
+				return
+			}
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if bHeld != nil && r.g.Token() <= bHeld.Token() && c == "shared-holder-exclusive" {
+				t.Errorf("token %d after %d", r.g.Token(), bHeld.Token())
+			}
+			if ok, _, err := conn.Exists(objPath + "/privateLock/native"); err != nil || !ok {
+				t.Errorf("granted without the sentinel's mark (%v)", err)
+			}
+			if c == "plugin-container" {
+				pluginKeptOut(t, objPath)
+			}
+			release(t, r.g)
+			if h := foHolders(t, conn, objPath); len(h) != 0 {
+				t.Errorf("the data still names %v", h)
+			}
+		})
+	}
+}
+
+// The lock root is gone (an operator deleted it) when two engines
+// first-touch a new object at once, a third asking for a lock-delay: the
+// first-touch multis fail with NoNode, create nothing, and the two-write
+// path makes the root and the object. All three are granted, one at a
+// time, tokens increasing, none delayed, nothing left.
+func TestReviewFirstOneNoRoot(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	es := []*lock.Engine{
+		newEngine(t, zkServer.Servers(), root, native, noAudit),
+		newEngine(t, zkServer.Servers(), root, native, noAudit),
+		newEngine(t, zkServer.Servers(), root, native, noAudit),
+	}
+	var full int32
+	defer func() {
+		if full == 0 {
+			t.Errorf("no round saw two first-touch multis held at once: the race under test never happened")
+		}
+	}()
+	for round := range 3 {
+		if err := faDeleteAll(conn, root); err != nil {
+			t.Fatal(err)
+		}
+		obj := fmt.Sprint("nr-", round)
+		bar := &foBarrier{prefix: "nr-", k: 2, n: map[string]int{}, ch: map[string]chan struct{}{}}
+		undo := lock.SetFastMultiHook(bar.hook)
+		var chk overlapChecker
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i, e := range es {
+			opts := lock.AcquireOptions{Wait: 30 * time.Second}
+			if i == 2 {
+				opts.LockDelay = time.Minute
+			}
+			wg.Go(func() {
+				<-start
+				g, err := e.Acquire(context.Background(), obj, lock.Foreground, opts)
+				if err != nil {
+					t.Errorf("round %d engine %d: %v", round, i, err)
+					return
+				}
+				chk.enter(g.Token())
+				time.Sleep(2 * time.Millisecond) // a holder that stays a moment: not a condition of the test
+				chk.leave()
+				if err := g.Release(context.Background()); err != nil {
+					t.Errorf("release: %v", err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		undo()
+		full += bar.full.Load()
+		chk.verify(t, len(es))
+		if d := es[2].Health().LockDelays; d != 0 {
+			t.Errorf("%d lock-delays (nobody vanished)", d)
+		}
+		if k := children(t, conn, root, obj); len(k) != 1 || k[0] != "privateLock" {
+			t.Errorf("round %d left %v; want the sentinel only", round, k)
+		}
+	}
+}
+
+// The prediction a first-touch grant leaves (our child's sequence number
+// + 1, the data version our release wrote): another engine's request
+// queued while we held (its child took that sequence number), and our
+// release named nobody (we knew of no waiter) — or another engine came
+// just after our release. Our next acquire, right after the release, must
+// not be granted ahead of it: it came first.
+func TestReviewFirstOneNextAfterRelease(t *testing.T) {
+	for _, when := range []string{"while-held", "after-release"} {
+		t.Run(when, func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			conn := rawConn(t, zkServer.Servers())
+			wconn := rawConn(t, zkServer.Servers())
+			eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.HolderWatchDelay = time.Minute })
+			release(t, acquire(t, eA, "warm", lock.Foreground, lock.AcquireOptions{}))
+			obj := fmt.Sprint("na-", time.Now().UnixNano())
+			objPath := root + "/" + obj
+			ran, _ := faHook(t, obj, func(string) {})
+			g1 := acquire(t, eA, obj, lock.Foreground, lock.AcquireOptions{RequestID: "rqA"})
+			if !ran() {
+				t.Fatal("no first-touch multi")
+			}
+			if k := faKids(t, conn, objPath); len(k) != 1 || k[0] != g1.Node() {
+				t.Fatalf("after the first touch: %v, want A's child alone", k)
+			}
+			// a waiter made by hand (another participant queueing: it
+			// never takes by itself), foreground
+			var w string
+			mkWaiter := func() {
+				var err error
+				w, err = wconn.Create(objPath+"/A_x_byhand_", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if when == "while-held" {
+				mkWaiter()
+			}
+			release(t, g1)
+			if when == "after-release" {
+				mkWaiter()
+			}
+			ach := grantAsync(context.Background(), eA, obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, RequestID: "rqA2"})
+			if r, granted := queuedOrGranted(t, conn, ach, objPath, "rqA2"); granted {
+				if r.err == nil {
+					release(t, r.g)
+				}
+				t.Fatalf("the next acquire granted (%v) ahead of the waiter %s", r.err, path.Base(w))
+			}
+			if err := wconn.Delete(w, -1); err != nil {
+				t.Fatal(err)
+			}
+			r := <-ach
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if r.g.Token() <= g1.Token() {
+				t.Errorf("token %d after %d", r.g.Token(), g1.Token())
+			}
+			release(t, r.g)
+		})
+	}
+}
