@@ -696,3 +696,132 @@ func TestReviewFirstOneNextAfterReleaseEngine(t *testing.T) {
 		chk.verify(t, 2)
 	}
 }
+
+// expireDialer cuts the connection right after writing the first request
+// frame that match holds for (applied, its answer never read), then
+// refuses to connect until let() — long enough for the session to expire.
+type expireDialer struct {
+	match  atomic.Pointer[func(op int32, p string) bool]
+	refuse atomic.Bool
+	fired  chan struct{}
+}
+
+func (d *expireDialer) arm(m func(op int32, p string) bool) <-chan struct{} {
+	d.fired = make(chan struct{})
+	d.match.Store(&m)
+	return d.fired
+}
+
+func (d *expireDialer) let() { d.refuse.Store(false) }
+
+func (d *expireDialer) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	if d.refuse.Load() {
+		return nil, errors.New("expireDialer: refused")
+	}
+	nc, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &expireConn{Conn: nc, d: d}, nil
+}
+
+type expireConn struct {
+	net.Conn
+	d      *expireDialer
+	frames int
+	dead   atomic.Bool
+}
+
+func (c *expireConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.dead.Load() {
+		return 0, errors.New("expireConn: connection cut")
+	}
+	return n, err
+}
+
+func (c *expireConn) Write(p []byte) (int, error) {
+	c.frames++
+	if m := c.d.match.Load(); c.frames > 1 && m != nil && !c.dead.Load() {
+		if op, pth, ok := requestPath(p); ok && (*m)(op, pth) && c.d.match.CompareAndSwap(m, nil) {
+			c.d.refuse.Store(true)
+			c.dead.Store(true)
+			n, err := c.Conn.Write(p)
+			time.Sleep(30 * time.Millisecond) // the server applies it; its reply is never read
+			c.Conn.Close()
+			close(c.d.fired)
+			return n, err
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// The first-touch multi is applied, its answer lost, and the session
+// expires before the engine can reconnect: our child goes with it, our
+// name stays in the data (a holder that vanished, though it was never
+// told it held). The request ends (or is granted later on a new session);
+// another engine's request with a lock-delay is granted (after waiting
+// it out, at most); never both at once, tokens increase, and nothing is
+// left: no child, no name in the data once all is released.
+func TestReviewFirstOneCutSessionExpired(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	dd := &expireDialer{}
+	eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Dialer = dd.dial })
+	eC := newEngine(t, zkServer.Servers(), root, native, noAudit)
+	release(t, acquire(t, eA, "warm", lock.Foreground, lock.AcquireOptions{}))
+	sid := eA.Health().SessionID
+	obj := fmt.Sprint("se-", time.Now().UnixNano())
+	objPath := root + "/" + obj
+	cut := dd.arm(isObjectCreate(objPath))
+	bg := context.Background()
+	ach := grantAsync(bg, eA, obj, lock.Foreground, lock.AcquireOptions{Wait: 40 * time.Second, RequestID: "rqA"})
+	waitClosed(t, cut, "the cut of the first-touch multi")
+	if !waitUntil(10*time.Second, func() bool { _, st, err := conn.Get(objPath); return err == nil && st.NumChildren == 2 }) {
+		t.Fatal("setup: the one multi did not land")
+	}
+	// the session expires: our child goes with it
+	if !waitUntil(30*time.Second, func() bool { _, st, err := conn.Get(objPath); return err == nil && st.NumChildren == 1 }) {
+		t.Fatalf("our child did not go with the session (expired, or is the child not ephemeral?): children %v", faKids(t, conn, objPath))
+	}
+	if h := foHolders(t, conn, objPath); len(h) != 1 || !strings.HasPrefix(h[0], "rqA~") {
+		t.Fatalf("setup: the data names %v, want rqA's request (the multi applied)", h)
+	}
+	cch := grantAsync(bg, eC, obj, lock.Foreground, lock.AcquireOptions{Wait: 40 * time.Second, LockDelay: 500 * time.Millisecond})
+	dd.let()
+	var chk overlapChecker
+	granted := 0
+	for range 2 {
+		var r asyncResult
+		select {
+		case r = <-ach:
+		case r = <-cch:
+		case <-time.After(60 * time.Second):
+			t.Fatal("stuck")
+		}
+		if r.err != nil {
+			t.Logf("a request ended: %v", r.err)
+			continue
+		}
+		granted++
+		chk.enter(r.g.Token())
+		time.Sleep(10 * time.Millisecond) // a holder that stays a moment: not a condition of the test
+		chk.leave()
+		release(t, r.g)
+	}
+	chk.verify(t, granted)
+	if granted == 0 {
+		t.Fatal("nobody was granted")
+	}
+	if eA.Health().SessionID == sid {
+		t.Error("setup: A's session did not change")
+	}
+	t.Logf("%d granted; C's lock-delays %d", granted, eC.Health().LockDelays)
+	// eventually nothing of rqA's: the children (testRoot's check) and the data
+	if !waitUntil(20*time.Second, func() bool { return len(foHolders(t, conn, objPath)) == 0 && len(faKids(t, conn, objPath)) == 0 }) {
+		t.Errorf("left: children %v, holders %v", faKids(t, conn, objPath), foHolders(t, conn, objPath))
+	}
+	// and the object is free for anyone without a delay
+	c := acquire(t, eC, obj, lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
+	release(t, c)
+}
