@@ -437,7 +437,7 @@ func TestReviewFirstOneNodeBeforeMulti(t *testing.T) {
 				r2, granted := queuedOrGranted(t, conn, ach, objPath, "rqA")
 				if granted {
 					if r2.err == nil {
-						release(t, r2.g)
+						_ = r2.g.Release(context.Background()) // its error aside: the failure is the grant
 					}
 					t.Fatalf("A granted (%v) beside the restored holder", r2.err)
 				}
@@ -453,7 +453,7 @@ func TestReviewFirstOneNodeBeforeMulti(t *testing.T) {
 				r2, granted := queuedOrGranted(t, conn, ach, objPath, "rqA")
 				if granted {
 					if r2.err == nil {
-						release(t, r2.g)
+						_ = r2.g.Release(context.Background()) // its error aside: the failure is the grant
 					}
 					t.Fatalf("exclusive A granted (%v) beside B's shared grant", r2.err)
 				}
@@ -478,7 +478,7 @@ func TestReviewFirstOneNodeBeforeMulti(t *testing.T) {
 			case "plugin-sentinel":
 				if !errors.Is(r.err, lock.ErrForeignNode) {
 					if r.err == nil {
-						release(t, r.g)
+						_ = r.g.Release(context.Background()) // its error aside: the failure is the grant
 					}
 					t.Fatalf("beside a plugin holder: %v; want ErrForeignNode", r.err)
 				}
@@ -617,7 +617,7 @@ func TestReviewFirstOneNextAfterRelease(t *testing.T) {
 			ach := grantAsync(context.Background(), eA, obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, RequestID: "rqA2"})
 			if r, granted := queuedOrGranted(t, conn, ach, objPath, "rqA2"); granted {
 				if r.err == nil {
-					release(t, r.g)
+					_ = r.g.Release(context.Background()) // its error aside: the failure is the grant
 				}
 				t.Fatalf("the next acquire granted (%v) ahead of the waiter %s", r.err, path.Base(w))
 			}
@@ -667,7 +667,7 @@ func TestReviewFirstOneNextAfterReleaseEngine(t *testing.T) {
 		case first = <-bch:
 		case a := <-ach:
 			if a.err == nil {
-				release(t, a.g)
+				_ = a.g.Release(context.Background()) // its error aside: the failure is the grant
 			}
 			t.Fatalf("round %d: A's next acquire granted (%v) ahead of B, which queued while A held", i, a.err)
 		case <-time.After(30 * time.Second):
@@ -680,7 +680,7 @@ func TestReviewFirstOneNextAfterReleaseEngine(t *testing.T) {
 		select {
 		case a := <-ach:
 			if a.err == nil {
-				release(t, a.g)
+				_ = a.g.Release(context.Background()) // its error aside: the failure is the grant
 			}
 			t.Fatalf("round %d: A granted (%v) while B holds", i, a.err)
 		case <-time.After(20 * time.Millisecond): // a grant beside it would show here: not a condition of the pass
@@ -824,4 +824,108 @@ func TestReviewFirstOneCutSessionExpired(t *testing.T) {
 	// and the object is free for anyone without a delay
 	c := acquire(t, eC, obj, lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
 	release(t, c)
+}
+
+// The engine knows the object's sentinel from earlier turns (and reads
+// first: its prediction was refused once), then an operator deletes the
+// object node. The next acquire reads no node and sends the first-touch
+// multi; just before it a plugin takes the new object node (ephemeral
+// privateLock) or queues on it ("A-" child), or another engine's first
+// touch takes it. The multi creates nothing; the sentinel the engine
+// remembers is not there: beside the plugin the request fails with
+// ErrForeignNode and leaves nothing, behind the engine it waits its turn.
+func TestReviewFirstOneCachedSentinelThenNode(t *testing.T) {
+	acl := zk.WorldACL(zk.PermAll)
+	for _, c := range []string{"plugin-sentinel", "plugin-queued", "engine"} {
+		t.Run(c, func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			conn := rawConn(t, zkServer.Servers())
+			pconn := rawConn(t, zkServer.Servers())
+			obs := &countObserver{}
+			eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Observer = obs })
+			eB := newEngine(t, zkServer.Servers(), root, native, noAudit)
+			obj := "cs"
+			objPath := root + "/" + obj
+			predicted(t, eA, eB, obs, conn, objPath, obj, true)
+			if err := faDeleteAll(conn, objPath); err != nil {
+				t.Fatal(err)
+			}
+			var bHeld *lock.Grant
+			var plNode string
+			ran, undo := faHook(t, obj, func(p string) {
+				switch c {
+				case "plugin-sentinel":
+					if _, err := pconn.Multi(
+						&zk.CreateRequest{Path: p, Acl: acl},
+						&zk.CreateRequest{Path: p + "/privateLock", Acl: acl, Flags: zk.FlagEphemeral},
+					); err != nil {
+						t.Error(err)
+					}
+				case "plugin-queued":
+					if _, err := pconn.Create(p, nil, 0, acl); err != nil {
+						t.Error(err)
+					}
+					var err error
+					if plNode, err = pconn.Create(p+"/A-", nil, zk.FlagEphemeralSequential, acl); err != nil {
+						t.Error(err)
+					}
+				case "engine":
+					g, err := eB.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: 10 * time.Second})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					bHeld = g
+				}
+			})
+			defer undo()
+			ach := grantAsync(context.Background(), eA, obj, lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second, RequestID: "rqA"})
+			var r asyncResult
+			if c == "engine" {
+				waitFor(t, 20*time.Second, "the hook", ran)
+				if bHeld == nil {
+					t.Fatal("setup: B was not granted")
+				}
+				r2, granted := queuedOrGranted(t, conn, ach, objPath, "rqA")
+				if granted {
+					if r2.err == nil {
+						_ = r2.g.Release(context.Background()) // its error aside: the failure is the grant
+					}
+					t.Fatalf("A granted (%v) beside B", r2.err)
+				}
+				release(t, bHeld)
+			}
+			r = <-ach
+			if !ran() {
+				t.Fatal("the hook never ran: no first-touch multi")
+			}
+			if c == "engine" {
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				if r.g.Token() <= bHeld.Token() {
+					t.Errorf("token %d after %d", r.g.Token(), bHeld.Token())
+				}
+				release(t, r.g)
+				return
+			}
+			if !errors.Is(r.err, lock.ErrForeignNode) {
+				if r.err == nil {
+					_ = r.g.Release(context.Background()) // its error aside: the failure is the grant
+				}
+				t.Fatalf("beside a plugin participant: %v; want ErrForeignNode", r.err)
+			}
+			if k := faKids(t, conn, objPath); !(len(k) == 0 || len(k) == 1 && plNode != "" && k[0] == path.Base(plNode)) {
+				t.Errorf("left %v", k)
+			}
+			// the plugin lets go
+			if c == "plugin-sentinel" {
+				if err := pconn.Delete(objPath+"/privateLock", -1); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := pconn.Delete(plNode, -1); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }
