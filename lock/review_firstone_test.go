@@ -929,3 +929,78 @@ func TestReviewFirstOneCachedSentinelThenNode(t *testing.T) {
 		})
 	}
 }
+
+// Three engines race first-touch multis on new objects (held and sent
+// together), every request held until all three have answered: with
+// TryOnce, exactly one is granted per object (the multi that made the node)
+// and the others are told no at once, leaving nothing; all shared, all
+// three are granted together (the losers join the winner's shared grant).
+func TestReviewFirstOneTryOnceAndSharedRace(t *testing.T) {
+	for _, c := range []string{"try-once", "shared"} {
+		t.Run(c, func(t *testing.T) {
+			root := testRoot(t, zkServer)
+			conn := rawConn(t, zkServer.Servers())
+			es := []*lock.Engine{
+				newEngine(t, zkServer.Servers(), root, native, noAudit),
+				newEngine(t, zkServer.Servers(), root, native, noAudit),
+				newEngine(t, zkServer.Servers(), root, native, noAudit),
+			}
+			for _, e := range es {
+				release(t, acquire(t, e, "warm", lock.Foreground, lock.AcquireOptions{}))
+			}
+			bar := &foBarrier{prefix: "to-", k: len(es), n: map[string]int{}, ch: map[string]chan struct{}{}}
+			undo := lock.SetFastMultiHook(bar.hook)
+			defer undo()
+			const objects = 4
+			for o := range objects {
+				obj := fmt.Sprint("to-", o)
+				var wg, answered sync.WaitGroup
+				answered.Add(len(es))
+				var granted atomic.Int32
+				var chk rwChecker
+				allIn := make(chan struct{})
+				for i, e := range es {
+					wg.Go(func() {
+						opts := lock.AcquireOptions{Wait: 20 * time.Second, TryOnce: c == "try-once", Shared: c == "shared"}
+						g, err := e.Acquire(context.Background(), obj, lock.Foreground, opts)
+						if err == nil {
+							granted.Add(1)
+							chk.enter(opts.Shared, g.Token())
+						} else if c == "shared" {
+							t.Errorf("%s engine %d: %v", obj, i, err)
+						}
+						answered.Done()
+						if err != nil {
+							return
+						}
+						select { // hold until every request has answered
+						case <-allIn:
+						case <-time.After(30 * time.Second):
+							t.Errorf("%s: the others never answered", obj)
+						}
+						chk.leave(opts.Shared)
+						if err := g.Release(context.Background()); err != nil {
+							t.Errorf("release: %v", err)
+						}
+					})
+				}
+				answered.Wait()
+				close(allIn)
+				wg.Wait()
+				want := int32(1)
+				if c == "shared" {
+					want = int32(len(es))
+				}
+				if granted.Load() != want || chk.violations != 0 || chk.badToken != 0 {
+					t.Errorf("%s: %d granted at once (want %d), %d violations, %d tokens not increasing", obj, granted.Load(), want, chk.violations, chk.badToken)
+				}
+				if k := children(t, conn, root, obj); len(k) != 1 || k[0] != "privateLock" {
+					t.Errorf("%s left %v; want the sentinel only", obj, k)
+				}
+			}
+			if bar.full.Load() == 0 {
+				t.Errorf("no object saw %d first-touch multis at once: the race under test never happened", bar.k)
+			}
+		})
+	}
+}
