@@ -1004,3 +1004,52 @@ func TestReviewFirstOneTryOnceAndSharedRace(t *testing.T) {
 		})
 	}
 }
+
+// The engine remembers the object's sentinel (and reads first: its
+// prediction was refused once) when an operator deletes the whole lock
+// root. Its next acquire reads no node; its first-touch multi finds no
+// root (NoNode) and creates nothing; the remembered sentinel must not
+// stand for the root and object that are gone: the request makes them and
+// is granted, another engine's request alongside after it or before,
+// never both at once, nothing left.
+func TestReviewFirstOneNoRootCachedSentinel(t *testing.T) {
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	obs := &countObserver{}
+	eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Observer = obs })
+	eB := newEngine(t, zkServer.Servers(), root, native, noAudit)
+	obj := "nc"
+	objPath := root + "/" + obj
+	predicted(t, eA, eB, obs, conn, objPath, obj, true)
+	if err := faDeleteAll(conn, root); err != nil {
+		t.Fatal(err)
+	}
+	ran, undo := faHook(t, obj, func(string) {})
+	defer undo()
+	ach := grantAsync(context.Background(), eA, obj, lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
+	bch := grantAsync(context.Background(), eB, obj, lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
+	var chk overlapChecker
+	for range 2 {
+		var r asyncResult
+		select {
+		case r = <-ach:
+		case r = <-bch:
+		case <-time.After(40 * time.Second):
+			t.Fatal("stuck")
+		}
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		chk.enter(r.g.Token())
+		time.Sleep(10 * time.Millisecond) // a holder that stays a moment: not a condition of the test
+		chk.leave()
+		release(t, r.g)
+	}
+	chk.verify(t, 2)
+	if !ran() {
+		t.Error("no fast multi was sent on the object")
+	}
+	if k := children(t, conn, root, obj); len(k) != 1 || k[0] != "privateLock" {
+		t.Errorf("left %v; want the sentinel only", k)
+	}
+}
