@@ -79,7 +79,7 @@ func TestNativeFirstTouchRaced(t *testing.T) {
 			case "engine":
 				select {
 				case r := <-done:
-					t.Fatalf("granted while another engine holds the object: %v, %v", r.g, r.err)
+					t.Fatalf("granted while another engine holds the object: %v", r.err) // (not r.g: printing a live grant races with its engine)
 				case <-time.After(500 * time.Millisecond):
 				}
 				held := <-heldBy
@@ -108,7 +108,7 @@ func TestNativeFirstTouchRaced(t *testing.T) {
 			case "plugin-holder":
 				r := <-done
 				if !errors.Is(r.err, lock.ErrForeignNode) {
-					t.Fatalf("beside a plugin holder: %v, %v; want ErrForeignNode", r.g, r.err)
+					t.Fatalf("beside a plugin holder: granted %v, %v; want ErrForeignNode", r.g != nil, r.err)
 				}
 			}
 			if !fired.Load() {

@@ -353,10 +353,10 @@ func (r *multiResponse) Decode(buf []byte) (int, error) {
 	var multiErr error
 
 	// Baton's patch (BATON_PATCH.md): one header for the response, and
-	// each op decoded in place in r.Ops, room for 4 made first (Baton's
-	// multis have 3 or 4): upstream allocated a header and an op per op,
-	// and grew r.Ops from empty.
-	r.Ops = make([]multiResponseOp, 0, 4)
+	// each op decoded in place in r.Ops, room for 6 made first (Baton's
+	// multis have 2 to 4 ops, a native first touch's 6): upstream
+	// allocated a header and an op per op, and grew r.Ops from empty.
+	r.Ops = make([]multiResponseOp, 0, 6)
 	r.DoneHeader = multiHeader{-1, true, -1}
 	total := 0
 	header := &multiHeader{}
