@@ -129,35 +129,6 @@ func TestNativeFirstTouchRaced(t *testing.T) {
 
 func objPath(root, obj string) string { return root + "/" + obj }
 
-// A first touch's one multi is applied and its answer lost (the
-// connection cut just after it is sent): the object node, its sentinel,
-// our child and our name in the data may all be there. The request gives
-// back what landed once reconnected, queues and is granted; another
-// engine's request with a lock-delay meanwhile is granted without one
-// (nobody vanished), never beside it; tokens increase, nothing is left.
-func TestNativeFirstTouchCutInFlight(t *testing.T) {
-	root := testRoot(t, zkServer)
-	conn := rawConn(t, zkServer.Servers())
-	gate := &stepDialer{}
-	eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Dialer = gate.dial })
-	eC := newEngine(t, zkServer.Servers(), root, native, noAudit)
-	release(t, acquire(t, eA, "warm", lock.Foreground, lock.AcquireOptions{}))
-	obj := fmt.Sprint("first-cut-", time.Now().UnixNano()) // new under -count=N too
-	objPath := root + "/" + obj
-	cut := gate.once(isObjectCreate(objPath), func() bool { return true })
-	bg := context.Background()
-	ach := grantAsync(bg, eA, obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, RequestID: "rqA"})
-	waitClosed(t, cut, "the cut of the first touch's one multi")
-	if !waitUntil(10*time.Second, func() bool { _, st, err := conn.Get(objPath); return err == nil && st.NumChildren == 2 }) {
-		t.Fatal("setup: the one multi (object node, sentinel, our child) did not land")
-	}
-	cch := grantAsync(bg, eC, obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, LockDelay: time.Minute})
-	takeBothNoDelay(t, &overlapChecker{}, eC, ach, cch)
-	if k := faKids(t, conn, objPath); len(k) != 0 {
-		t.Errorf("left %v", k)
-	}
-}
-
 // Objects taken by turns on two engines (W3's common case, there on
 // eight sidecars): an engine's prediction, from its own last release, is
 // stale whenever the other engine used the object since, and a stale one

@@ -467,13 +467,7 @@ func TestReviewFirstOneNodeBeforeMulti(t *testing.T) {
 			switch c {
 			case "restored-holder":
 				waitFor(t, 20*time.Second, "the hook", ran)
-				r2, granted := queuedOrGranted(t, conn, ach, objPath, "rqA")
-				if granted {
-					if r2.err == nil {
-						_ = r2.g.Release(context.Background()) // its error aside: the failure is the grant
-					}
-					t.Fatalf("A granted (%v) beside the restored holder", r2.err)
-				}
+				foMustQueue(t, conn, ach, objPath, "the restored holder")
 				if err := pconn.Delete(ghost, -1); err != nil {
 					t.Fatal(err)
 				}
@@ -483,13 +477,7 @@ func TestReviewFirstOneNodeBeforeMulti(t *testing.T) {
 				if bHeld == nil {
 					t.Fatal("setup: B was not granted")
 				}
-				r2, granted := queuedOrGranted(t, conn, ach, objPath, "rqA")
-				if granted {
-					if r2.err == nil {
-						_ = r2.g.Release(context.Background()) // its error aside: the failure is the grant
-					}
-					t.Fatalf("exclusive A granted (%v) beside B's shared grant", r2.err)
-				}
+				foMustQueue(t, conn, ach, objPath, "B's shared grant")
 				release(t, bHeld)
 				r = <-ach
 			case "shared-holder-shared":
@@ -919,13 +907,7 @@ func TestReviewFirstOneCachedSentinelThenNode(t *testing.T) {
 				if bHeld == nil {
 					t.Fatal("setup: B was not granted")
 				}
-				r2, granted := queuedOrGranted(t, conn, ach, objPath, "rqA")
-				if granted {
-					if r2.err == nil {
-						_ = r2.g.Release(context.Background()) // its error aside: the failure is the grant
-					}
-					t.Fatalf("A granted (%v) beside B", r2.err)
-				}
+				foMustQueue(t, conn, ach, objPath, "B")
 				release(t, bHeld)
 			}
 			r = <-ach
@@ -1084,5 +1066,20 @@ func TestReviewFirstOneNoRootCachedSentinel(t *testing.T) {
 	}
 	if k := children(t, conn, root, obj); len(k) != 1 || k[0] != "privateLock" {
 		t.Errorf("left %v; want the sentinel only", k)
+	}
+}
+
+// foMustQueue fails the test if A's acquire (ach, request id rqA) is
+// granted beside what holds the object (named by beside) rather than
+// queued behind it; a wrong grant is released first, so the failure
+// names it.
+func foMustQueue(t *testing.T, conn *zk.Conn, ach <-chan asyncResult, objPath, beside string) {
+	t.Helper()
+	r, granted := queuedOrGranted(t, conn, ach, objPath, "rqA")
+	if granted {
+		if r.err == nil {
+			_ = r.g.Release(context.Background()) // its error aside: the failure is the grant
+		}
+		t.Fatalf("A granted (%v) beside %s", r.err, beside)
 	}
 }
