@@ -34,6 +34,12 @@ import (
 type stepDialer struct {
 	mu   sync.Mutex
 	hook func(op int32, p string) bool
+	// drop (onceDrop): the matched request is not sent; the connection
+	// closes instead (it died under the request)
+	drop bool
+	// refuse (onceRefuse): dials fail while set, so the cut lasts (the
+	// session may expire) until let
+	refuse atomic.Bool
 }
 
 func (g *stepDialer) set(f func(op int32, p string) bool) { g.mu.Lock(); g.hook = f; g.mu.Unlock() }
@@ -54,7 +60,26 @@ func (g *stepDialer) once(match func(op int32, p string) bool, act func() bool) 
 	return done
 }
 
+// onceDrop is once, the matched request not sent but lost with the
+// connection.
+func (g *stepDialer) onceDrop(match func(op int32, p string) bool) <-chan struct{} {
+	g.mu.Lock()
+	g.drop = true
+	g.mu.Unlock()
+	return g.once(match, func() bool { return true })
+}
+
+// onceRefuse is once, with every dial refused from then on until let.
+func (g *stepDialer) onceRefuse(match func(op int32, p string) bool) <-chan struct{} {
+	return g.once(match, func() bool { g.refuse.Store(true); return true })
+}
+
+func (g *stepDialer) let() { g.refuse.Store(false) }
+
 func (g *stepDialer) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	if g.refuse.Load() {
+		return nil, errors.New("stepDialer: refused")
+	}
 	nc, err := net.DialTimeout(network, addr, timeout)
 	if err != nil {
 		return nil, err
@@ -74,13 +99,20 @@ func (c *stepGateConn) Write(p []byte) (int, error) {
 		return c.Conn.Write(p)
 	}
 	c.g.mu.Lock()
-	hook := c.g.hook
+	hook, drop := c.g.hook, c.g.drop
 	c.g.mu.Unlock()
 	op, pth, ok := requestPath(p)
 	if !ok || hook == nil || !hook(op, pth) {
 		return c.Conn.Write(p)
 	}
 	c.dead.Store(true)
+	if drop {
+		c.g.mu.Lock()
+		c.g.drop = false
+		c.g.mu.Unlock()
+		c.Conn.Close()
+		return c.Conn.Write(p) // use of closed network connection: never sent
+	}
 	n, err := c.Conn.Write(p)
 	time.Sleep(30 * time.Millisecond) // the server applies it; its reply is never read
 	c.Conn.Close()

@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"path"
 	"strings"
 	"sync"
@@ -282,46 +281,6 @@ func TestReviewFirstOneCancelInFlight(t *testing.T) {
 	}
 }
 
-// dropDialer closes the connection instead of writing the first request
-// frame that match holds for (the request never reaches ZooKeeper: its
-// sender gets the socket's error, like a connection that died under it).
-type dropDialer struct {
-	match atomic.Pointer[func(op int32, p string) bool]
-	fired chan struct{}
-}
-
-func (d *dropDialer) arm(m func(op int32, p string) bool) <-chan struct{} {
-	d.fired = make(chan struct{})
-	d.match.Store(&m)
-	return d.fired
-}
-
-func (d *dropDialer) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
-	nc, err := net.DialTimeout(network, addr, timeout)
-	if err != nil {
-		return nil, err
-	}
-	return &dropConn{Conn: nc, d: d}, nil
-}
-
-type dropConn struct {
-	net.Conn
-	d      *dropDialer
-	frames int
-}
-
-func (c *dropConn) Write(p []byte) (int, error) {
-	c.frames++
-	if m := c.d.match.Load(); c.frames > 1 && m != nil {
-		if op, pth, ok := requestPath(p); ok && (*m)(op, pth) && c.d.match.CompareAndSwap(m, nil) {
-			c.Conn.Close()
-			close(c.d.fired)
-			return c.Conn.Write(p) // use of closed network connection
-		}
-	}
-	return c.Conn.Write(p)
-}
-
 // The first-touch multi is lost with the connection: applied with its
 // answer lost ("applied"), or never sent ("dropped"), while another
 // engine's request with a lock-delay comes for the object. Both are
@@ -362,12 +321,7 @@ func foCut(t *testing.T, servers []string, root, how string, landed bool) {
 	t.Helper()
 	conn := rawConn(t, servers)
 	gate := &stepDialer{}
-	drop := &dropDialer{}
-	dial := gate.dial
-	if how == "dropped" {
-		dial = drop.dial
-	}
-	eA := newEngine(t, servers, root, native, noAudit, func(o *lock.Options) { o.Dialer = dial })
+	eA := newEngine(t, servers, root, native, noAudit, func(o *lock.Options) { o.Dialer = gate.dial })
 	eC := newEngine(t, servers, root, native, noAudit)
 	release(t, acquire(t, eA, "warm", lock.Foreground, lock.AcquireOptions{}))
 	obj := fmt.Sprint("ca-", how, "-", time.Now().UnixNano())
@@ -376,7 +330,7 @@ func foCut(t *testing.T, servers []string, root, how string, landed bool) {
 	if how == "applied" {
 		cut = gate.once(isObjectCreate(objPath), func() bool { return true })
 	} else {
-		cut = drop.arm(isObjectCreate(objPath))
+		cut = gate.onceDrop(isObjectCreate(objPath))
 	}
 	bg := context.Background()
 	ach := grantAsync(bg, eA, obj, lock.Foreground, lock.AcquireOptions{Wait: 30 * time.Second, RequestID: "rqA"})
@@ -429,12 +383,7 @@ func TestReviewFirstOneNodeBeforeMulti(t *testing.T) {
 			ran, undo := faHook(t, obj, func(p string) {
 				switch c {
 				case "plugin-sentinel":
-					if _, err := pconn.Multi(
-						&zk.CreateRequest{Path: p, Acl: acl},
-						&zk.CreateRequest{Path: p + "/privateLock", Acl: acl, Flags: zk.FlagEphemeral},
-					); err != nil {
-						t.Error(err)
-					}
+					foPluginHolder(t, pconn, p)
 				case "plugin-container":
 					if _, err := pconn.CreateContainer(p, nil, zk.FlagContainer, acl); err != nil {
 						t.Error(err)
@@ -718,65 +667,6 @@ func TestReviewFirstOneNextAfterReleaseEngine(t *testing.T) {
 	}
 }
 
-// expireDialer cuts the connection right after writing the first request
-// frame that match holds for (applied, its answer never read), then
-// refuses to connect until let() — long enough for the session to expire.
-type expireDialer struct {
-	match  atomic.Pointer[func(op int32, p string) bool]
-	refuse atomic.Bool
-	fired  chan struct{}
-}
-
-func (d *expireDialer) arm(m func(op int32, p string) bool) <-chan struct{} {
-	d.fired = make(chan struct{})
-	d.match.Store(&m)
-	return d.fired
-}
-
-func (d *expireDialer) let() { d.refuse.Store(false) }
-
-func (d *expireDialer) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
-	if d.refuse.Load() {
-		return nil, errors.New("expireDialer: refused")
-	}
-	nc, err := net.DialTimeout(network, addr, timeout)
-	if err != nil {
-		return nil, err
-	}
-	return &expireConn{Conn: nc, d: d}, nil
-}
-
-type expireConn struct {
-	net.Conn
-	d      *expireDialer
-	frames int
-	dead   atomic.Bool
-}
-
-func (c *expireConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if c.dead.Load() {
-		return 0, errors.New("expireConn: connection cut")
-	}
-	return n, err
-}
-
-func (c *expireConn) Write(p []byte) (int, error) {
-	c.frames++
-	if m := c.d.match.Load(); c.frames > 1 && m != nil && !c.dead.Load() {
-		if op, pth, ok := requestPath(p); ok && (*m)(op, pth) && c.d.match.CompareAndSwap(m, nil) {
-			c.d.refuse.Store(true)
-			c.dead.Store(true)
-			n, err := c.Conn.Write(p)
-			time.Sleep(30 * time.Millisecond) // the server applies it; its reply is never read
-			c.Conn.Close()
-			close(c.d.fired)
-			return n, err
-		}
-	}
-	return c.Conn.Write(p)
-}
-
 // The first-touch multi is applied, its answer lost, and the session
 // expires before the engine can reconnect: our child goes with it, our
 // name stays in the data (a holder that vanished, though it was never
@@ -787,14 +677,14 @@ func (c *expireConn) Write(p []byte) (int, error) {
 func TestReviewFirstOneCutSessionExpired(t *testing.T) {
 	root := testRoot(t, zkServer)
 	conn := rawConn(t, zkServer.Servers())
-	dd := &expireDialer{}
+	dd := &stepDialer{}
 	eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Dialer = dd.dial })
 	eC := newEngine(t, zkServer.Servers(), root, native, noAudit)
 	release(t, acquire(t, eA, "warm", lock.Foreground, lock.AcquireOptions{}))
 	sid := eA.Health().SessionID
 	obj := fmt.Sprint("se-", time.Now().UnixNano())
 	objPath := root + "/" + obj
-	cut := dd.arm(isObjectCreate(objPath))
+	cut := dd.onceRefuse(isObjectCreate(objPath))
 	bg := context.Background()
 	ach := grantAsync(bg, eA, obj, lock.Foreground, lock.AcquireOptions{Wait: 40 * time.Second, RequestID: "rqA"})
 	waitClosed(t, cut, "the cut of the first-touch multi")
@@ -876,12 +766,7 @@ func TestReviewFirstOneCachedSentinelThenNode(t *testing.T) {
 			ran, undo := faHook(t, obj, func(p string) {
 				switch c {
 				case "plugin-sentinel":
-					if _, err := pconn.Multi(
-						&zk.CreateRequest{Path: p, Acl: acl},
-						&zk.CreateRequest{Path: p + "/privateLock", Acl: acl, Flags: zk.FlagEphemeral},
-					); err != nil {
-						t.Error(err)
-					}
+					foPluginHolder(t, pconn, p)
 				case "plugin-queued":
 					if _, err := pconn.Create(p, nil, 0, acl); err != nil {
 						t.Error(err)
@@ -1081,5 +966,18 @@ func foMustQueue(t *testing.T, conn *zk.Conn, ach <-chan asyncResult, objPath, b
 			_ = r.g.Release(context.Background()) // its error aside: the failure is the grant
 		}
 		t.Fatalf("A granted (%v) beside %s", r.err, beside)
+	}
+}
+
+// foPluginHolder makes the object node p as a plugin holder does (a
+// persistent node, its ephemeral privateLock), on conn's session.
+func foPluginHolder(t *testing.T, conn *zk.Conn, p string) {
+	t.Helper()
+	acl := zk.WorldACL(zk.PermAll)
+	if _, err := conn.Multi(
+		&zk.CreateRequest{Path: p, Acl: acl},
+		&zk.CreateRequest{Path: p + "/privateLock", Acl: acl, Flags: zk.FlagEphemeral},
+	); err != nil {
+		t.Error(err)
 	}
 }
