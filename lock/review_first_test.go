@@ -1088,6 +1088,22 @@ func TestReviewFirstTouchQueueingNoExtraRead(t *testing.T) {
 // lock-delay) waited none: a grant given back is no holder that vanished.
 func takeBothNoDelay(t *testing.T, chk *overlapChecker, eC *lock.Engine, ach, cch <-chan asyncResult) {
 	t.Helper()
+	if err := takeBoth(t, chk, ach, cch); err != nil {
+		t.Fatalf("%v (lock-delays %d)", err, eC.Health().LockDelays)
+	}
+	if chk.overlaps != 0 || chk.badToken != 0 {
+		t.Errorf("%d overlaps, %d tokens not increasing", chk.overlaps, chk.badToken)
+	}
+	if d := eC.Health().LockDelays; d != 0 {
+		t.Errorf("%d lock-delays after a given-back grant (nobody vanished)", d)
+	}
+}
+
+// takeBoth takes the two grants of ach and cch one at a time as they
+// come, each held a moment under chk, and releases them; an acquire's
+// error is returned (the grants after it are not taken).
+func takeBoth(t *testing.T, chk *overlapChecker, ach, cch <-chan asyncResult) error {
+	t.Helper()
 	for range 2 {
 		var r asyncResult
 		select {
@@ -1097,17 +1113,12 @@ func takeBothNoDelay(t *testing.T, chk *overlapChecker, eC *lock.Engine, ach, cc
 			t.Fatal("stuck")
 		}
 		if r.err != nil {
-			t.Fatalf("%v (lock-delays %d)", r.err, eC.Health().LockDelays)
+			return r.err
 		}
 		chk.enter(r.g.Token())
 		time.Sleep(10 * time.Millisecond) // a holder that stays a moment: not a condition of the test
 		chk.leave()
 		release(t, r.g)
 	}
-	if chk.overlaps != 0 || chk.badToken != 0 {
-		t.Errorf("%d overlaps, %d tokens not increasing", chk.overlaps, chk.badToken)
-	}
-	if d := eC.Health().LockDelays; d != 0 {
-		t.Errorf("%d lock-delays after a given-back grant (nobody vanished)", d)
-	}
+	return nil
 }

@@ -929,21 +929,8 @@ func TestReviewFirstOneNoRootCachedSentinel(t *testing.T) {
 	ach := grantAsync(context.Background(), eA, obj, lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
 	bch := grantAsync(context.Background(), eB, obj, lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
 	var chk overlapChecker
-	for range 2 {
-		var r asyncResult
-		select {
-		case r = <-ach:
-		case r = <-bch:
-		case <-time.After(40 * time.Second):
-			t.Fatal("stuck")
-		}
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		chk.enter(r.g.Token())
-		time.Sleep(10 * time.Millisecond) // a holder that stays a moment: not a condition of the test
-		chk.leave()
-		release(t, r.g)
+	if err := takeBoth(t, &chk, ach, bch); err != nil {
+		t.Fatal(err)
 	}
 	chk.verify(t, 2)
 	if !ran() {
