@@ -581,11 +581,7 @@ func (n *nreq) fast(ctx context.Context, p prediction) (*Grant, error, bool) {
 	}
 	ops := make([]any, 0, 6)
 	if p.first {
-		free := nativeData{}.marshal()
-		ops = append(ops,
-			&zk.CreateRequest{Path: n.objPath, Data: free, Acl: n.e.acl, Flags: zk.FlagPersistent},
-			&zk.CreateRequest{Path: n.objPath + "/" + privateLock, Data: free, Acl: n.e.acl, Flags: zk.FlagPersistent},
-			&zk.CreateRequest{Path: sentinelMark(n.objPath), Acl: n.e.acl, Flags: zk.FlagPersistent})
+		ops = append(ops, n.e.nativeObjectOps(n.objPath)...)
 	}
 	at := len(ops) // our child's create; the setData follows it, then the check
 	ops = append(ops,
@@ -1943,6 +1939,17 @@ func (e *Engine) ensureNative(ctx context.Context, s *session, name, objPath str
 	return err
 }
 
+// nativeObjectOps creates a native object node: the node with free data,
+// its sentinel (privateLock, persistent) and the sentinel's mark.
+func (e *Engine) nativeObjectOps(objPath string) []any {
+	free := nativeData{}.marshal()
+	return []any{
+		&zk.CreateRequest{Path: objPath, Data: free, Acl: e.acl, Flags: zk.FlagPersistent},
+		&zk.CreateRequest{Path: objPath + "/" + privateLock, Data: free, Acl: e.acl, Flags: zk.FlagPersistent},
+		&zk.CreateRequest{Path: sentinelMark(objPath), Acl: e.acl, Flags: zk.FlagPersistent},
+	}
+}
+
 // ensureNativeFrom is ensureNative; missing: the caller just found no
 // object node (its first look is the create, not a read). created: this
 // call made the object node with its sentinel (the data: no holders).
@@ -1960,13 +1967,7 @@ func (e *Engine) ensureNativeFrom(ctx context.Context, s *session, name, objPath
 	for range 10 {
 		if missing {
 			missing = false
-			_, err := zcall(ctx, func() ([]zk.MultiResponse, error) {
-				return s.conn.Multi(
-					&zk.CreateRequest{Path: objPath, Data: data, Acl: e.acl, Flags: zk.FlagPersistent},
-					&zk.CreateRequest{Path: sentinel, Data: data, Acl: e.acl, Flags: zk.FlagPersistent},
-					&zk.CreateRequest{Path: mark, Acl: e.acl, Flags: zk.FlagPersistent},
-				)
-			}, nil)
+			_, err := zcall(ctx, func() ([]zk.MultiResponse, error) { return s.conn.Multi(e.nativeObjectOps(objPath)...) }, nil)
 			switch {
 			case err == nil:
 				e.objSentinel(name, true)
@@ -2007,13 +2008,7 @@ func (e *Engine) ensureNativeFrom(ctx context.Context, s *session, name, objPath
 			}
 			continue // look again
 		}
-		_, err = zcall(ctx, func() ([]zk.MultiResponse, error) {
-			return s.conn.Multi(
-				&zk.CreateRequest{Path: objPath, Data: data, Acl: e.acl, Flags: zk.FlagPersistent},
-				&zk.CreateRequest{Path: sentinel, Data: data, Acl: e.acl, Flags: zk.FlagPersistent},
-				&zk.CreateRequest{Path: mark, Acl: e.acl, Flags: zk.FlagPersistent},
-			)
-		}, nil)
+		_, err = zcall(ctx, func() ([]zk.MultiResponse, error) { return s.conn.Multi(e.nativeObjectOps(objPath)...) }, nil)
 		if err == nil { // all three ours
 			e.objSentinel(name, true)
 			return true, nil
