@@ -93,27 +93,29 @@ func w3floor(zkAddr, bat, gozk string, rounds, clients, ops, warmup, objects int
 	}
 	run := fmt.Sprintf("/w3floor-%d", time.Now().UnixNano())
 
-	shapes := map[string][]string{} // shape → its sidecars' sockets
-	for _, shape := range []string{"multi", "read", "peer"} {
-		for i := range clients {
-			sock := filepath.Join(dir, fmt.Sprintf("%s%d.sock", shape, i))
-			lp, err := startLeanShape(addr, sock, shape)
-			if err != nil {
-				return fmt.Errorf("lean %s: %w", shape, err)
-			}
-			defer lp.stop()
-			shapes[shape] = append(shapes[shape], sock)
-		}
+	// the lean sidecars' shapes (zk-cycles --shape), each with what it does
+	shapes := []struct{ shape, work string }{
+		{"multi", "two multis (Baton's, its version known)"},
+		{"read", "a read + two multis (Baton's, another sidecar used the object last)"},
+		{"peer", "the peer's ZooKeeper work"},
 	}
 	var leans []w3Lean
-	work := map[string]string{"multi": "two multis (Baton's, its version known)", "read": "a read + two multis (Baton's, another sidecar used the object last)", "peer": "the peer's ZooKeeper work"}
-	for _, shape := range []string{"multi", "read", "peer"} {
-		for _, cl := range []string{"stock", "go", "raw"} {
-			if shape == "read" && cl == "raw" {
+	for _, sh := range shapes {
+		var socks []string
+		for i := range clients {
+			sock := filepath.Join(dir, fmt.Sprintf("%s%d.sock", sh.shape, i))
+			lp, err := startLeanShape(addr, sock, sh.shape)
+			if err != nil {
+				return fmt.Errorf("lean %s: %w", sh.shape, err)
+			}
+			defer lp.stop()
+			socks = append(socks, sock)
+		}
+		for _, cl := range []struct{ kind, name string }{{"stock", "stock"}, {"go", "Go"}, {"raw", "raw"}} {
+			if sh.shape == "read" && cl.kind == "raw" {
 				continue // the read's cost is told by the other two
 			}
-			leans = append(leans, w3Lean{name: fmt.Sprintf("floor: %s, %s client", work[shape], map[string]string{"stock": "stock", "go": "Go", "raw": "raw"}[cl]),
-				socks: shapes[shape], client: cl})
+			leans = append(leans, w3Lean{name: fmt.Sprintf("floor: %s, %s client", sh.work, cl.name), socks: socks, client: cl.kind})
 		}
 	}
 
