@@ -6,7 +6,10 @@ package main
 // (another process: hand-written HTTP/1.1, one canned answer) driven by the
 // same client, and against the control (peersidecar.go: go-zookeeper's
 // lock behind a plain net/http server) on the same W1 cycles, and against
-// W1's ZooKeeper work alone (zkcycles.go) plus two echo requests. CPU is the
+// W1's ZooKeeper work alone (zkcycles.go) plus two echo requests, and
+// against the two floors of rawfloor.go (the same work with no ZooKeeper
+// client library: on one thread with blocking raw sockets, the physical
+// floor; on one goroutine on Go's netpoller, a Go sidecar's). CPU is the
 // sum over the process's threads of the first field
 // of /proc/PID/task/TID/schedstat (ns on CPU; the leader's own
 // /proc/PID/schedstat counts one thread only); context switches the sum of
@@ -74,8 +77,24 @@ type costResult struct {
 	LeanCPUUsPerCycle float64 `json:"lean_cpu_us_per_cycle"`
 	LeanCtxSwPerCycle float64 `json:"lean_ctxsw_per_cycle"`
 	LeanCycleP50us    float64 `json:"lean_cycle_p50_us"`
-	LoadAvg           string  `json:"loadavg"`
-	Error             string  `json:"error,omitempty"`
+	// the floors (rawfloor.go, zk-cycles --raw): the same work with no
+	// ZooKeeper client library (hand-encoded requests, canned answers),
+	// alone and as a sidecar answering the same W1 cycles from the same
+	// client. raw: one thread, blocking raw sockets, none of Go's runtime
+	// in the way: what the kernel's work on the system calls every sidecar
+	// of this shape makes costs on this machine (the physical floor).
+	// netpoll: one goroutine on Go's netpoller through internal/rawio, as
+	// baton serve reads and writes: the floor of a Go sidecar.
+	RawZKOnlyCPUUsPerCycle     float64 `json:"raw_zk_only_cpu_us_per_cycle"`
+	RawCPUUsPerCycle           float64 `json:"raw_cpu_us_per_cycle"`
+	RawCtxSwPerCycle           float64 `json:"raw_ctxsw_per_cycle"`
+	RawCycleP50us              float64 `json:"raw_cycle_p50_us"`
+	NetpollZKOnlyCPUUsPerCycle float64 `json:"netpoll_zk_only_cpu_us_per_cycle"`
+	NetpollCPUUsPerCycle       float64 `json:"netpoll_cpu_us_per_cycle"`
+	NetpollCtxSwPerCycle       float64 `json:"netpoll_ctxsw_per_cycle"`
+	NetpollCycleP50us          float64 `json:"netpoll_cycle_p50_us"`
+	LoadAvg                    string  `json:"loadavg"`
+	Error                      string  `json:"error,omitempty"`
 }
 
 // envFlags collects repeated --env KEY=VALUE flags.
@@ -239,6 +258,31 @@ func cost(res *costResult, zkAddr, bat string, warmup int, env []string) error {
 		return fmt.Errorf("lean: %w", err)
 	}
 	res.LeanCPUUsPerCycle, res.LeanCtxSwPerCycle, res.LeanCycleP50us = lw.cpuUs, lw.ctxsw, lw.p50us
+	for _, f := range []struct {
+		mode       string
+		zkOnly     *float64
+		cpu, ctxsw *float64
+		p50        *float64
+	}{
+		{"blocking", &res.RawZKOnlyCPUUsPerCycle, &res.RawCPUUsPerCycle, &res.RawCtxSwPerCycle, &res.RawCycleP50us},
+		{"netpoll", &res.NetpollZKOnlyCPUUsPerCycle, &res.NetpollCPUUsPerCycle, &res.NetpollCtxSwPerCycle, &res.NetpollCycleP50us},
+	} {
+		if *f.zkOnly, _, err = zkCyclesCost(addr, warmup, res.Cycles, "--raw", f.mode); err != nil {
+			return fmt.Errorf("zk-cycles --raw %s: %w", f.mode, err)
+		}
+		p, err := startLeanArgs(addr, filepath.Join(dir, f.mode+".sock"), "--raw", f.mode)
+		if err != nil {
+			return fmt.Errorf("--raw %s: %w", f.mode, err)
+		}
+		hc := unixHTTPClient(p.socket)
+		w, err := w1Cost(p.pid, hc, warmup, res.Cycles)
+		hc.CloseIdleConnections()
+		p.stop()
+		if err != nil {
+			return fmt.Errorf("--raw %s: %w", f.mode, err)
+		}
+		*f.cpu, *f.ctxsw, *f.p50 = w.cpuUs, w.ctxsw, w.p50us
+	}
 	return nil
 }
 

@@ -525,8 +525,14 @@ func (e *env) watchedSessions(n int) (ss []session, raw *zk.Conn, closeFn func()
 }
 
 // rawZK is a plain client to watch the queue (W4, W5).
-func rawZK(addr string) (*zk.Conn, error) {
-	c, ev, err := zk.Connect([]string{addr}, sessionTimeout, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
+func rawZK(addr string) (*zk.Conn, error) { return rawZKDial(addr, nil) }
+
+// rawZKDial is rawZK through dial (nil: go-zookeeper's own).
+func rawZKDial(addr string, dial zk.Dialer) (*zk.Conn, error) {
+	if dial == nil {
+		dial = net.DialTimeout
+	}
+	c, ev, err := zk.Connect([]string{addr}, sessionTimeout, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}), zk.WithDialer(dial))
 	if err != nil {
 		return nil, err
 	}

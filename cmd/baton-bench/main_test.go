@@ -318,3 +318,107 @@ func TestW3LeanShapes(t *testing.T) {
 		}
 	}
 }
+
+// TestRawFloors: both floors of cost (rawfloor.go) really do W1's
+// ZooKeeper work, alone and as a sidecar answering all three clients, and
+// keep their session across a quiet spell longer than their ping interval
+// (a ping's reply read before the next multi's): the object node's data
+// version and cversion count two writes per cycle, no child is left, and
+// the data is the release's.
+func TestRawFloors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts ZooKeeper")
+	}
+	z := testenv.ZooKeeperT(t, testenv.ZKOptions{})
+	addr := z.Servers()[0]
+	c, err := rawZK(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// newRoot returns the one root among / 's children that fn made
+	newRoot := func(prefix string, fn func()) string {
+		t.Helper()
+		before, _, err := c.Children("/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn()
+		after, _, err := c.Children("/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range after {
+			if !slices.Contains(before, n) && strings.HasPrefix(n, prefix) {
+				return "/" + n
+			}
+		}
+		t.Fatalf("no new %s* node among %v", prefix, after)
+		return ""
+	}
+	check := func(what, root string, cycles int32) {
+		t.Helper()
+		data, st, err := c.Get(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Version != 2*cycles || st.Cversion != 2*cycles || st.NumChildren != 0 || string(data) != `{"native":1}` {
+			t.Errorf("%s: after %d cycles: data %q, version %d, cversion %d, %d children; want {\"native\":1}, %d, %d, 0",
+				what, cycles, data, st.Version, st.Cversion, st.NumChildren, 2*cycles, 2*cycles)
+		}
+	}
+	const ops, warmup = 40, 10
+	dir := t.TempDir()
+	for _, mode := range []string{"blocking", "netpoll"} {
+		root := newRoot("baton-cost-zk-", func() {
+			if cpu, _, err := zkCyclesCost(addr, warmup, ops, "--raw", mode); err != nil || cpu <= 0 {
+				t.Fatalf("zk-cycles --raw %s: cpu %v, %v", mode, cpu, err)
+			}
+		})
+		check("zk-cycles --raw "+mode, root, ops+warmup)
+
+		root = newRoot("baton-cost-lean-", func() {
+			lp, err := startLeanArgs(addr, filepath.Join(dir, mode+".sock"), "--raw", mode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lp.stop()
+			for _, cl := range []string{"stock", "go", "raw"} {
+				if rate, err := w3LeanRun(w3Lean{name: mode, socks: []string{lp.socket}, client: cl}, ops, warmup); err != nil || rate <= 0 {
+					t.Fatalf("--raw %s, %s client: rate %v, %v", mode, cl, rate, err)
+				}
+			}
+			time.Sleep(2500 * time.Millisecond) // past the 2 s ping interval
+			if rate, err := w3LeanRun(w3Lean{name: mode, socks: []string{lp.socket}, client: "stock"}, ops, warmup); err != nil || rate <= 0 {
+				t.Fatalf("--raw %s after a quiet spell: rate %v, %v", mode, rate, err)
+			}
+		})
+		check("zk-cycles --raw "+mode+" --socket", root, 4*(ops+warmup))
+	}
+}
+
+func TestParseRawRequest(t *testing.T) {
+	post := "POST /v1/locks/o/acquire HTTP/1.1\r\nHost: x\r\nContent-Length: 15\r\n\r\n{\"wait_ms\":100}"
+	del := "DELETE /v1/leases/l-1 HTTP/1.1\r\nHost: x\r\n\r\n"
+	for _, tc := range []struct {
+		in     string
+		method byte
+		used   int
+		bad    bool
+	}{
+		{in: ""},
+		{in: post[:20]},
+		{in: post[:len(post)-1]}, // the body not all there yet
+		{in: post, method: 'P', used: len(post)},
+		{in: post + del, method: 'P', used: len(post)},
+		{in: del, method: 'D', used: len(del)},
+		{in: "POST / HTTP/1.1\r\ncontent-LENGTH:  2 \r\n\r\nab", method: 'P', used: len("POST / HTTP/1.1\r\ncontent-LENGTH:  2 \r\n\r\nab")},
+		{in: "POST / HTTP/1.1\r\nContent-Length: x2\r\n\r\nab", bad: true},
+		{in: "POST / HTTP/1.1\r\nContent-Length: \r\n\r\n", bad: true},
+	} {
+		m, used, err := parseRawRequest([]byte(tc.in))
+		if (err != nil) != tc.bad || m != tc.method || used != tc.used {
+			t.Errorf("parseRawRequest(%q) = %q, %d, %v; want %q, %d, bad %v", tc.in, m, used, err, tc.method, tc.used, tc.bad)
+		}
+	}
+}

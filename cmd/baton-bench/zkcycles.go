@@ -32,11 +32,13 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/batonhq/baton/internal/rawio"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -48,12 +50,23 @@ func zkCyclesMain(args []string) int {
 	warmup := fs.Int("warmup", 300, "unmeasured cycles first")
 	sock := fs.String("socket", "", "serve W1 cycles over HTTP/1.1 on this unix socket instead")
 	shape := fs.String("shape", "multi", "with --socket: multi (Baton's two multis), read (a getData, then the two multis) or peer (create + getChildren, delete)")
+	raw := fs.String("raw", "", "a floor (rawfloor.go), --shape multi only: the same work with hand-encoded requests and no ZooKeeper client library, on one thread with blocking raw sockets (blocking) or on one goroutine on Go's netpoller (netpoll)")
 	_ = fs.Parse(args)
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(1) // as `baton serve` (cmd/baton/runtime.go)
 	}
 	run := func() error { return zkCycles(*addr, *root, *cycles, *warmup) }
-	if *sock != "" {
+	blocking := *raw == "blocking"
+	switch {
+	case *raw != "" && !blocking && *raw != "netpoll":
+		run = func() error { return fmt.Errorf("--raw %q: want blocking or netpoll", *raw) }
+	case *raw != "" && *shape != "multi":
+		run = func() error { return fmt.Errorf("--raw: --shape %q: only multi", *shape) }
+	case *raw != "" && *sock != "":
+		run = func() error { return rawServe(*addr, *root, *sock, blocking) }
+	case *raw != "":
+		run = func() error { return rawCycles(*addr, *root, blocking, *cycles, *warmup, waitLine) }
+	case *sock != "":
 		run = func() error { return leanServe(*addr, *root, *sock, *shape) }
 	}
 	if err := run(); err != nil {
@@ -73,9 +86,25 @@ type zkObject struct {
 	read    bool // a getData before the acquire multi (--shape read)
 }
 
-// newZKObject connects and creates root.
+// rawioConn is a net.Conn read and written through internal/rawio, as
+// baton serve's ZooKeeper connection is (lock/tracker.go).
+type rawioConn struct {
+	net.Conn
+	io rawio.IO
+}
+
+func (c rawioConn) Read(p []byte) (int, error)  { return c.io.Read(p) }
+func (c rawioConn) Write(p []byte) (int, error) { return c.io.Write(p) }
+
+// newZKObject connects (through rawio, as baton serve) and creates root.
 func newZKObject(addr, root string) (*zkObject, error) {
-	c, err := rawZK(addr)
+	c, err := rawZKDial(addr, func(network, address string, timeout time.Duration) (net.Conn, error) {
+		nc, err := net.DialTimeout(network, address, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return rawioConn{Conn: nc, io: rawio.New(nc)}, nil
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +181,7 @@ func zkCycles(addr, root string, cycles, warmup int) error {
 		}
 	}
 	fmt.Println("ready")
-	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+	if err := waitLine(); err != nil {
 		return err
 	}
 	for range cycles {
@@ -164,10 +193,17 @@ func zkCycles(addr, root string, cycles, warmup int) error {
 	return nil
 }
 
-// zkCyclesCost runs zk-cycles as a child process and returns its CPU (µs)
-// and context switches per measured cycle.
-func zkCyclesCost(addr string, warmup, cycles int) (cpuUs, ctxsw float64, err error) {
-	cmd, err := zkCyclesCmd(addr, "zk", "--cycles", strconv.Itoa(cycles), "--warmup", strconv.Itoa(warmup))
+// waitLine waits for a line on stdin (the parent's "go").
+func waitLine() error {
+	_, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	return err
+}
+
+// zkCyclesCost runs zk-cycles (more: its other flags, e.g. --raw) as a
+// child process and returns its CPU (µs) and context switches per
+// measured cycle.
+func zkCyclesCost(addr string, warmup, cycles int, more ...string) (cpuUs, ctxsw float64, err error) {
+	cmd, err := zkCyclesCmd(addr, "zk", append([]string{"--cycles", strconv.Itoa(cycles), "--warmup", strconv.Itoa(warmup)}, more...)...)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -215,6 +251,16 @@ func zkCyclesCost(addr string, warmup, cycles int) (cpuUs, ctxsw float64, err er
 	return float64(c1.cpuNs-c0.cpuNs) / 1000 / n, float64(c1.ctxsw-c0.ctxsw) / n, nil
 }
 
+// The lean and raw sidecars' answers: a lease as `baton serve` answers it
+// (for a client that decodes it, the Go client), a release, a failure.
+var (
+	leanAcquired = echoAnswer([]byte(`{"lease_id":"l-7f3a9c2e1b4d4e8f9a0b1c2d3e4f5a6b","object":"o","type":"foreground","info":"","token":"12884902145",` +
+		`"node":"/lean/o/A_x_7f3a9c2e_0000000123","acquired_at":"2026-11-28T04:50:01.123Z","lease_expires_at":"2026-11-28T04:50:31.123Z",` +
+		`"valid_until":"2026-11-28T04:50:11.123Z","valid_for_ms":9998,"state":"held","waited_ms":0,"holds":1,"mode":"exclusive"}`))
+	leanReleased = echoAnswer([]byte(`{"released":true}`))
+	leanFailed   = []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+)
+
 // leanServe answers W1 cycles on sock: a POST acquires, a DELETE releases
 // (W1 is sequential: one holder of the one object at a time), in shape
 // "multi" or "peer".
@@ -232,12 +278,7 @@ func leanServe(addr, root, sock, shape string) error {
 	if err != nil {
 		return err
 	}
-	// a lease as `baton serve` answers it, for a client that decodes it (the Go client)
-	acquired := echoAnswer([]byte(`{"lease_id":"l-7f3a9c2e1b4d4e8f9a0b1c2d3e4f5a6b","object":"o","type":"foreground","info":"","token":"12884902145",` +
-		`"node":"/lean/o/A_x_7f3a9c2e_0000000123","acquired_at":"2026-11-28T04:50:01.123Z","lease_expires_at":"2026-11-28T04:50:31.123Z",` +
-		`"valid_until":"2026-11-28T04:50:11.123Z","valid_for_ms":9998,"state":"held","waited_ms":0,"holds":1,"mode":"exclusive"}`))
-	released := echoAnswer([]byte(`{"released":true}`))
-	failed := []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+	acquired, released, failed := leanAcquired, leanReleased, leanFailed
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -314,6 +355,11 @@ func zkCyclesCmd(addr, what string, args ...string) (*exec.Cmd, error) {
 	root := fmt.Sprintf("/baton-cost-%s-%d", what, time.Now().UnixNano())
 	cmd := exec.Command(self, append([]string{"zk-cycles", "--zk", addr, "--root", root}, args...)...)
 	cmd.Env = append(os.Environ(), sidecarEnv...)
+	if i := slices.Index(args, "--raw"); i >= 0 && i+1 < len(args) && args[i+1] == "blocking" {
+		// the floor blocks its one thread in raw system calls: no
+		// preemption signals to interrupt them (rawfloor.go)
+		cmd.Env = append(cmd.Env, "GODEBUG=asyncpreemptoff=1")
+	}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd, nil
