@@ -16,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton/client"
 	"github.com/batonhq/baton/testenv"
+	"github.com/go-zookeeper/zk"
 )
 
 var (
@@ -260,13 +261,7 @@ func TestW3LeanShapes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts ZooKeeper")
 	}
-	z := testenv.ZooKeeperT(t, testenv.ZKOptions{})
-	addr := z.Servers()[0]
-	c, err := rawZK(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	addr, c := zkWithClient(t)
 	dir := t.TempDir()
 	const ops, warmup = 40, 10
 	for _, shape := range []string{"multi", "read", "peer"} {
@@ -319,6 +314,19 @@ func TestW3LeanShapes(t *testing.T) {
 	}
 }
 
+// zkWithClient starts a ZooKeeper server for t and connects a client to it.
+func zkWithClient(t *testing.T) (string, *zk.Conn) {
+	t.Helper()
+	z := testenv.ZooKeeperT(t, testenv.ZKOptions{})
+	addr := z.Servers()[0]
+	c, err := rawZK(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return addr, c
+}
+
 // TestRawFloors: both floors of cost (rawfloor.go) really do W1's
 // ZooKeeper work, alone and as a sidecar answering all three clients, and
 // keep their session across a quiet spell longer than their ping interval
@@ -329,13 +337,7 @@ func TestRawFloors(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts ZooKeeper")
 	}
-	z := testenv.ZooKeeperT(t, testenv.ZKOptions{})
-	addr := z.Servers()[0]
-	c, err := rawZK(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	addr, c := zkWithClient(t)
 	// newRoot returns the one root among / 's children that fn made
 	newRoot := func(prefix string, fn func()) string {
 		t.Helper()

@@ -360,37 +360,15 @@ func (o *rawObject) release() error {
 	return nil
 }
 
-// rawCycles is zkCycles on the raw client: warm-up, "ready", wait for a
-// line, the measured cycles, "done".
-func rawCycles(addr, root string, blocking bool, cycles, warmup int, waitGo func() error) error {
+// rawCycles is zkCycles on the raw client.
+func rawCycles(addr, root string, blocking bool, cycles, warmup int) error {
 	runtime.LockOSThread()
 	o, err := newRawObject(addr, root, blocking)
 	if err != nil {
 		return err
 	}
 	defer o.c.close()
-	cycle := func() error {
-		if err := o.acquire(); err != nil {
-			return err
-		}
-		return o.release()
-	}
-	for range warmup {
-		if err := cycle(); err != nil {
-			return err
-		}
-	}
-	fmt.Println("ready")
-	if err := waitGo(); err != nil {
-		return err
-	}
-	for range cycles {
-		if err := cycle(); err != nil {
-			return err
-		}
-	}
-	fmt.Println("done")
-	return nil
+	return runCycles(o.acquire, o.release, cycles, warmup)
 }
 
 // rawServe is leanServe (shape multi) on the raw client: one connection

@@ -65,7 +65,7 @@ func zkCyclesMain(args []string) int {
 	case *raw != "" && *sock != "":
 		run = func() error { return rawServe(*addr, *root, *sock, blocking) }
 	case *raw != "":
-		run = func() error { return rawCycles(*addr, *root, blocking, *cycles, *warmup, waitLine) }
+		run = func() error { return rawCycles(*addr, *root, blocking, *cycles, *warmup) }
 	case *sock != "":
 		run = func() error { return leanServe(*addr, *root, *sock, *shape) }
 	}
@@ -169,11 +169,18 @@ func zkCycles(addr, root string, cycles, warmup int) error {
 		return err
 	}
 	defer o.c.Close()
+	return runCycles(o.acquire, o.release, cycles, warmup)
+}
+
+// runCycles is zk-cycles' protocol with its parent (cost): warmup
+// unmeasured cycles, "ready", then a line from the parent, the measured
+// cycles, "done".
+func runCycles(acquire, release func() error, cycles, warmup int) error {
 	cycle := func() error {
-		if err := o.acquire(); err != nil {
+		if err := acquire(); err != nil {
 			return err
 		}
-		return o.release()
+		return release()
 	}
 	for range warmup {
 		if err := cycle(); err != nil {
