@@ -5,7 +5,8 @@ package main
 // multi that creates an ephemeral-sequential child and rewrites the object
 // node's data guarded by its version, then one that deletes the child and
 // rewrites the data again, through go-zookeeper (the client Baton must
-// use) on one session, GOMAXPROCS as `baton serve`'s, with no HTTP and no
+// use) on one session, its connection read and written through
+// internal/rawio and GOMAXPROCS as `baton serve`'s, with no HTTP and no
 // lock logic. Its CPU per cycle is what the ZooKeeper client alone costs a
 // sidecar per W1 cycle on this machine.
 //
