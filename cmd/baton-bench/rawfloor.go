@@ -360,9 +360,19 @@ func (o *rawObject) release() error {
 	return nil
 }
 
+// pinThread keeps the blocking floor on one OS thread. The netpoll floor
+// is not pinned: a goroutine locked to its thread that parks hands its P
+// to another thread and must be handed it back when it is woken (two
+// thread switches per wait), which no sidecar pays.
+func pinThread(blocking bool) {
+	if blocking {
+		runtime.LockOSThread()
+	}
+}
+
 // rawCycles is zkCycles on the raw client.
 func rawCycles(addr, root string, blocking bool, cycles, warmup int) error {
-	runtime.LockOSThread()
+	pinThread(blocking)
 	o, err := newRawObject(addr, root, blocking)
 	if err != nil {
 		return err
@@ -377,7 +387,7 @@ func rawCycles(addr, root string, blocking bool, cycles, warmup int) error {
 // that waited 2 s pings ZooKeeper so the session outlives a quiet client;
 // otherwise the netpoller through rawio, and a ticker pings.
 func rawServe(addr, root, sock string, blocking bool) error {
-	runtime.LockOSThread()
+	pinThread(blocking)
 	o, err := newRawObject(addr, root, blocking)
 	if err != nil {
 		return err
@@ -463,16 +473,7 @@ func rawAnswer(o *rawObject, conn rawSock, buf []byte) error {
 			have += n
 			continue
 		}
-		answer := leanAcquired
-		switch method {
-		case 'P':
-			err = o.acquire()
-		case 'D':
-			err, answer = o.release(), leanReleased
-		}
-		if err != nil {
-			answer = leanFailed
-		}
+		answer := w1Answer(o, method == 'P', method == 'D')
 		if _, err := conn.Write(answer); err != nil {
 			return nil
 		}
