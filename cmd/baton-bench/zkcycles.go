@@ -269,6 +269,30 @@ var (
 	leanFailed   = []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
 )
 
+// w1Object is an object's two W1 requests' ZooKeeper work (zkObject,
+// rawObject).
+type w1Object interface {
+	acquire() error
+	release() error
+}
+
+// w1Answer does a W1 request's ZooKeeper work (post: acquire; del:
+// release; neither: none) and returns the lean and raw sidecars' answer.
+func w1Answer(o w1Object, post, del bool) []byte {
+	var err error
+	answer := leanAcquired
+	switch {
+	case post:
+		err = o.acquire()
+	case del:
+		err, answer = o.release(), leanReleased
+	}
+	if err != nil {
+		return leanFailed
+	}
+	return answer
+}
+
 // leanServe answers W1 cycles on sock: a POST acquires, a DELETE releases
 // (W1 is sequential: one holder of the one object at a time), in shape
 // "multi" or "peer".
@@ -286,7 +310,6 @@ func leanServe(addr, root, sock, shape string) error {
 	if err != nil {
 		return err
 	}
-	acquired, released, failed := leanAcquired, leanReleased, leanFailed
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -300,16 +323,7 @@ func leanServe(addr, root, sock, shape string) error {
 				if err != nil {
 					return
 				}
-				answer := acquired
-				switch method {
-				case "POST":
-					err = o.acquire()
-				case "DELETE":
-					err, answer = o.release(), released
-				}
-				if err != nil {
-					answer = failed
-				}
+				answer := w1Answer(o, method == "POST", method == "DELETE")
 				if _, err := c.Write(answer); err != nil {
 					return
 				}
