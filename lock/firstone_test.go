@@ -24,8 +24,8 @@ import (
 // acquire with ErrForeignNode. The hook makes them at the last moment.
 func TestNativeFirstTouchRaced(t *testing.T) {
 	root := testRoot(t, zkServer)
-	e := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) { o.AuditInterval = -1 })
-	e2 := newEngine(t, zkServer.Servers(), root, native, func(o *lock.Options) { o.AuditInterval = -1 })
+	e := newEngine(t, zkServer.Servers(), root, native, noAudit)
+	e2 := newEngine(t, zkServer.Servers(), root, native, noAudit)
 	other := rawConn(t, zkServer.Servers())
 	acl := zk.WorldACL(zk.PermAll)
 	ctx := context.Background()
@@ -138,9 +138,7 @@ func objPath(root, obj string) string { return root + "/" + obj }
 // engine predicts again once they hold (an object it alone uses, W1).
 func TestNativePredictionsStaleReadFirst(t *testing.T) {
 	root := testRoot(t, zkServer)
-	var obs countObserver
-	eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Observer = &obs })
-	eB := newEngine(t, zkServer.Servers(), root, native, noAudit)
+	_, eA, eB, obs := predictors(t, root)
 	const objects = 40
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	obj := func(i int) string { return fmt.Sprintf("turns-%s-%d", run, i) }

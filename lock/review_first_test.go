@@ -243,6 +243,23 @@ func TestReviewFirstTouchRace(t *testing.T) {
 	t.Logf("%d rounds of %d objects first-touched by %d engines; %d refused takes", rounds, objects, engines, refused)
 }
 
+// predictors is the setup of the prediction reviews: a raw connection and
+// two native engines on root without the audit, the first observed by obs
+// (more: more of its options).
+func predictors(t *testing.T, root string, more ...func(*lock.Options)) (conn *zk.Conn, a, b *lock.Engine, obs *countObserver) {
+	t.Helper()
+	conn = rawConn(t, zkServer.Servers())
+	obs = &countObserver{}
+	a = newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) {
+		o.Observer = obs
+		for _, f := range more {
+			f(o)
+		}
+	})
+	b = newEngine(t, zkServer.Servers(), root, native, noAudit)
+	return conn, a, b, obs
+}
+
 // predicted leaves engine a with a prediction on obj (its own clean
 // release, alone): missed, after another engine's turn refused one (the
 // engine then reads before using its prediction). It returns the object
@@ -368,11 +385,8 @@ func TestReviewFirstPredictionRecreated(t *testing.T) {
 	for _, missed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("missed=%v", missed), func(t *testing.T) {
 			root := testRoot(t, zkServer)
-			conn := rawConn(t, zkServer.Servers())
+			conn, eA, eB, obs := predictors(t, root)
 			wconn := rawConn(t, zkServer.Servers())
-			obs := &countObserver{}
-			eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Observer = obs })
-			eB := newEngine(t, zkServer.Servers(), root, native, noAudit)
 			objPath := root + "/pr"
 			data, czxid, version, seq := predicted(t, eA, eB, obs, conn, objPath, "pr", missed)
 			w := recreate(t, conn, wconn, objPath, data, version, seq)
@@ -412,11 +426,8 @@ func TestReviewFirstPredictionWaiterBetween(t *testing.T) {
 		for _, stays := range []bool{true, false} {
 			t.Run(fmt.Sprintf("missed=%v/stays=%v", missed, stays), func(t *testing.T) {
 				root := testRoot(t, zkServer)
-				conn := rawConn(t, zkServer.Servers())
+				conn, eA, eB, obs := predictors(t, root)
 				wconn := rawConn(t, zkServer.Servers())
-				obs := &countObserver{}
-				eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Observer = obs })
-				eB := newEngine(t, zkServer.Servers(), root, native, noAudit)
 				objPath := root + "/pw"
 				predicted(t, eA, eB, obs, conn, objPath, "pw", missed)
 				w, err := wconn.Create(objPath+"/A_x_byhand_", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
@@ -796,11 +807,8 @@ func TestReviewFirstOperatorDeletes(t *testing.T) {
 // nothing is left.
 func TestReviewFirstMissedCut(t *testing.T) {
 	root := testRoot(t, zkServer)
-	conn := rawConn(t, zkServer.Servers())
 	gate := &stepDialer{}
-	obs := &countObserver{}
-	eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Dialer = gate.dial; o.Observer = obs })
-	eB := newEngine(t, zkServer.Servers(), root, native, noAudit)
+	conn, eA, eB, obs := predictors(t, root, func(o *lock.Options) { o.Dialer = gate.dial })
 	eC := newEngine(t, zkServer.Servers(), root, native, noAudit)
 	objPath := root + "/mc"
 	predicted(t, eA, eB, obs, conn, objPath, "mc", false)
@@ -827,10 +835,7 @@ func TestReviewFirstMissedLockDelay(t *testing.T) {
 	for _, how := range []string{"release", "abandon", "close"} {
 		t.Run(how, func(t *testing.T) {
 			root := testRoot(t, zkServer)
-			conn := rawConn(t, zkServer.Servers())
-			obs := &countObserver{}
-			eW := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Observer = obs })
-			eB := newEngine(t, zkServer.Servers(), root, native, noAudit)
+			conn, eW, eB, obs := predictors(t, root)
 			eV := newEngine(t, zkServer.Servers(), root, native, noAudit)
 			objPath := root + "/ld"
 			predicted(t, eW, eB, obs, conn, objPath, "ld", true)

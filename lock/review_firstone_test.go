@@ -750,11 +750,8 @@ func TestReviewFirstOneCachedSentinelThenNode(t *testing.T) {
 	for _, c := range []string{"plugin-sentinel", "plugin-queued", "engine"} {
 		t.Run(c, func(t *testing.T) {
 			root := testRoot(t, zkServer)
-			conn := rawConn(t, zkServer.Servers())
+			conn, eA, eB, obs := predictors(t, root)
 			pconn := rawConn(t, zkServer.Servers())
-			obs := &countObserver{}
-			eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Observer = obs })
-			eB := newEngine(t, zkServer.Servers(), root, native, noAudit)
 			obj := "cs"
 			objPath := root + "/" + obj
 			predicted(t, eA, eB, obs, conn, objPath, obj, true)
@@ -914,10 +911,7 @@ func TestReviewFirstOneTryOnceAndSharedRace(t *testing.T) {
 // never both at once, nothing left.
 func TestReviewFirstOneNoRootCachedSentinel(t *testing.T) {
 	root := testRoot(t, zkServer)
-	conn := rawConn(t, zkServer.Servers())
-	obs := &countObserver{}
-	eA := newEngine(t, zkServer.Servers(), root, native, noAudit, func(o *lock.Options) { o.Observer = obs })
-	eB := newEngine(t, zkServer.Servers(), root, native, noAudit)
+	conn, eA, eB, obs := predictors(t, root)
 	obj := "nc"
 	objPath := root + "/" + obj
 	predicted(t, eA, eB, obs, conn, objPath, obj, true)
