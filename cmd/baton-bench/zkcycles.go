@@ -315,6 +315,10 @@ func leanServe(addr, root, sock, shape string) error {
 		if err != nil {
 			return err
 		}
+		// the app's connection through rawio too, as baton serve's
+		// (sidecar/caps.go): through net.Conn every request and answer
+		// woke sysmon, a fifth of this sidecar's CPU (perf, 2026-11-28)
+		c = rawioConn{Conn: c, io: rawio.New(c)}
 		go func() {
 			defer c.Close()
 			br := bufio.NewReader(c)
