@@ -77,6 +77,14 @@ type costResult struct {
 	LeanCPUUsPerCycle float64 `json:"lean_cpu_us_per_cycle"`
 	LeanCtxSwPerCycle float64 `json:"lean_ctxsw_per_cycle"`
 	LeanCycleP50us    float64 `json:"lean_cycle_p50_us"`
+	// the same cycles through Baton's lock engine (enginecycles.go,
+	// zk-cycles --engine: native protocol, one session), alone and behind
+	// the lean sidecar's HTTP: between lean_* and cpu_us_per_cycle they
+	// split Baton's own CPU into the engine's and the sidecar's
+	EngineZKOnlyCPUUsPerCycle float64 `json:"engine_zk_only_cpu_us_per_cycle"`
+	EngineCPUUsPerCycle       float64 `json:"engine_lean_cpu_us_per_cycle"`
+	EngineCtxSwPerCycle       float64 `json:"engine_lean_ctxsw_per_cycle"`
+	EngineCycleP50us          float64 `json:"engine_lean_cycle_p50_us"`
 	// the floors (rawfloor.go, zk-cycles --raw): the same work with no
 	// ZooKeeper client library (hand-encoded requests, canned answers),
 	// alone and as a sidecar answering the same W1 cycles from the same
@@ -258,6 +266,21 @@ func cost(res *costResult, zkAddr, bat string, warmup int, env []string) error {
 		return fmt.Errorf("lean: %w", err)
 	}
 	res.LeanCPUUsPerCycle, res.LeanCtxSwPerCycle, res.LeanCycleP50us = lw.cpuUs, lw.ctxsw, lw.p50us
+	if res.EngineZKOnlyCPUUsPerCycle, _, err = zkCyclesCost(addr, warmup, res.Cycles, "--engine"); err != nil {
+		return fmt.Errorf("zk-cycles --engine: %w", err)
+	}
+	el, err := startLeanArgs(addr, filepath.Join(dir, "engine.sock"), "--engine")
+	if err != nil {
+		return fmt.Errorf("lean --engine: %w", err)
+	}
+	ec2 := unixHTTPClient(el.socket)
+	ew, err := w1Cost(el.pid, ec2, warmup, res.Cycles)
+	ec2.CloseIdleConnections()
+	el.stop()
+	if err != nil {
+		return fmt.Errorf("lean --engine: %w", err)
+	}
+	res.EngineCPUUsPerCycle, res.EngineCtxSwPerCycle, res.EngineCycleP50us = ew.cpuUs, ew.ctxsw, ew.p50us
 	for _, f := range []struct {
 		mode       string
 		zkOnly     *float64

@@ -51,6 +51,7 @@ func zkCyclesMain(args []string) int {
 	warmup := fs.Int("warmup", 300, "unmeasured cycles first")
 	sock := fs.String("socket", "", "serve W1 cycles over HTTP/1.1 on this unix socket instead")
 	shape := fs.String("shape", "multi", "with --socket: multi (Baton's two multis), read (a getData, then the two multis) or peer (create + getChildren, delete)")
+	engine := fs.Bool("engine", false, "the cycles through Baton's lock engine (native protocol) instead of two bare multis (enginecycles.go); with --socket behind the lean sidecar's HTTP")
 	raw := fs.String("raw", "", "a floor (rawfloor.go), --shape multi only: the same work with hand-encoded requests and no ZooKeeper client library, on one thread with blocking raw sockets (blocking) or on one goroutine on Go's netpoller (netpoll)")
 	_ = fs.Parse(args)
 	if os.Getenv("GOMAXPROCS") == "" {
@@ -61,6 +62,10 @@ func zkCyclesMain(args []string) int {
 	switch {
 	case *raw != "" && !blocking && *raw != "netpoll":
 		run = func() error { return fmt.Errorf("--raw %q: want blocking or netpoll", *raw) }
+	case *engine && (*raw != "" || *shape != "multi"):
+		run = func() error { return errors.New("--engine: not with --raw or --shape") }
+	case *engine:
+		run = func() error { return engineCycles(*addr, *root, *sock, *cycles, *warmup) }
 	case *raw != "" && *shape != "multi":
 		run = func() error { return fmt.Errorf("--raw: --shape %q: only multi", *shape) }
 	case *raw != "" && *sock != "":
@@ -306,6 +311,26 @@ func leanServe(addr, root, sock, shape string) error {
 	}
 	o.peer, o.read = shape == "peer", shape == "read"
 	defer o.c.Close()
+	return leanListen(sock, o)
+}
+
+// engineCycles is zk-cycles --engine: the cycles (or, with sock, the lean
+// sidecar) through Baton's engine.
+func engineCycles(addr, root, sock string, cycles, warmup int) error {
+	o, err := newEngineObject(addr, root)
+	if err != nil {
+		return err
+	}
+	defer o.e.Close()
+	if sock != "" {
+		return leanListen(sock, o)
+	}
+	return runCycles(o.acquire, o.release, cycles, warmup)
+}
+
+// leanListen serves the lean sidecar's HTTP/1.1 on sock, each request's
+// work done by o (w1Answer).
+func leanListen(sock string, o w1Object) error {
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		return err
