@@ -20,6 +20,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/internal/httpapi"
 )
 
 // The lean path: the lock's three hot requests — acquire one object, renew
@@ -290,7 +291,7 @@ func (lc *leanConn) answer(base context.Context, req *leanRequest) bool {
 	case req.length > 0 && int64(lc.br.Buffered()) >= req.length:
 		b := make([]byte, req.length)
 		_, _ = io.ReadFull(lc.br, b)
-		body = io.NopCloser(bytes.NewReader(b))
+		body = httpapi.NewBufferedBody(b)
 	case req.length > 0:
 		start := lc.headStart
 		if start.IsZero() {

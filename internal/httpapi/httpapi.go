@@ -118,6 +118,9 @@ var (
 // An integer field tagged ",string" (a fencing token) takes a decimal string
 // or a whole JSON number. Every refusal is a 400 naming the field.
 func DecodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	if bb, ok := r.Body.(*BufferedBody); ok && len(bb.b)-bb.off <= api.MaxBody {
+		return DecodeJSON(bb.take(), v)
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxBody))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
@@ -135,6 +138,15 @@ func DecodeJSON(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
+	if decodeFlat(body, v) {
+		return nil
+	}
+	return decodeStrict(body, v)
+}
+
+// decodeStrict is DecodeJSON for any body: the key walk (checkKeys), then
+// encoding/json.
+func decodeStrict(body []byte, v any) error {
 	whole := json.Valid(body) // one value and nothing after it (checkKeys keeps it so)
 	if t := reflect.TypeOf(v); t != nil && t.Kind() == reflect.Pointer {
 		checked, err := checkKeys(body, t.Elem(), whole)
@@ -215,4 +227,34 @@ func Caller(ctx context.Context) string {
 type Route struct {
 	Method, Pattern string
 	Handle          func(http.ResponseWriter, *http.Request) error
+}
+
+// BufferedBody is a request body already in memory (the sidecar's lean
+// HTTP/1.1 path reads a short body with the request's head): DecodeBody
+// decodes its bytes where they are, without io.ReadAll's copy.
+type BufferedBody struct {
+	b   []byte
+	off int
+}
+
+// NewBufferedBody returns a body reading b (which it keeps).
+func NewBufferedBody(b []byte) *BufferedBody { return &BufferedBody{b: b} }
+
+func (bb *BufferedBody) Read(p []byte) (int, error) {
+	if bb.off >= len(bb.b) {
+		return 0, io.EOF
+	}
+	n := copy(p, bb.b[bb.off:])
+	bb.off += n
+	return n, nil
+}
+
+// Close does nothing: the bytes are the collector's.
+func (bb *BufferedBody) Close() error { return nil }
+
+// take returns the unread bytes; the body then reads as ended.
+func (bb *BufferedBody) take() []byte {
+	b := bb.b[bb.off:]
+	bb.off = len(bb.b)
+	return b
 }
