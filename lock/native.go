@@ -107,16 +107,7 @@ func (d nativeData) size() int {
 // holders and up to nativeMaxNext names on every handoff: encoding/json's
 // reflection was a tenth of the engine's allocations in a drain.
 func (d nativeData) appendJSON(b []byte) ([]byte, bool) {
-	str := func(b []byte, v string) ([]byte, bool) {
-		for i := 0; i < len(v); i++ {
-			if c := v[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-				return b, false
-			}
-		}
-		b = append(b, '"')
-		b = append(b, v...)
-		return append(b, '"'), true
-	}
+	str := appendPlainString
 	ok := true
 	b = append(b, `{"native":`...)
 	b = strconv.AppendInt(b, int64(d.V), 10)
@@ -158,6 +149,20 @@ func (d nativeData) appendJSON(b []byte) ([]byte, bool) {
 		b = strconv.AppendInt(b, d.X, 10)
 	}
 	return append(b, '}'), true
+}
+
+// appendPlainString appends v as JSON, the bytes json.Marshal writes,
+// when v is plain ASCII that encoding/json leaves unescaped; ok false
+// (and b unchanged) otherwise.
+func appendPlainString(b []byte, v string) ([]byte, bool) {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return b, false
+		}
+	}
+	b = append(b, '"')
+	b = append(b, v...)
+	return append(b, '"'), true
 }
 
 // filled returns the holders with every T 0 set to mzxid, the zxid of the
