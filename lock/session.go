@@ -42,7 +42,16 @@ type session struct {
 	// handshake (see settle); requests wait for it.
 	settled   bool
 	settleGen int
-	changed   notify.Broadcast // every state or ack change; guarded by mu
+	// changed is notified on every change of the state, the settling, the
+	// negotiated timeout, the waiters' count, and of the grant count when
+	// the monitor or the keeper waits for it (monitorIdle, keeperIdle);
+	// guarded by mu. The base moving later is not announced: no waiter
+	// needs it (the monitor's timer, set for an earlier deadline, fires
+	// early and looks again), and announcing it woke the monitor on every
+	// leader-path answer, twice per lock cycle.
+	changed     notify.Broadcast
+	monitorIdle bool // the monitor waits with no deadline: no grants (it needs a register's wake)
+	keeperIdle  bool // the keeper waits until the next change (it needs a register's wake)
 	lostErr   error
 	cleanups  []cleanup
 	cleanWake chan struct{}
@@ -311,8 +320,7 @@ func (s *session) acked(sent, at time.Time, leader bool) {
 		}
 		if k := leadingAckedBy(s.touches, sent.Add(-tick)); k >= 0 {
 			if b := s.touches[k].sent; b.After(s.base) {
-				s.base = b
-				s.changed.Notify()
+				s.base = b // later only: not announced (see changed)
 			}
 			// Drop the older ones by reslicing, not by copying the rest
 			// down: the rest is every request acknowledged in the last
@@ -562,6 +570,13 @@ func (s *session) monitor() {
 			// leader-path request and moves it first.
 			d = time.Time{}
 		}
+		// Idle, the next grant must wake it (register). Armed, a grant
+		// need not: the deadline only moves later within a session (the
+		// base moves later; a reconnect that shortens the timeout fails
+		// the session), so the timer, set for this deadline or an earlier
+		// one, fires no later than the session's deadline, and the loop
+		// looks again then.
+		s.monitorIdle = d.IsZero()
 		ch := s.changed.Wait()
 		s.mu.Unlock()
 		if !d.IsZero() {
@@ -599,7 +614,9 @@ func (s *session) register(g *Grant) error {
 		return errNoValidity
 	}
 	s.grants[g] = struct{}{}
-	s.changed.Notify() // the keeper and the monitor watch the grant count
+	if s.monitorIdle || s.keeperIdle { // waiting for a grant (see changed)
+		s.changed.Notify()
+	}
 	return nil
 }
 
@@ -706,6 +723,7 @@ func (s *session) keeper() {
 		ch := s.changed.Wait()
 		wait := s.keepInterval(s.timeout)
 		quiet := wait - time.Since(s.leaderSent)
+		s.keeperIdle = !(ok && busy) // the default case below: until the next change
 		s.mu.Unlock()
 		switch {
 		case ok && busy && quiet > 0:
