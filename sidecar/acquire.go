@@ -252,13 +252,13 @@ func (s *Server) acquire(kind acquireKind) handlerFunc {
 			if err != nil {
 				return err
 			}
-			s.m.acquire.WithLabelValues(l.g.Type().String(), resReentered).Observe(0)
+			s.m.observeAcquire(l.g.Type().String(), resReentered, 0)
 			writeJSON(w, http.StatusOK, (*leaseJSON)(&v))
 			return nil
 		}
 		a := &acquisition{s: s, r: r, sp: sp, caller: peerFrom(r.Context()), result: resError}
 		start := time.Now()
-		defer func() { s.m.acquire.WithLabelValues(sp.typ.String(), a.result).Observe(time.Since(start).Seconds()) }()
+		defer func() { s.m.observeAcquire(sp.typ.String(), a.result, time.Since(start).Seconds()) }()
 		defer a.giveBack()
 		v, err := a.run()
 		if err != nil {

@@ -166,7 +166,7 @@ func (t *leaseTable) add(g holding, pid int32, held *pidWatch, length time.Durat
 	l.stopLost = context.AfterFunc(g.Context(), func() { t.lost(l) })
 	l.mu.Unlock()
 	t.mu.Unlock()
-	t.m.leases.WithLabelValues(leaseGranted).Inc()
+	t.m.countLease(leaseGranted)
 	if t.log.Enabled(context.Background(), slog.LevelDebug) { // the attributes alone cost 8 allocations
 		t.log.Debug("lease granted", "lease_id", l.id, "object", g.Object(), "type", g.Type(), "token", g.Token(),
 			"node", g.Node(), "pid", pid, "lease", length, "waited", g.Waited())
@@ -311,8 +311,8 @@ func (t *leaseTable) observeEnd(l *lease, now time.Time, reason, msg string) {
 	default:
 		result = leaseLost
 	}
-	t.m.leases.WithLabelValues(result).Inc()
-	t.m.hold.WithLabelValues(l.g.Type().String(), result).Observe(now.Sub(l.g.AcquiredAt()).Seconds())
+	t.m.countLease(result)
+	t.m.observeHold(l.g.Type().String(), result, now.Sub(l.g.AcquiredAt()).Seconds())
 	if result == leaseReleased && !t.log.Enabled(context.Background(), slog.LevelDebug) {
 		return // the usual end: no line, so no attributes built (nor the id redacted)
 	}

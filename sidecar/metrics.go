@@ -61,6 +61,41 @@ type metrics struct {
 	fastpath *prometheus.CounterVec
 	session  *zkCollector
 	orphans  prometheus.Counter
+	// the series of the request path, looked up once: WithLabelValues
+	// hashes the labels and takes the vector's lock on every call (five
+	// times per lock cycle). Read-only after newMetrics.
+	acquireBy map[[2]string]prometheus.Observer // type, result
+	holdBy    map[[2]string]prometheus.Observer // type, result
+	leasesBy  map[string]prometheus.Counter     // result
+	fastHit   prometheus.Counter
+	fastMiss  prometheus.Counter
+}
+
+// observeAcquire records an acquire's time under its type and result.
+func (m *metrics) observeAcquire(typ, result string, seconds float64) {
+	if o, ok := m.acquireBy[[2]string{typ, result}]; ok {
+		o.Observe(seconds)
+		return
+	}
+	m.acquire.WithLabelValues(typ, result).Observe(seconds)
+}
+
+// observeHold records a lease's hold time under its type and result.
+func (m *metrics) observeHold(typ, result string, seconds float64) {
+	if o, ok := m.holdBy[[2]string{typ, result}]; ok {
+		o.Observe(seconds)
+		return
+	}
+	m.hold.WithLabelValues(typ, result).Observe(seconds)
+}
+
+// countLease counts a lease granted or ended by result.
+func (m *metrics) countLease(result string) {
+	if c, ok := m.leasesBy[result]; ok {
+		c.Inc()
+		return
+	}
+	m.leases.WithLabelValues(result).Inc()
 }
 
 // newMetrics makes the server's metrics, every series of a known label set
@@ -93,23 +128,22 @@ func newMetrics() *metrics {
 				"it). Not 0: a bug left them; report it.",
 		}),
 	}
+	m.acquireBy, m.holdBy, m.leasesBy = map[[2]string]prometheus.Observer{}, map[[2]string]prometheus.Observer{}, map[string]prometheus.Counter{}
 	ended := []string{leaseReleased, leaseExpired, leaseLost, leaseProcessExited, leaseShutdown}
 	for _, r := range append([]string{leaseGranted}, ended...) {
-		m.leases.WithLabelValues(r)
+		m.leasesBy[r] = m.leases.WithLabelValues(r)
 	}
 	// Every series exists from the start, so that rate() and absent-based
 	// alerts see a 0 rather than nothing.
 	for _, typ := range lockTypes {
 		for _, r := range acquireResults {
-			m.acquire.WithLabelValues(typ, r)
+			m.acquireBy[[2]string{typ, r}] = m.acquire.WithLabelValues(typ, r)
 		}
 		for _, r := range ended {
-			m.hold.WithLabelValues(typ, r)
+			m.holdBy[[2]string{typ, r}] = m.hold.WithLabelValues(typ, r)
 		}
 	}
-	for _, r := range []string{"hit", "miss"} {
-		m.fastpath.WithLabelValues(r)
-	}
+	m.fastHit, m.fastMiss = m.fastpath.WithLabelValues("hit"), m.fastpath.WithLabelValues("miss")
 	return m
 }
 
@@ -251,9 +285,9 @@ func (o observer) SessionState(state string) {
 
 func (o observer) FastPath(hit bool) {
 	if hit {
-		o.s.m.fastpath.WithLabelValues("hit").Inc()
+		o.s.m.fastHit.Inc()
 	} else {
-		o.s.m.fastpath.WithLabelValues("miss").Inc()
+		o.s.m.fastMiss.Inc()
 	}
 }
 
