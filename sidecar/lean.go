@@ -517,11 +517,15 @@ func parseLean(head []byte) *leanRequest {
 	if req.acquire, ok3 = leanRoute(req.method, req.target); !ok3 {
 		return nil
 	}
-	u, err := url.ParseRequestURI(req.target)
-	if err != nil {
-		return nil
+	if plainTarget(req.target) {
+		req.url = &url.URL{Path: req.target} // what ParseRequestURI returns for it
+	} else {
+		u, err := url.ParseRequestURI(req.target)
+		if err != nil {
+			return nil
+		}
+		req.url = u
 	}
-	req.url = u
 	hosts, lengths := 0, 0
 	for len(rest) > 2 {
 		var hl []byte
@@ -580,6 +584,24 @@ var commonKeys = []string{"Host", "User-Agent", "Content-Length", "Content-Type"
 
 // headerKey is textproto.CanonicalMIMEHeaderKey(string(name)), without
 // the string's allocation for a common name already canonical.
+// plainTarget reports whether t is a path of letters, digits, "-", ".",
+// "_", "~" and "/" beginning with "/": nothing to decode or split off, so
+// url.ParseRequestURI(t) is &url.URL{Path: t} (FuzzPlainTarget), found
+// without its work (1 % of a W1 cycle's CPU).
+func plainTarget(t string) bool {
+	if t == "" || t[0] != '/' {
+		return false
+	}
+	for i := 1; i < len(t); i++ {
+		switch c := t[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '.', c == '_', c == '~', c == '/':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 func headerKey(name []byte) string {
 	for _, k := range commonKeys {
 		if string(name) == k {
