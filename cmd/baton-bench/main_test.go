@@ -195,7 +195,8 @@ func TestCost(t *testing.T) {
 	if res.CPUUsPerCycle <= 0 || res.CtxSwPerCycle <= 0 || res.CycleP50us <= 0 || res.HealthCPUUsPerRq <= 0 ||
 		res.EchoCPUUsPerRq <= 0 || res.EchoP50us <= 0 || res.ThreadsSidecar <= 0 ||
 		res.ControlCPUUsPerCycle <= 0 || res.ControlCycleP50us <= 0 || res.CPUOverControl <= 0 ||
-		res.ZKOnlyCPUUsPerCycle <= 0 || res.FloorCPUUsPerCycle <= res.ZKOnlyCPUUsPerCycle || res.LeanCPUUsPerCycle <= 0 || res.LeanCycleP50us <= 0 {
+		res.ZKOnlyCPUUsPerCycle <= 0 || res.FloorCPUUsPerCycle <= res.ZKOnlyCPUUsPerCycle || res.LeanCPUUsPerCycle <= 0 || res.LeanCycleP50us <= 0 ||
+		res.EngineZKOnlyCPUUsPerCycle <= 0 || res.EngineCPUUsPerCycle <= 0 || res.EngineCycleP50us <= 0 {
 		t.Fatalf("a figure missing: %+v", res)
 	}
 	t.Logf("%+v", res)

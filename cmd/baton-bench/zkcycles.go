@@ -180,7 +180,7 @@ func zkCycles(addr, root string, cycles, warmup int) error {
 
 // runCycles is zk-cycles' protocol with its parent (cost): warmup
 // unmeasured cycles, "ready", then a line from the parent, the measured
-// cycles, "done".
+// cycles, "done", then the end of stdin.
 func runCycles(acquire, release func() error, cycles, warmup int) error {
 	cycle := func() error {
 		if err := acquire(); err != nil {
@@ -203,6 +203,11 @@ func runCycles(acquire, release func() error, cycles, warmup int) error {
 		}
 	}
 	fmt.Println("done")
+	// Exit only when the parent closes stdin, after it has read this
+	// process's CPU: exiting at once raced that read, and a process whose
+	// threads had gone counted 0 µs or less (zk_only 0.0 and
+	// netpoll_zk_only -0.1 in two of three cost runs, 2026-11-28).
+	_ = waitLine()
 	return nil
 }
 
