@@ -49,6 +49,8 @@ test: deps ## vet, gofmt, staticcheck + every test with -race against real ZooKe
 	@bash .ci/alive.sh "staticcheck" $(GO) tool staticcheck $(PKGS)
 	@echo "test: go test -race of every package against real ZooKeeper and kfake (3-5 min idle); a line per package as it ends"
 	@bash .ci/alive.sh "go test" $(GO) test -race -count=1 -p 3 -parallel 8 -timeout $(GOTEST_TIMEOUT) $(PKGS)
+	@echo "test: the patched go-zookeeper's own tests (third_party/zk: its hand-written jute against reflect)"
+	@cd third_party/zk && $(GO) vet . && $(GO) test -race -count=1 .
 
 test-short: ## the quick tests (skips ensembles and long fault tests)
 	$(GO) test -race -short -count=1 $(PKGS)

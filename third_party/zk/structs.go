@@ -300,17 +300,29 @@ type reconfigRequest struct {
 type reconfigReponse getDataResponse
 
 func (r *multiRequest) Encode(buf []byte) (int, error) {
+	// Baton's patch: each header, and each op that has its own encoder
+	// (jute.go), encoded directly rather than through reflect; the bytes
+	// are the same.
 	total := 0
 	for _, op := range r.Ops {
 		op.Header.Done = false
-		n, err := encodePacketValue(buf[total:], reflect.ValueOf(op))
+		n, err := op.Header.Encode(buf[total:])
 		if err != nil {
 			return total, err
 		}
 		total += n
+		if e, ok := op.Op.(encoder); ok {
+			n, err = e.Encode(buf[total:])
+		} else {
+			n, err = encodePacketValue(buf[total:], reflect.ValueOf(op.Op))
+		}
+		total += n
+		if err != nil {
+			return total, err
+		}
 	}
 	r.DoneHeader.Done = true
-	n, err := encodePacketValue(buf[total:], reflect.ValueOf(r.DoneHeader))
+	n, err := r.DoneHeader.Encode(buf[total:])
 	if err != nil {
 		return total, err
 	}
@@ -359,43 +371,43 @@ func (r *multiResponse) Decode(buf []byte) (int, error) {
 	r.Ops = make([]multiResponseOp, 0, 6)
 	r.DoneHeader = multiHeader{-1, true, -1}
 	total := 0
-	header := &multiHeader{}
+	// and each header and answer decoded by hand (jute.go)
+	var header multiHeader
 	for {
-		*header = multiHeader{}
-		n, err := decodePacketValue(buf[total:], reflect.ValueOf(header))
+		header = multiHeader{}
+		n, err := header.Decode(buf[total:])
 		if err != nil {
 			return total, err
 		}
 		total += n
 		if header.Done {
-			r.DoneHeader = *header
+			r.DoneHeader = header
 			break
 		}
 
-		r.Ops = append(r.Ops, multiResponseOp{Header: *header})
+		r.Ops = append(r.Ops, multiResponseOp{Header: header})
 		res := &r.Ops[len(r.Ops)-1]
-		var w reflect.Value
+		rd := juteR{b: buf[total:]}
 		switch header.Type {
 		default:
 			r.Ops = r.Ops[:len(r.Ops)-1]
 			return total, ErrAPIError
 		case opError:
-			w = reflect.ValueOf(&res.Err)
+			res.Err = ErrCode(rd.i32())
 		case opCreate:
-			w = reflect.ValueOf(&res.String)
+			res.String = rd.str()
 		case opSetData:
 			res.Stat = new(Stat)
-			w = reflect.ValueOf(res.Stat)
+			m, err := res.Stat.Decode(rd.b)
+			rd.n, rd.short = m, err != nil
 		case opCheck, opDelete:
 		}
-		if w.IsValid() {
-			n, err := decodePacketValue(buf[total:], w)
-			if err != nil {
-				r.Ops = r.Ops[:len(r.Ops)-1]
-				return total, err
-			}
-			total += n
+		n, err = rd.done()
+		if err != nil {
+			r.Ops = r.Ops[:len(r.Ops)-1]
+			return total, err
 		}
+		total += n
 		if multiErr == nil && res.Err != errOk {
 			// Use the first error as the error returned from Multi().
 			multiErr = res.Err.toError()
@@ -449,6 +461,9 @@ func decodePacket(buf []byte, st interface{}) (n int, err error) {
 	v := reflect.ValueOf(st)
 	if v.Kind() != reflect.Ptr || v.IsNil() {
 		return 0, ErrPtrExpected
+	}
+	if d, ok := st.(decoder); ok { // Baton's patch: no reflect for these
+		return d.Decode(buf)
 	}
 	return decodePacketValue(buf, v)
 }
@@ -542,6 +557,9 @@ func encodePacket(buf []byte, st interface{}) (n int, err error) {
 	v := reflect.ValueOf(st)
 	if v.Kind() != reflect.Ptr || v.IsNil() {
 		return 0, ErrPtrExpected
+	}
+	if e, ok := st.(encoder); ok { // Baton's patch: no reflect for these
+		return e.Encode(buf)
 	}
 	return encodePacketValue(buf, v)
 }
