@@ -94,9 +94,43 @@ func appendTime(b []byte, t api.Time) []byte {
 	if t.IsZero() {
 		return append(b, "null"...)
 	}
+	u := t.UTC()
+	year, month, day := u.Date()
+	if year < 0 || year > 9999 {
+		b = append(b, '"')
+		b = u.Truncate(time.Millisecond).AppendFormat(b, api.TimeFormat)
+		return append(b, '"')
+	}
+	// api.TimeFormat's digits written directly (FuzzAppendTime): three
+	// of these per lease answer, and AppendFormat walks its layout each
+	// time
+	hour, minute, sec := u.Clock()
+	ms := u.Nanosecond() / int(time.Millisecond)
 	b = append(b, '"')
-	b = t.UTC().Truncate(time.Millisecond).AppendFormat(b, api.TimeFormat)
-	return append(b, '"')
+	b = appendDigits(b, year, 4)
+	b = append(b, '-')
+	b = appendDigits(b, int(month), 2)
+	b = append(b, '-')
+	b = appendDigits(b, day, 2)
+	b = append(b, 'T')
+	b = appendDigits(b, hour, 2)
+	b = append(b, ':')
+	b = appendDigits(b, minute, 2)
+	b = append(b, ':')
+	b = appendDigits(b, sec, 2)
+	b = append(b, '.')
+	b = appendDigits(b, ms, 3)
+	return append(b, 'Z', '"')
+}
+
+// appendDigits appends v (0 ≤ v < 10^width) in width decimal digits.
+func appendDigits(b []byte, v, width int) []byte {
+	var d [4]byte
+	for i := width - 1; i >= 0; i-- {
+		d[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return append(b, d[:width]...)
 }
 
 // appendString appends s as a JSON string the way encoding/json does

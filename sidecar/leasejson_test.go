@@ -96,3 +96,25 @@ func BenchmarkLeaseJSON(b *testing.B) {
 		})
 	}
 }
+
+// FuzzAppendTime: appendTime writes api.Time's MarshalJSON, for any
+// instant (years before 0 and after 9999 included) in any zone.
+func FuzzAppendTime(f *testing.F) {
+	for _, s := range []int64{0, 1, -1, 999_999, 1_795_857_824_763_607_572, -62_135_596_800_000_000_000 / 1000} {
+		f.Add(s/1e9, s%1e9, int32(0))
+	}
+	f.Add(int64(253402300799), int64(999_999_999), int32(3600)) // 9999-12-31T23:59:59.999
+	f.Add(int64(253402300800), int64(0), int32(-1800))          // 10000-01-01
+	f.Add(int64(-62135596801), int64(999_000_000), int32(0))    // 0000-12-31 BC
+	f.Add(int64(-62167219200), int64(0), int32(0))              // year 0
+	f.Fuzz(func(t *testing.T, sec, nsec int64, offset int32) {
+		tm := api.Time{Time: time.Unix(sec, nsec).In(time.FixedZone("Z", int(offset%86400)))}
+		want, err := tm.MarshalJSON()
+		if err != nil {
+			t.Skip()
+		}
+		if got := appendTime(nil, tm); !bytes.Equal(got, want) {
+			t.Fatalf("appendTime(%v) = %s, MarshalJSON %s", tm.Time, got, want)
+		}
+	})
+}
