@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/lock"
+	"github.com/batonhq/baton/testenv"
 )
 
 // Review of 38b12b5 (lock/session.go): the monitor is no longer woken when
@@ -390,4 +391,107 @@ func TestReviewMonReconnectShrinkLoses(t *testing.T) {
 	if lostAt.After(told.Add(monLossTolerance)) {
 		t.Errorf("lost %v after the valid_until told", lostAt.Sub(told))
 	}
+}
+
+// monHeld is a grant whose holder must be told, by its latest valid_until,
+// that it is lost once ZooKeeper stalls.
+type monHeld struct {
+	name string
+	g    *lock.Grant
+	v    *monFollow
+}
+
+// The scenarios above with ZooKeeper itself stopped (SIGSTOP): a real
+// stall, where go-zookeeper also sees the connection die, after 2/3 of the
+// session timeout with no answer, and that state change wakes the monitor
+// whatever it was waiting for. So the engines here declare a tickTime of
+// 2 s (the server's is 500 ms; a longer one only makes the engine count
+// validity more cautiously): the deadline, about 2 s behind the last
+// answer, then comes before go-zookeeper's 2.67 s, and only the monitor's
+// own wake tells the holder in time.
+//   - cyc: the monitor armed by acquire/release cycles (scenario 1);
+//   - idle: the monitor idle since the session began, the keeper busy
+//     with a slow-path wait (scenario 2).
+func TestReviewMonStoppedServer(t *testing.T) {
+	t.Parallel()
+	z := testenv.ZooKeeperT(t, testenv.ZKOptions{})
+	root := testRoot(t, z)
+	slowTick := func(o *lock.Options) { o.TickTime = 2 * time.Second; o.AuditInterval = -1 }
+	cyc := newEngine(t, z.Servers(), root, slowTick)
+	idle := newEngine(t, z.Servers(), root, slowTick)
+	other := newEngine(t, z.Servers(), root, slowTick)
+
+	gx := acquire(t, other, "RM-stop-x", lock.Foreground, lock.AcquireOptions{})
+	waited := make(chan error, 1)
+	go func() {
+		g, err := idle.Acquire(context.Background(), "RM-stop-x", lock.Foreground, lock.AcquireOptions{Wait: 20 * time.Second})
+		if err == nil {
+			_ = g.Release(context.Background())
+		}
+		waited <- err
+	}()
+	waitFor(t, 10*time.Second, "idle queued for RM-stop-x", func() bool {
+		st, err := other.Inspect(context.Background(), "RM-stop-x")
+		return err == nil && len(st.Waiters) == 1
+	})
+	cycles := 0
+	for start := time.Now(); time.Since(start) < 5*time.Second; cycles++ {
+		release(t, acquire(t, cyc, "RM-stop-cycle", lock.Foreground, lock.AcquireOptions{}))
+	}
+	waitFor(t, 5*time.Second, "idle's monitor idle and its keeper busy", func() bool {
+		mi, ki, n, ok := lock.ReviewMonFlags(idle)
+		return ok && mi && !ki && n == 0
+	})
+	held := []*monHeld{
+		{name: "idle", g: acquire(t, idle, "RM-stop-idle", lock.Foreground, lock.AcquireOptions{})},
+		{name: "cyc", g: acquire(t, cyc, "RM-stop-held", lock.Foreground, lock.AcquireOptions{})},
+	}
+	stop := make(chan struct{})
+	for _, h := range held {
+		h.v = monFollowValidity(h.g, stop)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := z.Pause(1); err != nil {
+		t.Fatal(err)
+	}
+	stallAt := time.Now()
+	type lostAt struct {
+		name string
+		at   time.Time
+	}
+	losses := make(chan lostAt, len(held))
+	for _, h := range held {
+		go func() {
+			select {
+			case <-h.g.Done():
+				losses <- lostAt{h.name, time.Now()}
+			case <-time.After(10 * time.Second):
+				losses <- lostAt{h.name, time.Time{}}
+			}
+		}()
+	}
+	at := map[string]time.Time{}
+	for range held {
+		l := <-losses
+		at[l.name] = l.at
+	}
+	if err := z.Resume(1); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	for _, h := range held {
+		told := h.v.max()
+		if at[h.name].IsZero() {
+			t.Errorf("%s: never told lost (told valid until stall+%v)", h.name, told.Sub(stallAt).Round(time.Millisecond))
+			_ = h.g.Release(context.Background())
+			continue
+		}
+		t.Logf("%s: told valid until stall+%v, lost at stall+%v: %v", h.name, told.Sub(stallAt).Round(time.Millisecond),
+			at[h.name].Sub(stallAt).Round(time.Millisecond), h.g.Err())
+		if late := at[h.name].Sub(told); late > monLossTolerance {
+			t.Errorf("%s: told lost %v after the latest valid_until it was told (tolerance %v)", h.name, late, monLossTolerance)
+		}
+	}
+	t.Logf("%d cycles; the wait on the stopped server: %v", cycles, <-waited)
+	_ = gx.Release(context.Background()) // lost with the stall too, most likely
 }
