@@ -52,9 +52,9 @@ type session struct {
 	changed     notify.Broadcast
 	monitorIdle bool // the monitor waits with no deadline: no grants (it needs a register's wake)
 	keeperIdle  bool // the keeper waits until the next change (it needs a register's wake)
-	lostErr   error
-	cleanups  []cleanup
-	cleanWake chan struct{}
+	lostErr     error
+	cleanups    []cleanup
+	cleanWake   chan struct{}
 
 	grants    map[*Grant]struct{} // held grants, ended when the session is lost
 	waiters   int                 // slow-path acquires in progress
