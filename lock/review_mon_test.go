@@ -91,6 +91,13 @@ func (d *monDialer) dropped() int64 {
 	return n
 }
 
+// dials counts the connections dialed.
+func (d *monDialer) dials() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.conns)
+}
+
 // cut closes every connection open now (go-zookeeper reconnects).
 func (d *monDialer) cut() {
 	d.mu.Lock()
@@ -494,4 +501,36 @@ func TestReviewMonStoppedServer(t *testing.T) {
 	}
 	t.Logf("%d cycles; the wait on the stopped server: %v", cycles, <-waited)
 	_ = gx.Release(context.Background()) // lost with the stall too, most likely
+}
+
+// Scenario 4: a reconnect within the session while a grant is held (the
+// monitor armed; the handshake moves the base), then a stall: the holder is
+// told by the deadline. Then the session that replaces the lost one (its
+// own monitor and keeper, their flags fresh): a grant on it, a stall, the
+// same.
+func TestReviewMonReconnectThenReplaced(t *testing.T) {
+	t.Parallel()
+	root := testRoot(t, zkServer)
+	d := &monDialer{}
+	e := monEngine(t, d, root)
+	g := acquire(t, e, "RM-recon", lock.Foreground, lock.AcquireOptions{})
+	sid, dials := e.Health().SessionID, d.dials()
+	d.cut()
+	waitFor(t, 10*time.Second, "reconnected in the same session", func() bool {
+		h := e.Health()
+		return d.dials() > dials && h.Connected && h.SessionID == sid
+	})
+	if g.Err() != nil {
+		t.Fatalf("the grant was lost by a quick reconnect: %v", g.Err())
+	}
+	time.Sleep(300 * time.Millisecond)
+	monStallExpectLost(t, d, g, 4*time.Second)
+
+	waitFor(t, 10*time.Second, "a new session", func() bool {
+		h := e.Health()
+		return h.Connected && h.SessionID != sid && h.SessionID != 0
+	})
+	g2 := acquire(t, e, "RM-recon-2", lock.Foreground, lock.AcquireOptions{})
+	time.Sleep(300 * time.Millisecond)
+	monStallExpectLost(t, d, g2, 4*time.Second)
 }
