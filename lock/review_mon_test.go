@@ -534,3 +534,40 @@ func TestReviewMonReconnectThenReplaced(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	monStallExpectLost(t, d, g2, 4*time.Second)
 }
+
+// Scenario 3, the keeper's quiet wait: while the session's own writes flow
+// the keeper skips its syncs (it sleeps until an interval after the newest
+// write, woken by nothing), and grants come and go meanwhile without a
+// wake (it is not idle). When the writes stop with a grant still held, the
+// keeper must take up its syncs again by itself, so that the grant stays
+// valid across several session timeouts of a healthy ZooKeeper.
+func TestReviewMonKeeperQuietThenHold(t *testing.T) {
+	t.Parallel()
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.AuditInterval = -1 })
+	g := acquire(t, e, "RM-quiet-held", lock.Foreground, lock.AcquireOptions{})
+	quiet0 := e.KeeperQuiet()
+	for start := time.Now(); time.Since(start) < 2*time.Second; {
+		release(t, acquire(t, e, "RM-quiet-cycle", lock.Foreground, lock.AcquireOptions{}))
+	}
+	if e.KeeperQuiet() == quiet0 {
+		t.Logf("the keeper was never quiet during the cycles (a slow machine): the hold still must stay valid")
+	}
+	syncs0, valid0 := e.Health().Syncs, g.ValidUntil()
+	const hold = 12 * time.Second // three session timeouts
+	for start := time.Now(); time.Since(start) < hold; {
+		select {
+		case <-g.Done():
+			t.Fatalf("held grant lost %v after the writes stopped: %v (keeper syncs since %d)",
+				time.Since(start).Round(time.Millisecond), g.Err(), e.Health().Syncs-syncs0)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	syncs, moved := e.Health().Syncs-syncs0, g.ValidUntil().Sub(valid0)
+	t.Logf("%d quiet intervals during the cycles; then held %v: %d keeper syncs, validity moved %v",
+		e.KeeperQuiet()-quiet0, hold, syncs, moved.Round(time.Millisecond))
+	if moved < hold-2*time.Second {
+		t.Errorf("validity moved %v in %v of holding", moved, hold)
+	}
+	release(t, g)
+}
