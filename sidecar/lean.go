@@ -582,8 +582,6 @@ func parseLean(head []byte) *leanRequest {
 // no allocation (headerKey).
 var commonKeys = []string{"Host", "User-Agent", "Content-Length", "Content-Type", "Accept", "Accept-Encoding", "Connection"}
 
-// headerKey is textproto.CanonicalMIMEHeaderKey(string(name)), without
-// the string's allocation for a common name already canonical.
 // plainTarget reports whether t is a path of letters, digits, "-", ".",
 // "_", "~" and "/" beginning with "/": nothing to decode or split off, so
 // url.ParseRequestURI(t) is &url.URL{Path: t} (FuzzPlainTarget), found
@@ -602,6 +600,8 @@ func plainTarget(t string) bool {
 	return true
 }
 
+// headerKey is textproto.CanonicalMIMEHeaderKey(string(name)), without
+// the string's allocation for a common name already canonical.
 func headerKey(name []byte) string {
 	for _, k := range commonKeys {
 		if string(name) == k {
