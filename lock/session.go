@@ -572,10 +572,10 @@ func (s *session) monitor() {
 		}
 		// Idle, the next grant must wake it (register). Armed, a grant
 		// need not: the deadline only moves later within a session (the
-		// base moves later; a reconnect that shortens the timeout fails
-		// the session), so the timer, set for this deadline or an earlier
-		// one, fires no later than the session's deadline, and the loop
-		// looks again then.
+		// base moves later; a reconnect whose shorter timeout would move
+		// the deadline earlier fails the session: handshake), so the
+		// timer, set for this deadline or an earlier one, fires no later
+		// than the session's deadline, and the loop looks again then.
 		s.monitorIdle = d.IsZero()
 		ch := s.changed.Wait()
 		s.mu.Unlock()
