@@ -147,6 +147,11 @@ func (t *leaseTable) view(l *lease, tell bool) api.Lease {
 		st, gv := g.State(), g.ValidUntil()
 		if gv.IsZero() || st == lock.Lost || st == lock.Released {
 			out.State, out.Reason = api.StateLost, lostReason(g.Err())
+			if st == lock.Lost && g.Err() == nil {
+				// the session's deadline passed and its monitor has not
+				// said so yet: the validity ran out, nothing was deleted
+				out.Reason = api.ReasonSessionLost
+			}
 			out.ValidUntil = api.NewTime(minTime(l.told, now))
 			return out
 		}
