@@ -140,42 +140,10 @@ func (c *monConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// monFollow follows g's ValidUntil every 2 ms and keeps the latest instant
-// ever told, until g ends or stop is closed.
-type monFollow struct {
-	mu     sync.Mutex
-	latest time.Time
-	done   chan struct{}
-}
-
-func monFollowValidity(g *lock.Grant, stop <-chan struct{}) *monFollow {
-	v := &monFollow{done: make(chan struct{})}
-	go func() {
-		defer close(v.done)
-		for {
-			u := g.ValidUntil()
-			v.mu.Lock()
-			if u.After(v.latest) {
-				v.latest = u
-			}
-			v.mu.Unlock()
-			select {
-			case <-g.Done():
-				return
-			case <-stop:
-				return
-			case <-time.After(2 * time.Millisecond):
-			}
-		}
-	}()
-	return v
-}
-
-func (v *monFollow) max() time.Time {
-	<-v.done
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.latest
+// monFollowValidity follows g's ValidUntil every 2 ms (safety_test.go's
+// followValidityEvery) and keeps the latest instant told.
+func monFollowValidity(g *lock.Grant, stop <-chan struct{}) *told {
+	return followValidityEvery(g, stop, 2*time.Millisecond)
 }
 
 // monLossTolerance is how late, past the latest valid_until told, the
@@ -419,7 +387,7 @@ func TestReviewMonReconnectShrinkLoses(t *testing.T) {
 type monHeld struct {
 	name string
 	g    *lock.Grant
-	v    *monFollow
+	v    *told
 }
 
 // The scenarios above with ZooKeeper itself stopped (SIGSTOP): a real

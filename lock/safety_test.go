@@ -28,7 +28,11 @@ type told struct {
 	done   chan struct{}
 }
 
-func followValidity(g *lock.Grant) *told {
+func followValidity(g *lock.Grant) *told { return followValidityEvery(g, nil, 5*time.Millisecond) }
+
+// followValidityEvery follows g's ValidUntil every period until g ends or
+// stop closes, keeping the latest instant told.
+func followValidityEvery(g *lock.Grant, stop <-chan struct{}, period time.Duration) *told {
 	v := &told{done: make(chan struct{})}
 	go func() {
 		defer close(v.done)
@@ -42,7 +46,9 @@ func followValidity(g *lock.Grant) *told {
 			select {
 			case <-g.Done():
 				return
-			case <-time.After(5 * time.Millisecond):
+			case <-stop:
+				return
+			case <-time.After(period):
 			}
 		}
 	}()
