@@ -266,43 +266,32 @@ func cost(res *costResult, zkAddr, bat string, warmup int, env []string) error {
 		return fmt.Errorf("lean: %w", err)
 	}
 	res.LeanCPUUsPerCycle, res.LeanCtxSwPerCycle, res.LeanCycleP50us = lw.cpuUs, lw.ctxsw, lw.p50us
-	if res.EngineZKOnlyCPUUsPerCycle, _, err = zkCyclesCost(addr, warmup, res.Cycles, "--engine"); err != nil {
-		return fmt.Errorf("zk-cycles --engine: %w", err)
-	}
-	el, err := startLeanArgs(addr, filepath.Join(dir, "engine.sock"), "--engine")
-	if err != nil {
-		return fmt.Errorf("lean --engine: %w", err)
-	}
-	ec2 := unixHTTPClient(el.socket)
-	ew, err := w1Cost(el.pid, ec2, warmup, res.Cycles)
-	ec2.CloseIdleConnections()
-	el.stop()
-	if err != nil {
-		return fmt.Errorf("lean --engine: %w", err)
-	}
-	res.EngineCPUUsPerCycle, res.EngineCtxSwPerCycle, res.EngineCycleP50us = ew.cpuUs, ew.ctxsw, ew.p50us
+	// the other zk-cycles variants, each alone and as a sidecar: Baton's
+	// engine, then the two floors
 	for _, f := range []struct {
-		mode       string
+		name, sock string
+		args       []string
 		zkOnly     *float64
 		cpu, ctxsw *float64
 		p50        *float64
 	}{
-		{"blocking", &res.RawZKOnlyCPUUsPerCycle, &res.RawCPUUsPerCycle, &res.RawCtxSwPerCycle, &res.RawCycleP50us},
-		{"netpoll", &res.NetpollZKOnlyCPUUsPerCycle, &res.NetpollCPUUsPerCycle, &res.NetpollCtxSwPerCycle, &res.NetpollCycleP50us},
+		{"--engine", "engine", []string{"--engine"}, &res.EngineZKOnlyCPUUsPerCycle, &res.EngineCPUUsPerCycle, &res.EngineCtxSwPerCycle, &res.EngineCycleP50us},
+		{"--raw blocking", "blocking", []string{"--raw", "blocking"}, &res.RawZKOnlyCPUUsPerCycle, &res.RawCPUUsPerCycle, &res.RawCtxSwPerCycle, &res.RawCycleP50us},
+		{"--raw netpoll", "netpoll", []string{"--raw", "netpoll"}, &res.NetpollZKOnlyCPUUsPerCycle, &res.NetpollCPUUsPerCycle, &res.NetpollCtxSwPerCycle, &res.NetpollCycleP50us},
 	} {
-		if *f.zkOnly, _, err = zkCyclesCost(addr, warmup, res.Cycles, "--raw", f.mode); err != nil {
-			return fmt.Errorf("zk-cycles --raw %s: %w", f.mode, err)
+		if *f.zkOnly, _, err = zkCyclesCost(addr, warmup, res.Cycles, f.args...); err != nil {
+			return fmt.Errorf("zk-cycles %s: %w", f.name, err)
 		}
-		p, err := startLeanArgs(addr, filepath.Join(dir, f.mode+".sock"), "--raw", f.mode)
+		p, err := startLeanArgs(addr, filepath.Join(dir, f.sock+".sock"), f.args...)
 		if err != nil {
-			return fmt.Errorf("--raw %s: %w", f.mode, err)
+			return fmt.Errorf("%s: %w", f.name, err)
 		}
 		hc := unixHTTPClient(p.socket)
 		w, err := w1Cost(p.pid, hc, warmup, res.Cycles)
 		hc.CloseIdleConnections()
 		p.stop()
 		if err != nil {
-			return fmt.Errorf("--raw %s: %w", f.mode, err)
+			return fmt.Errorf("%s: %w", f.name, err)
 		}
 		*f.cpu, *f.ctxsw, *f.p50 = w.cpuUs, w.ctxsw, w.p50us
 	}
