@@ -4,7 +4,6 @@ import (
 	"encoding"
 	"reflect"
 	"strconv"
-	"strings"
 	"sync"
 )
 
@@ -124,7 +123,6 @@ const (
 
 // flatField is a struct field decodeFlat can set.
 type flatField struct {
-	name  string
 	index int
 	kind  flatKind
 	bits  int // an integer's size
@@ -132,16 +130,9 @@ type flatField struct {
 
 // flatPlan is a struct type's fields by json name (nil: a type decodeFlat
 // leaves to the strict path).
-type flatPlan struct{ fields []flatField }
+type flatPlan struct{ fields map[string]*flatField }
 
-func (p *flatPlan) field(name []byte) *flatField {
-	for i := range p.fields {
-		if p.fields[i].name == string(name) {
-			return &p.fields[i]
-		}
-	}
-	return nil
-}
+func (p *flatPlan) field(name []byte) *flatField { return p.fields[string(name)] }
 
 var flatPlans sync.Map // reflect.Type → *flatPlan (nil for none)
 
@@ -157,9 +148,11 @@ func customDecoded(t reflect.Type) bool {
 	return false
 }
 
-// flatPlanOf returns t's plan. Fields of other kinds, and ",string" ones,
-// are left out: a body naming one goes the strict way. A type with an
-// embedded struct or its own UnmarshalJSON has no plan.
+// flatPlanOf returns t's plan: its fields by json name as the strict
+// path's key walk knows them (fieldsOf). Fields of other kinds, ",string"
+// ones and those promoted from an embedded struct are left out: a body
+// naming one goes the strict way. A type with its own UnmarshalJSON has no
+// plan.
 func flatPlanOf(t reflect.Type) *flatPlan {
 	if p, ok := flatPlans.Load(t); ok {
 		return p.(*flatPlan)
@@ -173,33 +166,13 @@ func buildFlatPlan(t reflect.Type) *flatPlan {
 	if customDecoded(t) {
 		return nil
 	}
-	names := map[string]bool{}
-	p := &flatPlan{}
-	for i := range t.NumField() {
-		sf := t.Field(i)
-		if sf.Anonymous {
-			return nil // embedded fields' names are promoted: not worth the fast path
-		}
-		if !sf.IsExported() {
+	p := &flatPlan{fields: map[string]*flatField{}}
+	for name, sf := range fieldsOf(t) {
+		if sf.index < 0 || sf.quoted {
 			continue
 		}
-		tag := sf.Tag.Get("json")
-		if tag == "-" {
-			continue
-		}
-		name, opts, _ := strings.Cut(tag, ",")
-		if name == "" {
-			name = sf.Name
-		}
-		if names[name] {
-			return nil // two fields of one name: encoding/json's rules, not ours
-		}
-		names[name] = true
-		if strings.Contains(","+opts+",", ",string,") {
-			continue
-		}
-		f := flatField{name: name, index: i}
-		ft := sf.Type
+		f := &flatField{index: sf.index}
+		ft := sf.typ
 		switch ft.Kind() {
 		case reflect.String:
 			f.kind = flatString
@@ -220,7 +193,7 @@ func buildFlatPlan(t reflect.Type) *flatPlan {
 		if customDecoded(ft) || ft.Kind() == reflect.Pointer && customDecoded(ft.Elem()) {
 			continue
 		}
-		p.fields = append(p.fields, f)
+		p.fields[name] = f
 	}
 	return p
 }

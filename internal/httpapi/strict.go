@@ -289,6 +289,8 @@ func decimal(s string) bool {
 type field struct {
 	typ       reflect.Type
 	stringInt bool // an integer with the ",string" option
+	quoted    bool // the ",string" option, on any type
+	index     int  // the struct's field number; -1 for one promoted from an embedded struct
 }
 
 var fieldCache sync.Map // reflect.Type → map[string]field
@@ -334,13 +336,14 @@ func addFields(m map[string]field, t reflect.Type) {
 		if _, dup := m[name]; dup {
 			continue // the outer field wins over a promoted one
 		}
-		f := field{typ: ft}
+		f := field{typ: ft, index: i}
 		bt := ft
 		if bt.Kind() == reflect.Pointer {
 			bt = bt.Elem()
 		}
 		for o := range strings.SplitSeq(opts, ",") {
 			if o == "string" {
+				f.quoted = true
 				switch bt.Kind() {
 				case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 					f.stringInt = true
@@ -354,6 +357,7 @@ func addFields(m map[string]field, t reflect.Type) {
 		addFields(inner, et)
 		for k, f := range inner {
 			if _, ok := m[k]; !ok {
+				f.index = -1
 				m[k] = f
 			}
 		}
