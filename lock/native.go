@@ -107,7 +107,6 @@ func (d nativeData) size() int {
 // holders and up to nativeMaxNext names on every handoff: encoding/json's
 // reflection was a tenth of the engine's allocations in a drain.
 func (d nativeData) appendJSON(b []byte) ([]byte, bool) {
-	str := appendPlainString
 	ok := true
 	b = append(b, `{"native":`...)
 	b = strconv.AppendInt(b, int64(d.V), 10)
@@ -118,7 +117,7 @@ func (d nativeData) appendJSON(b []byte) ([]byte, bool) {
 				b = append(b, ',')
 			}
 			b = append(b, `{"r":`...)
-			if b, ok = str(b, h.R); !ok {
+			if b, ok = appendPlainString(b, h.R); !ok {
 				return nil, false
 			}
 			if h.S {
@@ -138,7 +137,7 @@ func (d nativeData) appendJSON(b []byte) ([]byte, bool) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			if b, ok = str(b, nm); !ok {
+			if b, ok = appendPlainString(b, nm); !ok {
 				return nil, false
 			}
 		}
