@@ -219,7 +219,7 @@ func (e *Engine) Close() error {
 	s.fail(ErrClosed)
 	close(e.closing)
 	e.stop()
-	s.conn.Close()
+	s.shutConn()
 	e.wg.Wait()
 	return nil
 }

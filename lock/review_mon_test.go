@@ -191,14 +191,12 @@ func monStallExpectLost(t *testing.T, d *monDialer, root string, g *lock.Grant, 
 		t.Errorf("the holder was told lost %v after the latest valid_until it was told (tolerance %v)", late, monLossTolerance)
 	}
 	// The lost session's closeSession, sent as the engine gave it up, may
-	// have been swallowed before the heal. go-zookeeper then keeps that
-	// connection open, pinging (its receive loop waits for the close's
-	// answer; nothing else ends it), so the server keeps the session and
-	// its nodes (make test, twice: RM-recon-2's child and privateLock
-	// still there 40 s later). Cut every connection: the given-up one
-	// closes, the server expires its session; a live one reconnects in its
-	// session. Then wait for the nodes to go, with room.
-	d.cut()
+	// have been swallowed before the heal. The engine then closes that
+	// connection itself (shutConn) one session timeout after the close at
+	// the latest, and the server expires the session a session timeout
+	// later: wait for its nodes to go, with room. (Before shutConn,
+	// go-zookeeper kept such a connection open and pinging, and make test
+	// saw RM-recon-2's child and privateLock still there 40 s later.)
 	name, err := lock.EscapeObject(g.Object())
 	if err != nil {
 		t.Fatal(err)

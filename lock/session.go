@@ -70,6 +70,13 @@ type session struct {
 	doubts  []doubtfulDelete // audit deletes whose reply was lost (audit.go)
 
 	creates chan struct{} // a waiter's create holds a slot until answered (bounded)
+
+	// tcpMu guards tcp and shut: the connection go-zookeeper dialed last,
+	// and whether the session was shut (no connection may be dialed after
+	// it). A lock of its own: the dialer runs on go-zookeeper's loop.
+	tcpMu sync.Mutex
+	tcp   net.Conn
+	shut  bool
 }
 
 // maxCreatesInFlight bounds the waiters' creates a session has sent and not
@@ -166,8 +173,15 @@ func newSession(e *Engine, gen uint64) (*session, error) {
 			e.dialFailed(addr, err)
 			return nil, err
 		}
+		s.tcpMu.Lock()
+		defer s.tcpMu.Unlock()
+		if s.shut { // shutConn ran: this session must not come back
+			c.Close()
+			return nil, errSessionShut
+		}
 		e.dialOK(addr)
-		return newTrackedConn(c, s), nil
+		s.tcp = newTrackedConn(c, s)
+		return s.tcp, nil
 	}
 	conn, _, err := zk.Connect(e.servers, e.opts.SessionTimeout,
 		zk.WithDialer(dialer),
@@ -793,7 +807,52 @@ func (s *session) closeConn() {
 		}
 		break
 	}
+	s.shutConn()
+}
+
+// errSessionShut is the dialer's answer once the session was shut.
+var errSessionShut = errors.New("lock: session shut")
+
+// shutConn ends the session for good: go-zookeeper's Close sends
+// closeSession (the server deletes the session's nodes at once) and waits
+// up to a second for its answer; once the connection has gone (the server
+// closes it after answering), or one session timeout after the close, the TCP
+// connection is closed and no other is dialed. Without that last step a
+// closeSession that was lost (a server that answers pings and nothing else:
+// a stalled request pipeline, a proxy, the review's swallowing dialer) left
+// go-zookeeper's send and receive loops running, for they end only on that
+// answer or a connection error: the connection stayed open and pinging, and
+// the server kept the given-up session and its nodes, blocking every object
+// it touched, for as long as the process lived. Closed, the server expires
+// the session one session timeout after its last ping.
+func (s *session) shutConn() {
+	s.mu.Lock()
+	bound := max(s.timeout, s.e.opts.SessionTimeout)
+	s.mu.Unlock()
+	t := time.NewTimer(bound)
+	defer t.Stop()
 	s.conn.Close()
+	for {
+		s.mu.Lock()
+		st, ch := s.state, s.changed.Wait()
+		s.mu.Unlock()
+		if st != zk.StateHasSession && st != zk.StateConnected {
+			break
+		}
+		select {
+		case <-ch:
+			continue
+		case <-t.C:
+		}
+		break
+	}
+	s.tcpMu.Lock()
+	s.shut = true
+	c := s.tcp
+	s.tcpMu.Unlock()
+	if c != nil {
+		c.Close()
+	}
 }
 
 type zkLogger struct{ log *slog.Logger }
