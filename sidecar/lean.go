@@ -106,7 +106,7 @@ func (ls *leanServer) serve(ln net.Listener) error {
 			ls.ln.hand(c)
 			continue
 		}
-		lc := &leanConn{ls: ls, pc: pc}
+		lc := &leanConn{ls: ls, pc: pc, remote: pc.RemoteAddr().String()}
 		ls.mu.Lock()
 		if ls.closing {
 			ls.mu.Unlock()
@@ -169,9 +169,10 @@ func (ls *leanServer) close() {
 
 // leanConn is one connection on the lean path.
 type leanConn struct {
-	ls *leanServer
-	pc *peerConn
-	br *bufio.Reader
+	ls     *leanServer
+	pc     *peerConn
+	br     *bufio.Reader
+	remote string // pc.RemoteAddr().String(), every request's RemoteAddr: the same for the connection
 	// idle: waiting for its next request (ls.mu)
 	idle bool
 	// renewIdle: when the read deadline of the wait for a request is next
@@ -315,7 +316,7 @@ func (lc *leanConn) answer(base context.Context, req *leanRequest) bool {
 	r := &http.Request{
 		Method: req.method, URL: req.url, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: req.header, Body: body, ContentLength: req.length, Host: req.host,
-		RequestURI: req.target, Close: req.close, RemoteAddr: lc.pc.RemoteAddr().String(),
+		RequestURI: req.target, Close: req.close, RemoteAddr: lc.remote,
 	}
 	r = r.WithContext(ctx)
 	w := newRecorder()

@@ -89,6 +89,28 @@ func (l *leaseJSON) AppendJSON(b []byte) ([]byte, bool) {
 	return append(b, '}'), true
 }
 
+// releaseJSON is an api.ReleaseResponse answered with its JSON appended by
+// hand (httpapi.Appender), as leaseJSON: encoding/json's reflection over
+// the release's answer was about 1 % of a W1 cycle's CPU. The bytes are
+// encoding/json's (TestReleaseJSONMatchesEncoding).
+type releaseJSON api.ReleaseResponse
+
+// AppendJSON implements httpapi.Appender.
+func (r *releaseJSON) AppendJSON(b []byte) ([]byte, bool) {
+	b = append(b, `{"released":`...)
+	b = strconv.AppendBool(b, r.Released)
+	if r.Releasing {
+		b = append(b, `,"releasing":true`...)
+	}
+	b = append(b, `,"object":`...)
+	b = appendString(b, r.Object)
+	b = append(b, `,"token":"`...)
+	b = strconv.AppendInt(b, r.Token, 10)
+	b = append(b, `","holds":`...)
+	b = strconv.AppendInt(b, int64(r.Holds), 10)
+	return append(b, '}'), true
+}
+
 // appendTime appends t as api.Time's MarshalJSON encodes it.
 func appendTime(b []byte, t api.Time) []byte {
 	if t.IsZero() {

@@ -118,3 +118,22 @@ func FuzzAppendTime(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReleaseJSON: the release's hand-appended answer (releaseJSON) is
+// byte for byte what encoding/json writes for it, through WriteJSON, for
+// any object name (escapes, invalid UTF-8), token and hold count.
+func FuzzReleaseJSON(f *testing.F) {
+	for _, s := range []string{"", "orders/42", `quote"back\slash`, "tab\tnl\n\x00", "<a>&", "grüße 🙂", "bad\xffutf8", "line\u2028sep"} {
+		f.Add(true, false, s, int64(4294967342), 0)
+		f.Add(false, true, s, int64(-1), 3)
+	}
+	f.Fuzz(func(t *testing.T, released, releasing bool, object string, token int64, holds int) {
+		r := api.ReleaseResponse{Released: released, Releasing: releasing, Object: object, Token: token, Holds: holds}
+		want, got := httptest.NewRecorder(), httptest.NewRecorder()
+		httpapi.WriteJSON(want, 200, r)
+		httpapi.WriteJSON(got, 200, (*releaseJSON)(&r))
+		if !bytes.Equal(got.Body.Bytes(), want.Body.Bytes()) {
+			t.Fatalf("\n got %s\nwant %s", got.Body.Bytes(), want.Body.Bytes())
+		}
+	})
+}

@@ -97,7 +97,7 @@ func (s *Server) deleteLease(w http.ResponseWriter, r *http.Request) error {
 	if res.Releasing {
 		status = http.StatusAccepted
 	}
-	writeJSON(w, status, res)
+	writeJSON(w, status, (*releaseJSON)(&res))
 	return nil
 }
 
