@@ -565,7 +565,7 @@ func (s *session) fail(cause error) {
 			s.log.Warn("zookeeper session lost", "cause", cause)
 		}
 		s.e.replace(s)
-		go s.closeConn()
+		s.e.wg.Go(s.closeConn) // Engine.Close waits for it
 	})
 }
 
@@ -816,7 +816,8 @@ var errSessionShut = errors.New("lock: session shut")
 // shutConn ends the session for good: go-zookeeper's Close sends
 // closeSession (the server deletes the session's nodes at once) and waits
 // up to a second for its answer; once the connection has gone (the server
-// closes it after answering), or one session timeout after the close, the TCP
+// closes it after answering), or one session timeout after the close (at
+// once when the engine is closing: Engine.Close waits for this), the TCP
 // connection is closed and no other is dialed. Without that last step a
 // closeSession that was lost (a server that answers pings and nothing else:
 // a stalled request pipeline, a proxy, the review's swallowing dialer) left
@@ -843,6 +844,7 @@ func (s *session) shutConn() {
 		case <-ch:
 			continue
 		case <-t.C:
+		case <-s.e.closing: // Engine.Close waits for this: no longer
 		}
 		break
 	}
