@@ -81,6 +81,7 @@ type config struct {
 	protocol                               string // zookeeper.lock.protocol: plugin or native ("": plugin)
 	settle                                 time.Duration
 	releaseWait                            bool // false: the process impls release with DELETE ?wait=false (SPEC §5's mode)
+	explain                                bool // W5: capture the wire and say what the window's requests were (w5Explain)
 }
 
 // proto is the lock protocol, plugin unless given.
@@ -109,7 +110,12 @@ type result struct {
 	Handoffs   int     `json:"handoffs,omitempty"`
 	TotalMs    float64 `json:"total_ms,omitempty"`
 	PktsWindow int64   `json:"pkts_window,omitempty"`
-	Error      string  `json:"error,omitempty"`
+	// W5 --explain: the window's requests by opcode, as captured, and how
+	// many waiters were still queueing (sent a create, a listing or the
+	// watch's exists) after the gate's release.
+	WindowOps   map[string]int `json:"window_ops,omitempty"`
+	LateWaiters *int           `json:"late_waiters,omitempty"`
+	Error       string         `json:"error,omitempty"`
 }
 
 func main() {
@@ -154,6 +160,7 @@ func main() {
 	fs.IntVar(&cfg.waiters, "waiters", 64, "waiters for W5")
 	fs.IntVar(&cfg.warmup, "warmup", 0, "unmeasured operations first")
 	fs.BoolVar(&cfg.releaseWait, "release-wait", true, "process impls: false releases with DELETE ?wait=false, answered before the release's ZooKeeper write lands (the impl is reported as <impl>-nowait)")
+	fs.BoolVar(&cfg.explain, "explain", false, "W5, diagnosis: capture ZooKeeper's packets on lo (needs CAP_NET_RAW) and report the measured window's requests by opcode (window_ops) and the waiters still queueing after the gate's release (late_waiters)")
 	fs.DurationVar(&cfg.settle, "settle", 0, "W4, not the harness's contract (diagnosis): the holder waits this long after the other is queued before t0 and its release")
 	_ = fs.Parse(os.Args[2:])
 	if f := os.Getenv("BATON_BENCH_TRACE"); f != "" { // execution trace for latency work
@@ -718,9 +725,17 @@ func (e *env) w5() (result, error) {
 		if err := e.waitQueued(raw, path, len(waiters)+e.holderNodes(), 20*time.Millisecond); err != nil {
 			return res, err
 		}
-		var p0 int64
+		var p0, w0 int64
 		var perr error
+		var wc *wireCapture
 		if measured {
+			if e.cfg.explain {
+				if wc, err = startCapture(zkPort(e.cfg.zkAddr)); err != nil {
+					return res, err
+				}
+				defer wc.stop()
+			}
+			w0 = time.Now().UnixNano()
 			p0, perr = packetsReceived(e.cfg.zkAddr)
 		}
 		start := time.Now()
@@ -733,6 +748,10 @@ func (e *env) w5() (result, error) {
 			p1, perr2 := packetsReceived(e.cfg.zkAddr)
 			if perr == nil && perr2 == nil {
 				res.PktsWindow = p1 - p0
+			}
+			if wc != nil {
+				time.Sleep(20 * time.Millisecond) // the capture's reader catches up
+				res.WindowOps, res.LateWaiters = w5Explain(wc.take(), w0, time.Now().UnixNano()-int64(20*time.Millisecond))
 			}
 			res.TotalMs = float64(total.Microseconds()) / 1000
 			res.ElapsedS = total.Seconds()
@@ -748,6 +767,41 @@ func (e *env) w5() (result, error) {
 		return res, fmt.Errorf("%d waiter errors", errs.Load())
 	}
 	return res, nil
+}
+
+// w5Explain sorts the requests of pkts sent between w0 and w1 (the
+// measured window, as the mntr samples bound it) by opcode, and counts the
+// sessions that sent one of a queueing waiter's writes or its watch's
+// exists in it: the
+// harness's gate releases once every waiter's node is listed, and a waiter
+// still reading the queue or setting its watch then adds those requests to
+// the window (about three each).
+func w5Explain(pkts []zkPkt, w0, w1 int64) (map[string]int, *int) {
+	ops := map[string]int{}
+	late := map[int]bool{}
+	for _, p := range pkts {
+		if !p.req || p.ts < w0 || p.ts > w1 {
+			continue
+		}
+		name := zkOpName(p.op)
+		if p.xid == -2 {
+			name = "ping"
+		}
+		ops[name]++
+		switch p.op {
+		case 1, 3, 15: // create, exists (a waiter's watch), create2
+			late[p.conn] = true
+		}
+	}
+	n := len(late)
+	return ops, &n
+}
+
+// zkPort is the port of a host:port address (0 if none).
+func zkPort(addr string) int {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return n
 }
 
 func closeAll(ss []session) {

@@ -427,3 +427,33 @@ func TestParseRawRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestW5Explain: only requests inside the window count, pings by name; a
+// session counts as a late waiter for a create or an exists in the window,
+// not for its reads, answers or events.
+func TestW5Explain(t *testing.T) {
+	pkts := []zkPkt{
+		{ts: 5, conn: 1, req: true, op: 3},            // before the window
+		{ts: 10, conn: 1, req: true, op: 14},          // the gate's multi
+		{ts: 11, conn: 2, req: true, op: 4},           // a successor's read
+		{ts: 12, conn: 3, req: true, op: 3},           // a late waiter's watch
+		{ts: 12, conn: 3, req: true, op: 12},          // and its listing
+		{ts: 13, conn: 4, req: true, op: 1},           // a late waiter's create
+		{ts: 14, conn: 5, req: false, op: 0},          // an answer
+		{ts: 15, conn: 6, req: true, xid: -2, op: 11}, // a ping
+		{ts: 30, conn: 7, req: true, op: 3},           // after the window
+	}
+	ops, late := w5Explain(pkts, 10, 20)
+	want := map[string]int{"multi": 1, "getData": 1, "exists": 1, "getChildren2": 1, "create": 1, "ping": 1}
+	if len(ops) != len(want) {
+		t.Fatalf("ops %v, want %v", ops, want)
+	}
+	for k, v := range want {
+		if ops[k] != v {
+			t.Errorf("ops[%s] = %d, want %d (all: %v)", k, ops[k], v, ops)
+		}
+	}
+	if late == nil || *late != 2 {
+		t.Errorf("late waiters %v, want 2", late)
+	}
+}
