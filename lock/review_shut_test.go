@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/lock"
 )
@@ -477,4 +478,46 @@ func shutServers(t *testing.T, n int) ([]string, string) {
 		servers = append(servers, net.JoinHostPort(fmt.Sprintf("127.0.0.%d", i), port))
 	}
 	return servers, real
+}
+
+// Engine.Close "waits for the engine's goroutines". A session given up
+// just before (its closeSession swallowed: shutConn waits a session timeout
+// before closing its connection) is not waited for: Close returns with that
+// session's connection open, go-zookeeper's loops and the session's
+// closeConn still running, for up to a session timeout more. Not parallel:
+// goleak looks at every goroutine.
+func TestReviewShutCloseWaitsForGivenUpSession(t *testing.T) {
+	const timeout = 4 * time.Second
+	root := testRoot(t, zkServer)
+	conn := rawConn(t, zkServer.Servers())
+	ignore := goleak.IgnoreCurrent()
+	d := newShutDialer("")
+	e := shutEngine(t, d, zkServer.Servers(), root, timeout)
+	gA := acquire(t, e, "RS-outlive", lock.Foreground, lock.AcquireOptions{})
+	oldID := e.Health().SessionID
+	time.Sleep(100 * time.Millisecond)
+	d.stallNow()
+	select {
+	case <-gA.Done():
+	case <-time.After(timeout + 5*time.Second):
+		t.Fatal("the stalled session's grant was never told lost")
+	}
+	lostAt := time.Now()
+	waitFor(t, 10*time.Second, "a new session", func() bool {
+		h := e.Health()
+		return h.Connected && h.SessionID != oldID
+	})
+	_ = e.Close()
+	closedAt := time.Now()
+	t.Logf("given up at lost+0, Close returned at lost+%v", closedAt.Sub(lostAt).Round(time.Millisecond))
+	old := d.conn(0)
+	if !old.closed.Load() {
+		t.Errorf("Close returned with the given-up session's connection open")
+	}
+	if err := goleak.Find(ignore); err != nil {
+		t.Errorf("Close returned with goroutines still running: %v", err)
+	}
+	waitFor(t, timeout+3*time.Second, "the given-up session's connection closed", func() bool { return old.closed.Load() })
+	t.Logf("the given-up session's connection closed at lost+%v", time.Since(lostAt).Round(time.Millisecond))
+	waitFor(t, 2*timeout+5*time.Second, "the given-up session's nodes gone", func() bool { return !shutHasNodes(t, conn, root, "RS-outlive") })
 }
