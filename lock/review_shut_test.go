@@ -29,7 +29,9 @@ import (
 //     cycles without looking at Close);
 //   - a dial that became a connection while Close waited is the one closed;
 //   - the session that replaced a given-up one is never touched: its
-//     connection stays open and its grant valid while the old one is shut.
+//     connection stays open and its grant valid while the old one is shut;
+//   - Engine.Close waits for a session given up just before it to be shut
+//     (TestReviewShutCloseWaitsForGivenUpSession: it does not).
 
 // shutDialer dials ZooKeeper (every address to one server when redirect is
 // set: several "hosts" for go-zookeeper, one ZooKeeper) and can hold dials
@@ -333,7 +335,10 @@ func TestReviewShutDialInFlightRefused(t *testing.T) {
 			// Engine.Close's shutConn has returned; closeConn's, run by the
 			// session's fail, returns with it (go-zookeeper's Close is one
 			// sync.Once): give it a moment, so that neither still waits on
-			// the session's state when the dial completes.
+			// the session's state when the dial completes. (Without the
+			// pause, closeConn's shutConn sometimes saw the connection come
+			// back and closed it at its timer: a dialer that ignored shut
+			// then passed in one run of two.)
 			time.Sleep(300 * time.Millisecond)
 			d.open()
 			// The held dial is refused; the others go round the hosts once.
