@@ -263,7 +263,15 @@ func (e *Engine) connectedSession(ctx context.Context) (*session, error) {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%w: not connected within the wait (%v)", ErrUnavailable, ctx.Err())
 		}
-		// s was lost; take the next one
+		// s was lost; take the next one. fail replaces it right after
+		// telling its grants: a caller woken by that (a grant's Done)
+		// can find it still current for a moment.
+		if cur, err := e.current(); err == nil && cur == s {
+			select {
+			case <-time.After(time.Millisecond):
+			case <-ctx.Done():
+			}
+		}
 	}
 }
 

@@ -82,3 +82,10 @@ func (g *Grant) FollowsQueue() bool {
 // release multi granted.
 func (e *Engine) Parks() int64      { return e.parks.Load() }
 func (e *Engine) ParkGrants() int64 { return e.parkGrants.Load() }
+
+// SetBeforeReplaceHook sets fail's hook between telling the grants and
+// replacing the session (nil: none); the test's cleanup removes it.
+func SetBeforeReplaceHook(t interface{ Cleanup(func()) }, f func()) {
+	testHookBeforeReplace = f
+	t.Cleanup(func() { testHookBeforeReplace = nil })
+}

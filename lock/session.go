@@ -516,7 +516,9 @@ func (s *session) sessionID() int64 {
 func (s *session) waitConnected(ctx context.Context) error {
 	for {
 		s.mu.Lock()
-		ok := s.id != 0 && s.state == zk.StateHasSession && s.settled
+		// A lost session may still be connected (a stalled one, pinging):
+		// never ready.
+		ok := s.id != 0 && s.state == zk.StateHasSession && s.settled && s.lostErr == nil
 		ch := s.changed.Wait()
 		s.mu.Unlock()
 		if ok {
@@ -563,6 +565,9 @@ func (s *session) fail(cause error) {
 			s.log.Info("zookeeper session closed")
 		} else {
 			s.log.Warn("zookeeper session lost", "cause", cause)
+		}
+		if testHookBeforeReplace != nil {
+			testHookBeforeReplace()
 		}
 		s.e.replace(s)
 		s.e.wg.Go(s.closeConn) // Engine.Close waits for it
@@ -809,6 +814,10 @@ func (s *session) closeConn() {
 	}
 	s.shutConn()
 }
+
+// testHookBeforeReplace, if set (tests), runs in fail between telling the
+// grants and replacing the session: it widens that window.
+var testHookBeforeReplace func()
 
 // errSessionShut is the dialer's answer once the session was shut.
 var errSessionShut = errors.New("lock: session shut")

@@ -1,6 +1,7 @@
 package lock_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -83,4 +84,31 @@ func TestClosedEngineLetsItsNodesGo(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not return")
 	}
+}
+
+// An acquire made the moment a grant is told lost (its Done), before the
+// engine has replaced the lost session, waits for the new session instead
+// of running on the lost one: a stalled session still counts as connected
+// in go-zookeeper's eyes, and the acquire failed with ErrUnavailable (the
+// reviewer's finding, review_shut_test.go). The hook holds the
+// replacement back 300 ms. Not parallel: the hook is the package's.
+func TestAcquireAtLossWaitsForNewSession(t *testing.T) {
+	const timeout = 4 * time.Second
+	root := testRoot(t, zkServer)
+	d := &monDialer{}
+	e := monEngine(t, d, root)
+	g := acquire(t, e, "SHUT-atloss", lock.Foreground, lock.AcquireOptions{})
+	lock.SetBeforeReplaceHook(t, func() { time.Sleep(300 * time.Millisecond) })
+	time.Sleep(100 * time.Millisecond)
+	d.stall()
+	select {
+	case <-g.Done():
+	case <-time.After(timeout + 5*time.Second):
+		t.Fatal("the holder was never told its grant lost")
+	}
+	g2, err := e.Acquire(context.Background(), "SHUT-atloss-2", lock.Foreground, lock.AcquireOptions{Wait: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("an acquire at the loss failed: %v", err)
+	}
+	release(t, g2)
 }
