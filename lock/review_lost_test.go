@@ -35,6 +35,16 @@ import (
 // The tests set the package's replace hook or use goleak: not parallel
 // (parallel tests run after them, so the CPU measured is this test's).
 
+// lostIgnoreCurrent is goleak.IgnoreCurrent once the test's own raw
+// connection (testRoot's) has started its loops: go-zookeeper reports
+// StateHasSession, which testenv.Client waits for, before it starts its
+// send and receive loops (third_party/zk conn.go loop), so a snapshot taken
+// at once can miss them and goleak then reports them as the engine's.
+func lostIgnoreCurrent() goleak.Option {
+	time.Sleep(200 * time.Millisecond)
+	return goleak.IgnoreCurrent()
+}
+
 // lostCPU is the process's user+system CPU time so far.
 func lostCPU(t *testing.T) time.Duration {
 	t.Helper()
@@ -111,10 +121,14 @@ func TestReviewLostAtLossNoSpin(t *testing.T) {
 		t.Errorf("callers waiting for the lost session's replacement burned %v of CPU in %v (a spin?)", cpu.Round(time.Millisecond), wall.Round(time.Millisecond))
 	}
 	out := time.Unix(0, hookOut.Load())
-	newID := e.Health().SessionID
-	if newID == oldID || newID == 0 {
-		t.Fatalf("session id %x after the loss, %x before", newID, oldID)
+	if h := e.Health(); !h.Connected || h.SessionID == oldID {
+		t.Errorf("callers returned before the new session was connected: %+v", h)
 	}
+	waitFor(t, 10*time.Second, "the new session", func() bool {
+		h := e.Health()
+		return h.Connected && h.SessionID != oldID
+	})
+	newID := e.Health().SessionID
 	for i, r := range inspects {
 		if r.err != nil {
 			t.Errorf("inspect %d at the loss: %v", i, r.err)
@@ -160,7 +174,7 @@ func TestReviewLostAtLossNoSpin(t *testing.T) {
 func TestReviewLostCloseInLossWindow(t *testing.T) {
 	const hold = 500 * time.Millisecond
 	root := testRoot(t, zkServer)
-	ignore := goleak.IgnoreCurrent()
+	ignore := lostIgnoreCurrent()
 	d := &monDialer{}
 	e := monEngine(t, d, root)
 	g := acquire(t, e, "RL-close", lock.Foreground, lock.AcquireOptions{})
@@ -230,7 +244,7 @@ func TestReviewLostCloseInLossWindow(t *testing.T) {
 func TestReviewLostCloseStalledPrompt(t *testing.T) {
 	const timeout = 8 * time.Second
 	root := testRoot(t, zkServer)
-	ignore := goleak.IgnoreCurrent()
+	ignore := lostIgnoreCurrent()
 	d := newShutDialer("")
 	e := shutEngine(t, d, zkServer.Servers(), root, timeout)
 	g := acquire(t, e, "RL-stalled", lock.Foreground, lock.AcquireOptions{})
@@ -309,4 +323,51 @@ func TestReviewLostCloseHealthyPrompt(t *testing.T) {
 	if l := d.live(); l != "" {
 		t.Errorf("Close returned with connections open: %s", l)
 	}
+}
+
+// A session given up by a goroutine the engine does not track (handshake's
+// and onEvent's `go s.fail`: here a reconnect that shortens the negotiated
+// timeout), and Close just after the engine replaced it. fail adds the
+// given-up session's closeConn to the engine's WaitGroup only after
+// replace; Close, finding the new session current, fails that one and
+// waits. Close must still wait for the old session's closeConn (and
+// go-zookeeper's loops, which it ends): nothing of the engine may run when
+// Close returns, and the WaitGroup's Add must not race its Wait (the race
+// detector; "WaitGroup is reused before previous Wait has returned").
+// The window between replace and the Add is a few instructions in fail;
+// widened (a sleep there), this test fails: see the review report.
+func TestReviewLostCloseAfterUntrackedFail(t *testing.T) {
+	const timeout = 8 * time.Second
+	root := testRoot(t, zkServer)
+	ignore := lostIgnoreCurrent()
+	d := &monDialer{}
+	e := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) {
+		o.Dialer = d.dial
+		o.AuditInterval = -1
+		o.SessionTimeout = timeout
+	})
+	oldID := e.Health().SessionID
+	g := acquire(t, e, "RL-untracked", lock.Foreground, lock.AcquireOptions{})
+	time.Sleep(300 * time.Millisecond)
+	d.shrinkTo.Store(1000)
+	d.cut()
+	select {
+	case <-g.Done():
+	case <-time.After(timeout):
+		t.Skip("the reconnect did not shorten the deadline (see TestReviewMonReconnectShrinkLoses)")
+	}
+	if !errors.Is(g.Err(), lock.ErrSessionLost) {
+		t.Fatalf("grant ended with %v, want ErrSessionLost", g.Err())
+	}
+	waitFor(t, 10*time.Second, "the replacing session", func() bool {
+		h := e.Health()
+		return h.SessionID != 0 && h.SessionID != oldID
+	})
+	start := time.Now()
+	_ = e.Close()
+	t.Logf("Close took %v", time.Since(start).Round(time.Millisecond))
+	if err := goleak.Find(ignore); err != nil {
+		t.Errorf("Close returned with goroutines still running: %v", err)
+	}
+	shutNodesGone(t, root, "RL-untracked", timeout)
 }
