@@ -310,7 +310,7 @@ func TestReviewLostCloseHealthyPrompt(t *testing.T) {
 		}
 	}
 	t.Logf("healthy Close took %v; nodes left when it returned: %v", took.Round(time.Millisecond), left)
-	if took > 700*time.Millisecond {
+	if took > 900*time.Millisecond { // under go-zookeeper's second for an unanswered close
 		t.Errorf("Close on a healthy server took %v", took.Round(time.Millisecond))
 	}
 	if len(left) > 0 {
