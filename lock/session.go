@@ -566,11 +566,15 @@ func (s *session) fail(cause error) {
 		} else {
 			s.log.Warn("zookeeper session lost", "cause", cause)
 		}
+		// Engine.Close waits for closeConn. Added before replace: while s
+		// is current, Close's own s.fail waits on closeOnce for this; once
+		// replace has run (under e.mu) Close may fail the new session and
+		// Wait at once, and this Add must come before that Wait.
+		s.e.wg.Go(s.closeConn)
 		if testHookBeforeReplace != nil {
 			testHookBeforeReplace()
 		}
 		s.e.replace(s)
-		s.e.wg.Go(s.closeConn) // Engine.Close waits for it
 	})
 }
 
