@@ -39,15 +39,23 @@ func shutNodesGone(t *testing.T, root, obj string, sessionTimeout time.Duration)
 	t.Logf("nodes gone %v after the engine let go", time.Since(start).Round(time.Millisecond))
 }
 
+// shutHeldStalled returns an engine (monEngine: 4 s sessions) holding obj
+// under a fresh root, its connection stalled from now on (never healed).
+func shutHeldStalled(t *testing.T, obj string) (root string, d *monDialer, e *lock.Engine, g *lock.Grant) {
+	t.Helper()
+	root = testRoot(t, zkServer)
+	d = &monDialer{}
+	e = monEngine(t, d, root)
+	g = acquire(t, e, obj, lock.Foreground, lock.AcquireOptions{})
+	time.Sleep(100 * time.Millisecond)
+	d.stall()
+	return root, d, e, g
+}
+
 func TestGivenUpSessionLetsItsNodesGo(t *testing.T) {
 	t.Parallel()
 	const timeout = 4 * time.Second
-	root := testRoot(t, zkServer)
-	d := &monDialer{}
-	e := monEngine(t, d, root)
-	g := acquire(t, e, "SHUT-lost", lock.Foreground, lock.AcquireOptions{})
-	time.Sleep(100 * time.Millisecond)
-	d.stall() // never healed before the nodes are gone
+	root, d, e, g := shutHeldStalled(t, "SHUT-lost")
 	select {
 	case <-g.Done():
 	case <-time.After(timeout + 5*time.Second):
@@ -65,12 +73,7 @@ func TestGivenUpSessionLetsItsNodesGo(t *testing.T) {
 func TestClosedEngineLetsItsNodesGo(t *testing.T) {
 	t.Parallel()
 	const timeout = 4 * time.Second
-	root := testRoot(t, zkServer)
-	d := &monDialer{}
-	e := monEngine(t, d, root)
-	g := acquire(t, e, "SHUT-closed", lock.Foreground, lock.AcquireOptions{})
-	time.Sleep(100 * time.Millisecond)
-	d.stall()
+	root, _, e, g := shutHeldStalled(t, "SHUT-closed")
 	closed := make(chan struct{})
 	go func() { _ = e.Close(); close(closed) }()
 	select {
@@ -94,13 +97,8 @@ func TestClosedEngineLetsItsNodesGo(t *testing.T) {
 // replacement back 300 ms. Not parallel: the hook is the package's.
 func TestAcquireAtLossWaitsForNewSession(t *testing.T) {
 	const timeout = 4 * time.Second
-	root := testRoot(t, zkServer)
-	d := &monDialer{}
-	e := monEngine(t, d, root)
-	g := acquire(t, e, "SHUT-atloss", lock.Foreground, lock.AcquireOptions{})
 	lock.SetBeforeReplaceHook(t, func() { time.Sleep(300 * time.Millisecond) })
-	time.Sleep(100 * time.Millisecond)
-	d.stall()
+	_, _, e, g := shutHeldStalled(t, "SHUT-atloss")
 	select {
 	case <-g.Done():
 	case <-time.After(timeout + 5*time.Second):
