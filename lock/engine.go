@@ -224,6 +224,21 @@ func (e *Engine) Close() error {
 	return nil
 }
 
+// track runs f on a goroutine Close waits for, unless the engine is
+// closed (false: f is not run). Added to e.wg under e.mu while not closed,
+// so the Add comes before Close's Wait: a bare e.wg.Go from a caller's
+// goroutine (an acquire or a release racing Close) could Add after the
+// counter reached zero with Wait begun, which sync.WaitGroup forbids.
+func (e *Engine) track(f func()) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	e.wg.Go(f)
+	return true
+}
+
 // replace opens a new session after s was lost.
 func (e *Engine) replace(s *session) {
 	e.mu.Lock()

@@ -89,3 +89,6 @@ func SetBeforeReplaceHook(t interface{ Cleanup(func()) }, f func()) {
 	testHookBeforeReplace = f
 	t.Cleanup(func() { testHookBeforeReplace = nil })
 }
+
+// Track is track: f on a goroutine Close waits for, unless closed.
+func (e *Engine) Track(f func()) bool { return e.track(f) }

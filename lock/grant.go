@@ -126,7 +126,9 @@ func (g *Grant) armLocked() {
 	default:
 	}
 	if g.native != nil {
-		g.e.wg.Go(g.watchNative)
+		if !g.e.track(g.watchNative) {
+			return // closed: Close ends the grant
+		}
 		if !g.native.learning && len(g.native.next) == 0 {
 			// Uncontended, and held long enough for someone to queue:
 			// follow arrivals too, so that the release can name the next
@@ -134,11 +136,11 @@ func (g *Grant) armLocked() {
 			// instead of leaving the object free to the waiter's listing
 			// and take (two writes and two reads).
 			g.native.learning, g.native.late = true, true
-			g.e.wg.Go(g.learnNative)
+			g.e.track(g.learnNative)
 		}
 		return
 	}
-	g.e.wg.Go(g.watch)
+	g.e.track(g.watch)
 }
 
 // Object returns the object name. Token returns the fencing token: the

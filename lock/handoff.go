@@ -208,10 +208,13 @@ func (g *Grant) handOff(ctx context.Context, h *plHandoff) bool {
 	case a := <-ch:
 		return g.settleHandoff(h, a.res, a.err, false)
 	case <-ctx.Done(): // completes in the background, as a release does
-		g.e.wg.Go(func() {
+		settle := func() {
 			a := <-ch
 			g.settleHandoff(h, a.res, a.err, true)
-		})
+		}
+		if !g.e.track(settle) {
+			go settle() // closing: settled all the same, when the multi is answered or fails
+		}
 		g.finish(Released, nil)
 		return true
 	}

@@ -57,7 +57,7 @@ func (e *Engine) listShared(ctx context.Context, s *session, name, objPath strin
 		l = &listing{gen: s.gen, issued: time.Now(), queued: prev != nil, prev: prev, done: make(chan struct{})}
 		st.list = l
 		e.lists.Add(1)
-		e.wg.Go(func() {
+		if !e.track(func() {
 			if prev != nil {
 				<-prev.done
 				e.objMu.Lock()
@@ -84,7 +84,10 @@ func (e *Engine) listShared(ctx context.Context, s *session, name, objPath strin
 				}
 				e.objMu.Unlock()
 			}
-		})
+		}) {
+			l.err = ErrClosed // not sent: the engine is closed
+			close(l.done)
+		}
 	}
 	e.objMu.Unlock()
 	select {

@@ -1358,7 +1358,7 @@ func (n *nreq) granted(ctx context.Context, token int64, st *zk.Stat, d nativeDa
 			n.e.parkHostSet(n.name, g, n)
 		}
 		if learn {
-			n.e.wg.Go(g.learnNative)
+			n.e.track(g.learnNative)
 		}
 	}
 	if err != nil && !n.registered {

@@ -3,6 +3,9 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,4 +112,112 @@ func TestAcquireAtLossWaitsForNewSession(t *testing.T) {
 		t.Fatalf("an acquire at the loss failed: %v", err)
 	}
 	release(t, g2)
+}
+
+// Close while acquires and releases are in flight, on both protocols:
+// each of them may start a goroutine Close waits for (a holder's watcher,
+// a shared listing, a background handoff's settle) at any moment of the
+// close. Those are added to the engine's WaitGroup only while it is not
+// closed (Engine.track), so an Add never comes after Close's Wait began,
+// which the race detector reports as a race on the WaitGroup. Close must
+// return, every acquire end, and every ephemeral node go.
+func TestCloseWhileBusy(t *testing.T) {
+	t.Parallel()
+	for _, proto := range []lock.Protocol{lock.Plugin, lock.Native} {
+		for round := range 6 {
+			root := testRoot(t, zkServer)
+			e := newEngine(t, zkServer.Servers(), root, func(o *lock.Options) { o.Protocol = proto })
+			var wg sync.WaitGroup
+			stop := make(chan struct{})
+			for i := range 12 {
+				wg.Go(func() {
+					obj := fmt.Sprintf("BUSY-%d", i%3)
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						g, err := e.Acquire(context.Background(), obj, lock.Foreground, lock.AcquireOptions{Wait: 2 * time.Second})
+						if err != nil {
+							if errors.Is(err, lock.ErrClosed) || errors.Is(err, lock.ErrUnavailable) {
+								return
+							}
+							continue // a timeout while others hold it
+						}
+						_ = g.Release(context.Background())
+					}
+				})
+			}
+			time.Sleep(time.Duration(50+round*40) * time.Millisecond)
+			sid := e.Health().SessionID
+			closed := make(chan struct{})
+			go func() { _ = e.Close(); close(closed) }()
+			select {
+			case <-closed:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%v round %d: Close did not return", proto, round)
+			}
+			close(stop)
+			wg.Wait()
+			conn := rawConn(t, zkServer.Servers())
+			for i := range 3 {
+				p := root + "/" + fmt.Sprintf("BUSY-%d", i)
+				// ephemeral nodes only: the native protocol's privateLock
+				// is its persistent sentinel
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					var left []string
+					kids, _, err := conn.Children(p)
+					for _, k := range kids {
+						if _, st, err := conn.Get(p + "/" + k); err == nil && st.EphemeralOwner != 0 {
+							left = append(left, fmt.Sprintf("%s (owner %#x)", k, st.EphemeralOwner))
+						}
+					}
+					if err == nil && len(left) == 0 || errors.Is(err, zk.ErrNoNode) {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("%v round %d: under %s, 10 s after Close: %v (the engine's session %#x)", proto, round, p, left, sid)
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}
+	}
+}
+
+// Engine.track, through which a caller's goroutine starts one Close waits
+// for, starts it only while the engine is not closed: after Close it
+// refuses (the caller does without, or runs it untracked), so no Add can
+// follow Close's Wait. Before Close, Close waits for it.
+func TestTrackRefusedAfterClose(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, zkServer.Servers(), testRoot(t, zkServer))
+	release := make(chan struct{})
+	var ended atomic.Bool
+	if !e.Track(func() { <-release; ended.Store(true) }) {
+		t.Fatal("track refused before Close")
+	}
+	closed := make(chan struct{})
+	go func() { _ = e.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned before the tracked goroutine ended")
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	<-closed
+	if !ended.Load() {
+		t.Fatal("Close returned before the tracked goroutine ended")
+	}
+	ran := make(chan struct{})
+	if e.Track(func() { close(ran) }) {
+		t.Fatal("track accepted after Close")
+	}
+	select {
+	case <-ran:
+		t.Fatal("track ran f after Close")
+	case <-time.After(100 * time.Millisecond):
+	}
 }
