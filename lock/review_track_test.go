@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -133,8 +135,10 @@ func TestReviewTrackHandoffSettleAfterClose(t *testing.T) {
 // Close amid a mixed load: exclusive and shared acquires, holder watches
 // armed at once (HolderWatchDelay 1 ms: the watch, the native watcher and
 // learner), releases whose context ends early (background completions,
-// plugin handoffs settled in the background), on both protocols, under the
-// race detector. Close must return; every acquire end soon after with an
+// plugin handoffs settled in the background), object watches (WaitChange)
+// and Health polled throughout, on both protocols, under the race
+// detector: e.mu, now taken under a grant's mutex and e.objMu, must not
+// deadlock with Close. Close must return; every acquire end soon after with an
 // error, every grant ever returned end (none left Held without a watcher),
 // and every ephemeral node go (testRoot's check).
 func TestReviewTrackCloseUnderLoad(t *testing.T) {
@@ -164,7 +168,7 @@ func TestReviewTrackCloseUnderLoad(t *testing.T) {
 							return
 						default:
 						}
-						o := lock.AcquireOptions{Wait: 2 * time.Second}
+						o := lock.AcquireOptions{Wait: 5 * time.Second} // longer than the bound below
 						if proto == lock.Native && i%4 == 0 {
 							o.Shared = true
 						}
@@ -188,6 +192,27 @@ func TestReviewTrackCloseUnderLoad(t *testing.T) {
 					}
 				})
 			}
+			for i := range 3 { // object watches (w.mu, then e.mu) and Health (e.mu) meanwhile
+				wg.Go(func() {
+					obj := fmt.Sprintf("LOAD-%d", i)
+					var seen lock.Seen
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						_ = e.Health()
+						snap, _, err := e.WaitChange(context.Background(), obj, seen, 20*time.Millisecond)
+						if errors.Is(err, lock.ErrClosed) {
+							return
+						}
+						if err == nil {
+							seen = lock.Seen{Version: snap.Version}
+						}
+					}
+				})
+			}
 			time.Sleep(time.Duration(80+round*60) * time.Millisecond)
 			done := make(chan struct{})
 			closedAt := time.Now()
@@ -195,6 +220,11 @@ func TestReviewTrackCloseUnderLoad(t *testing.T) {
 			select {
 			case <-done:
 			case <-time.After(10 * time.Second):
+				// said at once: a deadlocked Close hangs the engine's
+				// cleanup too, and a parallel test's log comes at its end
+				buf := make([]byte, 1<<20)
+				buf = buf[:runtime.Stack(buf, true)]
+				fmt.Fprintf(os.Stderr, "%s: %v round %d: Close did not return in 10 s\n%s\n", t.Name(), proto, round, buf)
 				t.Fatalf("%v round %d: Close did not return", proto, round)
 			}
 			ended := make(chan struct{})
@@ -207,7 +237,7 @@ func TestReviewTrackCloseUnderLoad(t *testing.T) {
 			}
 			close(stop)
 			if l := lastAt.Load(); l != 0 {
-				if d := time.Unix(0, l).Sub(closedAt); d > 1500*time.Millisecond {
+				if d := time.Unix(0, l).Sub(closedAt); d > 2*time.Second {
 					t.Errorf("%v round %d: an acquire returned %v after Close began", proto, round, d)
 				}
 			}
