@@ -110,3 +110,20 @@ func (e *Engine) ListSharedLatest(ctx context.Context, object string) error {
 	_, err = e.listShared(ctx, s, name, e.root+"/"+name, time.Now())
 	return err
 }
+
+// SetServersForTest changes the servers the next session dials (replace),
+// as a name's resolution changing would.
+func (e *Engine) SetServersForTest(servers []string) {
+	e.mu.Lock()
+	e.servers = servers
+	e.mu.Unlock()
+}
+
+// FailSessionForTest fails the current session with cause, as the
+// monitor or an expiry would: the engine replaces it.
+func (e *Engine) FailSessionForTest(cause error) {
+	e.mu.Lock()
+	s := e.sess
+	e.mu.Unlock()
+	s.fail(cause)
+}

@@ -255,3 +255,24 @@ func TestReviewTrackCloseUnderLoad(t *testing.T) {
 		}
 	}
 }
+
+// replace opens the next session under e.mu; go-zookeeper's Connect
+// resolves every server name first (DNSHostProvider.Init, up to 3 s) and
+// fails if any one does not resolve. replace then logs and returns, the
+// lost session stays current, and nothing ever opens another: every
+// acquire ends ErrUnavailable for good, even once the names resolve again
+// (a ZooKeeper pod's headless-service name is absent while it restarts,
+// which is also when sessions are lost). The engine must come back.
+func TestReviewTrackReplaceResolveFails(t *testing.T) {
+	t.Parallel()
+	root := testRoot(t, zkServer)
+	e := newEngine(t, zkServer.Servers(), root)
+	e.SetServersForTest([]string{"baton-review-unresolvable.invalid:2181"})
+	e.FailSessionForTest(fmt.Errorf("%w: review: lost while a name does not resolve", lock.ErrSessionLost))
+	e.SetServersForTest(zkServer.Servers()) // the name resolves again
+	g, err := e.Acquire(context.Background(), "TRACK-resolve", lock.Foreground, lock.AcquireOptions{Wait: 15 * time.Second})
+	if err != nil {
+		t.Fatalf("the engine never opened a new session after one failed resolution: %v (connected %v)", err, e.Health().Connected)
+	}
+	release(t, g)
+}
