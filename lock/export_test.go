@@ -1,6 +1,9 @@
 package lock
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetSeqLimits lowers the sequence-wrap thresholds for a test and returns
 // a function restoring them.
@@ -92,3 +95,35 @@ func SetBeforeReplaceHook(t interface{ Cleanup(func()) }, f func()) {
 
 // Track is track: f on a goroutine Close waits for, unless closed.
 func (e *Engine) Track(f func()) bool { return e.track(f) }
+
+// ListSharedLatest runs listShared for object in the engine's latest
+// session, closed or not (a caller's acquire racing Close holds it), and
+// returns its error.
+func (e *Engine) ListSharedLatest(ctx context.Context, object string) error {
+	name, err := EscapeObject(object)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	s := e.sess
+	e.mu.Unlock()
+	_, err = e.listShared(ctx, s, name, e.root+"/"+name, time.Now())
+	return err
+}
+
+// SetServersForTest changes the servers the next session dials (replace),
+// as a name's resolution changing would.
+func (e *Engine) SetServersForTest(servers []string) {
+	e.mu.Lock()
+	e.servers = servers
+	e.mu.Unlock()
+}
+
+// FailSessionForTest fails the current session with cause, as the
+// monitor or an expiry would: the engine replaces it.
+func (e *Engine) FailSessionForTest(cause error) {
+	e.mu.Lock()
+	s := e.sess
+	e.mu.Unlock()
+	s.fail(cause)
+}
