@@ -17,6 +17,8 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/batonhq/baton/internal/notify"
 )
 
 // MaxInfoBytes bounds the caller-supplied info stored in every node.
@@ -40,14 +42,17 @@ type Engine struct {
 	acl     []zk.ACL
 	log     *slog.Logger
 
-	mu      sync.Mutex
-	sess    *session
-	gen     uint64
-	closed  bool
-	closing chan struct{}
-	ctx     context.Context // done when closing
-	stop    context.CancelFunc
-	wg      sync.WaitGroup
+	mu   sync.Mutex
+	sess *session
+	// replaced is notified (under mu) when a new session becomes current:
+	// callers that found the current one lost wait for it
+	replaced notify.Broadcast
+	gen      uint64
+	closed   bool
+	closing  chan struct{}
+	ctx      context.Context // done when closing
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
 
 	rootReady atomic.Bool
 	objMu     sync.Mutex
@@ -196,11 +201,14 @@ func New(opts Options) (*Engine, error) {
 		user, pass, _ := strings.Cut(opts.AuthDigest, ":")
 		e.acl = zk.DigestACL(zk.PermAll, user, pass)
 	}
-	s, err := newSession(e, 0)
+	s, err := newSession(e, 0, e.servers)
 	if err != nil {
 		return nil, err
 	}
+	e.mu.Lock()
 	e.sess = s
+	s.start()
+	e.mu.Unlock()
 	return e, nil
 }
 
@@ -239,20 +247,69 @@ func (e *Engine) track(f func()) bool {
 	return true
 }
 
-// replace opens a new session after s was lost.
+// replace opens a new session after s was lost. go-zookeeper's Connect
+// resolves every server name first (up to 3 s) and fails if one does not
+// resolve: a ZooKeeper pod's DNS name is gone while the pod restarts, which
+// is when sessions are lost. So the lookup runs without e.mu, and a failed
+// open is retried, with backoff, until it works or the engine closes;
+// meanwhile the lost session stays current and callers wait for its
+// successor (connectedSession) until their own deadlines.
 func (e *Engine) replace(s *session) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.closed || e.sess != s {
+		e.mu.Unlock()
 		return
 	}
 	e.gen++
-	ns, err := newSession(e, e.gen)
-	if err != nil { // only for an empty server list, checked in New
-		e.log.Error("cannot open a new zookeeper session", "err", err)
-		return
+	gen := e.gen
+	e.mu.Unlock()
+	if !e.openSession(gen) {
+		e.track(func() { e.reopen(gen) })
+	}
+}
+
+// openSession opens session gen and makes it current; false if it could
+// not be opened (logged). If the engine closed meanwhile, the new session
+// is shut and true returned: nothing to retry.
+func (e *Engine) openSession(gen uint64) bool {
+	e.mu.Lock()
+	servers := e.servers // (a test changes them)
+	e.mu.Unlock()
+	ns, err := newSession(e, gen, servers)
+	if err != nil {
+		e.log.Error("cannot open a new zookeeper session; retrying", "err", err)
+		return false
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		ns.shutConn()
+		return true
 	}
 	e.sess = ns
+	ns.start()
+	e.replaced.Notify()
+	e.mu.Unlock()
+	return true
+}
+
+// reopen retries openSession, from 100 ms apart to 5 s, until it works or
+// the engine closes.
+func (e *Engine) reopen(gen uint64) {
+	wait := 100 * time.Millisecond
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-e.closing:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if e.openSession(gen) {
+			return
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }
 
 func (e *Engine) current() (*session, error) {
@@ -278,12 +335,17 @@ func (e *Engine) connectedSession(ctx context.Context) (*session, error) {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%w: not connected within the wait (%v)", ErrUnavailable, ctx.Err())
 		}
-		// s was lost; take the next one. fail replaces it right after
-		// telling its grants: a caller woken by that (a grant's Done)
-		// can find it still current for a moment.
-		if cur, err := e.current(); err == nil && cur == s {
+		// s was lost; take the next one. It stays current until its
+		// successor is open: a moment after fail told its grants (a caller
+		// woken by a grant's Done finds it so), longer while a server name
+		// does not resolve (replace).
+		e.mu.Lock()
+		ch, still := e.replaced.Wait(), e.sess == s && !e.closed
+		e.mu.Unlock()
+		if still {
 			select {
-			case <-time.After(time.Millisecond):
+			case <-ch:
+			case <-e.closing:
 			case <-ctx.Done():
 			}
 		}

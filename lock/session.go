@@ -151,7 +151,7 @@ var errCreateNotSent = errors.New("lock: create not sent: the wait ended first")
 // session between sent and acked.
 type touch struct{ sent, acked time.Time }
 
-func newSession(e *Engine, gen uint64) (*session, error) {
+func newSession(e *Engine, gen uint64, servers []string) (*session, error) {
 	s := &session{
 		e:         e,
 		gen:       gen,
@@ -183,7 +183,7 @@ func newSession(e *Engine, gen uint64) (*session, error) {
 		s.tcp = newTrackedConn(c, s)
 		return s.tcp, nil
 	}
-	conn, _, err := zk.Connect(e.servers, e.opts.SessionTimeout,
+	conn, _, err := zk.Connect(servers, e.opts.SessionTimeout,
 		zk.WithDialer(dialer),
 		zk.WithEventCallback(s.onEvent),
 		zk.WithLogger(zkLogger{e.opts.Logger}), // its own component, not "lock" twice
@@ -201,11 +201,17 @@ func newSession(e *Engine, gen uint64) (*session, error) {
 			}
 		}()
 	}
+	return s, nil
+}
+
+// start runs the session's own goroutines; with e.mu held, the engine not
+// closed (their Adds come before Close's Wait).
+func (s *session) start() {
+	e := s.e
 	e.wg.Go(s.monitor)
 	e.wg.Go(s.cleaner)
 	e.wg.Go(s.keeper)
 	e.wg.Go(s.auditor)
-	return s, nil
 }
 
 // tlsClient runs the TLS handshake on c, bounded by timeout.
