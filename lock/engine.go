@@ -117,7 +117,10 @@ func (e *Engine) dialFailed(addr string, err error) {
 	}
 	e.dialMu.Unlock()
 	if warn {
-		e.log.Warn("cannot connect to zookeeper; retrying", "server", addr, "servers", strings.Join(e.servers, ","), "err", err)
+		e.mu.Lock()
+		servers := strings.Join(e.servers, ",") // (a test changes them)
+		e.mu.Unlock()
+		e.log.Warn("cannot connect to zookeeper; retrying", "server", addr, "servers", servers, "err", err)
 	}
 }
 
@@ -256,10 +259,11 @@ func (e *Engine) track(f func()) bool {
 // successor (connectedSession) until their own deadlines.
 func (e *Engine) replace(s *session) {
 	e.mu.Lock()
-	if e.closed || e.sess != s {
+	if e.closed || e.sess != s || s.replacing {
 		e.mu.Unlock()
 		return
 	}
+	s.replacing = true // one successor per session (openSession may call this too)
 	e.gen++
 	gen := e.gen
 	e.mu.Unlock()
@@ -277,7 +281,8 @@ func (e *Engine) openSession(gen uint64) bool {
 	e.mu.Unlock()
 	ns, err := newSession(e, gen, servers)
 	if err != nil {
-		e.log.Error("cannot open a new zookeeper session; retrying", "err", err)
+		// as a failed dial: Health's LastError, a WARN at most every 30 s
+		e.dialFailed(strings.Join(servers, ","), fmt.Errorf("opening a session: %w", err))
 		return false
 	}
 	e.mu.Lock()
@@ -290,6 +295,11 @@ func (e *Engine) openSession(gen uint64) bool {
 	ns.start()
 	e.replaced.Notify()
 	e.mu.Unlock()
+	if ns.isLost() {
+		// lost before it was current: its fail's replace found another
+		// session current and did nothing
+		e.replace(ns)
+	}
 	return true
 }
 

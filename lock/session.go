@@ -77,6 +77,8 @@ type session struct {
 	tcpMu sync.Mutex
 	tcp   net.Conn
 	shut  bool
+
+	replacing bool // Engine.replace has begun opening its successor (e.mu)
 }
 
 // maxCreatesInFlight bounds the waiters' creates a session has sent and not
