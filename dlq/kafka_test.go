@@ -333,7 +333,8 @@ func TestReplayStopsAtInvalidLetter(t *testing.T) {
 	p := newPublisher(t, addr, dlq.PublisherOptions{})
 	publish(t, p, 0, 1, "o")
 	tr := &kafka.Transport{}
-	w := &kafka.Writer{Addr: kafka.TCP(addr), Topic: topic, BatchTimeout: time.Millisecond, Transport: tr}
+	w := &kafka.Writer{Addr: kafka.TCP(addr), Topic: topic, BatchTimeout: time.Millisecond, Transport: tr,
+		RequiredAcks: kafka.RequireAll} // written before Replay reads the end (the default, acks=0, returns before)
 	if err := w.WriteMessages(t.Context(), kafka.Message{Key: []byte("o"), Value: []byte("not a letter")}); err != nil {
 		t.Fatal(err)
 	}
