@@ -574,11 +574,9 @@ func (s *session) fail(cause error) {
 		} else {
 			s.log.Warn("zookeeper session lost", "cause", cause)
 		}
-		// Engine.Close waits for closeConn. Added before replace: while s
-		// is current, Close's own s.fail waits on closeOnce for this; once
-		// replace has run (under e.mu) Close may fail the new session and
-		// Wait at once, and this Add must come before that Wait.
-		s.e.wg.Go(s.closeConn)
+		// Engine.Close waits for closeConn; once it has begun, it shuts
+		// its current session itself (and openSession a new one).
+		s.e.track(s.closeConn)
 		if testHookBeforeReplace != nil {
 			testHookBeforeReplace()
 		}
@@ -804,27 +802,41 @@ func (s *session) addWaiter(d int) {
 // go-zookeeper's reconnect (which revives the session) and closes then,
 // bounded by two session timeouts, after which the server has expired it.
 func (s *session) closeConn() {
+	s.awaitState(2*s.timeoutBound(), func(st zk.State, settled bool) bool {
+		return st == zk.StateHasSession && settled || st == zk.StateExpired
+	})
+	s.shutConn()
+}
+
+// timeoutBound is the longer of the negotiated and the requested session
+// timeouts.
+func (s *session) timeoutBound() time.Duration {
 	s.mu.Lock()
-	bound := 2 * max(s.timeout, s.e.opts.SessionTimeout)
-	s.mu.Unlock()
-	deadline := time.NewTimer(bound)
-	defer deadline.Stop()
+	defer s.mu.Unlock()
+	return max(s.timeout, s.e.opts.SessionTimeout)
+}
+
+// awaitState waits until done holds for the session's go-zookeeper state
+// (and whether it is settled), for at most within, and no longer once the
+// engine is closing.
+func (s *session) awaitState(within time.Duration, done func(st zk.State, settled bool) bool) {
+	t := time.NewTimer(within)
+	defer t.Stop()
 	for {
 		s.mu.Lock()
 		st, settled, ch := s.state, s.settled, s.changed.Wait()
 		s.mu.Unlock()
-		if st == zk.StateHasSession && settled || st == zk.StateExpired {
-			break
+		if done(st, settled) {
+			return
 		}
 		select {
 		case <-ch:
-			continue
 		case <-s.e.closing:
-		case <-deadline.C:
+			return
+		case <-t.C:
+			return
 		}
-		break
 	}
-	s.shutConn()
 }
 
 // testHookBeforeReplace, if set (tests), runs in fail between telling the
@@ -848,27 +860,11 @@ var errSessionShut = errors.New("lock: session shut")
 // it touched, for as long as the process lived. Closed, the server expires
 // the session one session timeout after its last ping.
 func (s *session) shutConn() {
-	s.mu.Lock()
-	bound := max(s.timeout, s.e.opts.SessionTimeout)
-	s.mu.Unlock()
-	t := time.NewTimer(bound)
-	defer t.Stop()
+	start, bound := time.Now(), s.timeoutBound()
 	s.conn.Close()
-	for {
-		s.mu.Lock()
-		st, ch := s.state, s.changed.Wait()
-		s.mu.Unlock()
-		if st != zk.StateHasSession && st != zk.StateConnected {
-			break
-		}
-		select {
-		case <-ch:
-			continue
-		case <-t.C:
-		case <-s.e.closing: // Engine.Close waits for this: no longer
-		}
-		break
-	}
+	s.awaitState(bound-time.Since(start), func(st zk.State, _ bool) bool {
+		return st != zk.StateHasSession && st != zk.StateConnected
+	})
 	s.tcpMu.Lock()
 	s.shut = true
 	c := s.tcp
