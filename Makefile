@@ -7,6 +7,8 @@ FUZZTIME ?= 30s
 BENCHTIME ?= 2000x
 WAITERS ?= 1000
 GOTEST_TIMEOUT ?= 14m
+# the lock and sidecar packages' tests each run as this many go test processes beside the other packages (.ci/gotest.sh)
+TEST_SHARDS ?= 2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS := openjdk-17-jre-headless zookeeper zookeeper-bin kcat
 
@@ -37,18 +39,19 @@ build: ## build bin/baton (release build: no dev command)
 	$(GO) build -o bin/baton ./cmd/baton
 
 # -p 3: three packages at once (the tests mostly wait on ZooKeeper, sessions and timers: two at once
-# kept the 2 cores about half busy); -parallel 8: the lock package's long waiting tests run together.
+# kept the 2 cores about half busy); -parallel 8: the lock package's long waiting tests run together;
+# .ci/gotest.sh: the lock and sidecar packages, the longest, each as TEST_SHARDS processes started first.
 # the files gofmt would change, if any, and a failure (test and lint)
 GOFMT_CHECK = out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 
-test: deps ## vet, gofmt, staticcheck + every test with -race against real ZooKeeper and the in-process broker (about 5 min on an idle 2-core machine, 10-20 loaded)
+test: deps ## vet, gofmt, staticcheck + every test with -race against real ZooKeeper and the in-process broker (about 8 min on an idle 2-core machine, its tests 6; more when loaded)
 	@echo "test: go vet of every package (the first run compiles every dependency: 1-3 min idle, longer loaded)"
 	@bash .ci/alive.sh "go vet" $(GO) vet $(PKGS)
 	@echo "test: gofmt and staticcheck (make lint)"
 	@$(GOFMT_CHECK)
 	@bash .ci/alive.sh "staticcheck" $(GO) tool staticcheck $(PKGS)
-	@echo "test: go test -race of every package against real ZooKeeper and kfake (3-5 min idle); a line per package as it ends"
-	@bash .ci/alive.sh "go test" $(GO) test -race -count=1 -p 3 -parallel 8 -timeout $(GOTEST_TIMEOUT) $(PKGS)
+	@echo "test: go test -race of every package against real ZooKeeper and kfake (about 6 min idle); a line per package (or shard: .ci/gotest.sh) as it ends"
+	@GO=$(GO) bash .ci/alive.sh "go test" bash .ci/gotest.sh $(TEST_SHARDS) "$(PKGS)" -- -race -count=1 -p 3 -parallel 8 -timeout $(GOTEST_TIMEOUT)
 	@echo "test: the patched go-zookeeper's own tests (third_party/zk: its hand-written jute against reflect)"
 	@cd third_party/zk && $(GO) vet . && $(GO) test -race -count=1 .
 
