@@ -221,3 +221,36 @@ func TestTrackRefusedAfterClose(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 }
+
+// An ask made the moment its engine's session is told lost, before the
+// next session is open, is stamped with the session its requester will
+// wait in line with: the next one. Stamped with the lost one, Grant.LiveAsks
+// would take the requester for gone (no node of that session under the
+// object) and the holder would never see the ask.
+func TestAskAtLossStampsNewSession(t *testing.T) {
+	const timeout = 4 * time.Second
+	lock.SetBeforeReplaceHook(t, func() { time.Sleep(300 * time.Millisecond) })
+	root, _, e, g := shutHeldStalled(t, "SHUT-askloss")
+	h := newEngine(t, zkServer.Servers(), root)
+	hg := acquire(t, h, "SHUT-askloss-2", lock.Foreground, lock.AcquireOptions{})
+	defer release(t, hg)
+	old := e.Health().SessionID
+	select {
+	case <-g.Done():
+	case <-time.After(timeout + 5*time.Second):
+		t.Fatal("the holder was never told its grant lost")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, sig, err := e.Ask(ctx, "SHUT-askloss-2", lock.Signal{Kind: "preempt"}, nil)
+	if err != nil {
+		t.Fatalf("an ask at the loss failed: %v", err)
+	}
+	now := e.Health().SessionID
+	if now == old {
+		t.Fatalf("still in session 0x%x after the loss", old)
+	}
+	if sig.Session != now {
+		t.Fatalf("the ask is stamped with session 0x%x, want the engine's new 0x%x (the lost one was 0x%x)", sig.Session, now, old)
+	}
+}

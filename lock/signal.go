@@ -74,8 +74,13 @@ func (e *Engine) Ask(ctx context.Context, object string, sig Signal, check func(
 	if sig.ID == "" {
 		sig.ID = newRequestID()
 	}
-	if s, err := e.current(); err == nil && sig.Session == 0 {
-		sig.Session = s.sessionID()
+	if sig.Session == 0 {
+		// the session the requester waits in line with: a connected one,
+		// not one just lost whose successor is not open yet (update waits
+		// for it all the same)
+		if s, err := e.connectedSession(ctx); err == nil {
+			sig.Session = s.sessionID()
+		}
 	}
 	n, err := e.update(ctx, object, 0, func(d *nodeData, holder *Node) (bool, error) {
 		if check != nil {
