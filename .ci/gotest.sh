@@ -23,6 +23,18 @@ shift 2
 go=${GO:-go}
 module=github.com/batonhq/baton
 
+# A caller's own -run or -skip (among the flags, or in GOFLAGS) cannot be
+# combined with a shard's: the last of each flag wins, so every shard but
+# the last would run all its names whatever the caller's -run, and the last
+# would drop the caller's -skip. Then: no shards, one go test as before.
+for a in "$@" ${GOFLAGS:-}; do
+	if [[ $a =~ ^--?(test\.)?(run|skip)(=|$) ]]; then
+		[ "$shards" -gt 1 ] 2>/dev/null && echo "go test: $a given: not sharded"
+		shards=1
+		break
+	fi
+done
+
 others=$($go list $pkgs) || exit 1
 pids=()
 
