@@ -91,10 +91,11 @@ fuzz: ## every fuzz target for FUZZTIME each
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	  done; done
 
-lint: ## gofmt, go vet, staticcheck
+lint: ## gofmt, go vet, staticcheck; .ci/gotest-check.sh (make test's sharding selects every test once)
 	@$(GOFMT_CHECK)
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
+	GO=$(GO) bash .ci/gotest-check.sh
 
 cover: deps ## coverage report in cover.out
 	$(GO) test -count=1 -coverprofile=cover.out $(PKGS) && $(GO) tool cover -func=cover.out | tail -1
