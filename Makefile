@@ -38,9 +38,10 @@ deps: ## install what is missing on a fresh Debian machine (java and javac, ZooK
 build: ## build bin/baton (release build: no dev command)
 	$(GO) build -o bin/baton ./cmd/baton
 
-# -p 3: three packages at once (the tests mostly wait on ZooKeeper, sessions and timers: two at once
-# kept the 2 cores about half busy); -parallel 8: the lock package's long waiting tests run together;
-# .ci/gotest.sh: the lock and sidecar packages, the longest, each as TEST_SHARDS processes started first.
+# .ci/gotest.sh: the lock and sidecar packages, the longest, each as TEST_SHARDS processes started first;
+# -p 2: the other packages two at a time beside those four (they still end before the lock package's
+# shards; three at a time put seven test processes on 2 cores); -parallel 8: the lock package's long
+# waiting tests run together.
 # the files gofmt would change, if any, and a failure (test and lint)
 GOFMT_CHECK = out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 
@@ -51,7 +52,7 @@ test: deps ## vet, gofmt, staticcheck + every test with -race against real ZooKe
 	@$(GOFMT_CHECK)
 	@bash .ci/alive.sh "staticcheck" $(GO) tool staticcheck $(PKGS)
 	@echo "test: go test -race of every package against real ZooKeeper and kfake (about 6 min idle); a line per package (or shard: .ci/gotest.sh) as it ends"
-	@GO=$(GO) bash .ci/alive.sh "go test" bash .ci/gotest.sh $(TEST_SHARDS) "$(PKGS)" -- -race -count=1 -p 3 -parallel 8 -timeout $(GOTEST_TIMEOUT)
+	@GO=$(GO) bash .ci/alive.sh "go test" bash .ci/gotest.sh $(TEST_SHARDS) "$(PKGS)" -- -race -count=1 -p 2 -parallel 8 -timeout $(GOTEST_TIMEOUT)
 	@echo "test: the patched go-zookeeper's own tests (third_party/zk: its hand-written jute against reflect)"
 	@cd third_party/zk && $(GO) vet . && $(GO) test -race -count=1 .
 
