@@ -79,16 +79,24 @@ func newIptablesCut(t *testing.T) *iptablesCut {
 	c.run("-N", c.chain)
 	c.run("-I", "OUTPUT", "-j", c.chain)
 	t.Cleanup(func() {
-		_ = exec.Command("iptables", "-D", "OUTPUT", "-j", c.chain).Run()
-		_ = exec.Command("iptables", "-F", c.chain).Run()
-		_ = exec.Command("iptables", "-X", c.chain).Run()
+		_ = iptables("-D", "OUTPUT", "-j", c.chain).Run()
+		_ = iptables("-F", c.chain).Run()
+		_ = iptables("-X", c.chain).Run()
 	})
 	return c
 }
 
+// iptables is the command with -w: it waits for the xtables lock (the
+// legacy backend's) that another process changing rules holds, such as
+// another shard of make test's (.ci/gotest.sh) cutting at the same time,
+// instead of failing at once.
+func iptables(args ...string) *exec.Cmd {
+	return exec.Command("iptables", append([]string{"-w"}, args...)...)
+}
+
 func (c *iptablesCut) run(args ...string) {
 	c.t.Helper()
-	if out, err := exec.Command("iptables", args...).CombinedOutput(); err != nil {
+	if out, err := iptables(args...).CombinedOutput(); err != nil {
 		c.t.Fatalf("iptables %v: %v: %s", args, err, out)
 	}
 }
