@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/go-zookeeper/zk"
 	"golang.org/x/sync/singleflight"
 
@@ -303,12 +304,15 @@ func (e *Engine) openSession(gen uint64) bool {
 	return true
 }
 
-// reopen retries openSession, from 100 ms apart to 5 s, until it works or
-// the engine closes.
+// reopen retries openSession, from 100 ms apart doubling to 5 s, until it
+// works or the engine closes.
 func (e *Engine) reopen(gen uint64) {
-	wait := 100 * time.Millisecond
+	b := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(100*time.Millisecond), backoff.WithMultiplier(2),
+		backoff.WithMaxInterval(5*time.Second), backoff.WithRandomizationFactor(0),
+		backoff.WithMaxElapsedTime(0))
 	for {
-		t := time.NewTimer(wait)
+		t := time.NewTimer(b.NextBackOff())
 		select {
 		case <-e.closing:
 			t.Stop()
@@ -318,7 +322,6 @@ func (e *Engine) reopen(gen uint64) {
 		if e.openSession(gen) {
 			return
 		}
-		wait = min(2*wait, 5*time.Second)
 	}
 }
 
