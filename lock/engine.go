@@ -118,10 +118,7 @@ func (e *Engine) dialFailed(addr string, err error) {
 	}
 	e.dialMu.Unlock()
 	if warn {
-		e.mu.Lock()
-		servers := strings.Join(e.servers, ",") // (a test changes them)
-		e.mu.Unlock()
-		e.log.Warn("cannot connect to zookeeper; retrying", "server", addr, "servers", servers, "err", err)
+		e.log.Warn("cannot connect to zookeeper; retrying", "server", addr, "servers", strings.Join(e.serverList(), ","), "err", err)
 	}
 }
 
@@ -277,9 +274,7 @@ func (e *Engine) replace(s *session) {
 // not be opened (logged). If the engine closed meanwhile, the new session
 // is shut and true returned: nothing to retry.
 func (e *Engine) openSession(gen uint64) bool {
-	e.mu.Lock()
-	servers := e.servers // (a test changes them)
-	e.mu.Unlock()
+	servers := e.serverList()
 	ns, err := newSession(e, gen, servers)
 	if err != nil {
 		// as a failed dial: Health's LastError, a WARN at most every 30 s
@@ -323,6 +318,14 @@ func (e *Engine) reopen(gen uint64) {
 			return
 		}
 	}
+}
+
+// serverList is the ZooKeeper servers new sessions connect to (e.mu: a
+// test changes them).
+func (e *Engine) serverList() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.servers
 }
 
 func (e *Engine) current() (*session, error) {
