@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/batonhq/baton/api"
@@ -154,6 +155,10 @@ type peerConn struct {
 	pre  *bufio.Reader
 	s    *Server
 	once sync.Once
+	// granted is the lease the answer to the connection's latest request
+	// granted (noteGrant), until its next request begins (router): a reset
+	// read means the caller closed before reading that answer (unread)
+	granted atomic.Pointer[lease]
 }
 
 // Read reads what the lean path read ahead first (pre: a connection it
@@ -165,7 +170,11 @@ func (c *peerConn) Read(p []byte) (int, error) {
 		}
 		c.pre = nil
 	}
-	return c.io.Read(p)
+	n, err := c.io.Read(p)
+	if err != nil && c.granted.Load() != nil {
+		c.unread(err)
+	}
+	return n, err
 }
 
 func (c *peerConn) Write(p []byte) (int, error) { return c.io.Write(p) }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -155,10 +156,49 @@ type grantKey struct{}
 // puts it there): released if its answer cannot be written.
 type grantSlot struct{ l atomic.Pointer[lease] }
 
-// noteGrant puts l in the grantSlot of ctx, if it has one.
+// noteGrant puts l in the grantSlot of ctx, if it has one, and notes it as
+// the grant of its connection's latest answer (peerConn.granted).
 func noteGrant(ctx context.Context, l *lease) {
 	if g, ok := ctx.Value(grantKey{}).(*grantSlot); ok {
 		g.l.Store(l)
+	}
+	if c, ok := ctx.Value(connKey{}).(*peerConn); ok {
+		c.granted.Store(l)
+	}
+}
+
+// connKey carries a socket connection (*peerConn) in its context.
+type connKey struct{}
+
+// newRequest is called as a request on the connection of ctx begins: the
+// lease its previous answer granted is the caller's now (it sent more).
+func newRequest(ctx context.Context) {
+	if c, ok := ctx.Value(connKey{}).(*peerConn); ok && c.granted.Load() != nil {
+		c.granted.Store(nil)
+	}
+}
+
+// unread is a failed read of the connection while the answer to its latest
+// request granted a lease. An answer written is not yet an answer read: a
+// caller that gave up just as it was granted (its own timeout, a kill)
+// closes with the answer unread, and the lease would hold the object for
+// its whole length with nobody knowing of it. A unix socket closed with
+// unread data in it tells its peer so: the next read fails with ECONNRESET
+// instead of EOF (Linux's unix_release_sock; TCP sends a reset for the
+// same reason). Any byte unread means the last answer's last bytes are:
+// the caller never had that answer whole, so its lease is released, as
+// one whose answer could not be written (lean.go, detach.go). An EOF (the
+// caller read everything, then closed) keeps it.
+func (c *peerConn) unread(err error) {
+	if !errors.Is(err, syscall.ECONNRESET) {
+		return
+	}
+	if l := c.granted.Swap(nil); l != nil {
+		// (an error: its answer could not be written either, and the
+		// lease is released already)
+		if _, err := c.s.leases.release(context.Background(), l, true); err == nil {
+			c.s.log.Info("the caller closed before reading the answer that granted its lease; lease released", "lease", logID(l.id), "object", l.g.Object())
+		}
 	}
 }
 

@@ -215,7 +215,7 @@ func (lc *leanConn) serve() {
 			putLeanReader(lc.br)
 		}
 	}()
-	base := context.WithValue(ls.ctx, peerKey{}, lc.pc.p)
+	base := context.WithValue(context.WithValue(ls.ctx, connKey{}, lc.pc), peerKey{}, lc.pc.p)
 	lastPost := false
 	first := true
 	for {

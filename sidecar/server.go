@@ -271,6 +271,9 @@ func (s *Server) Run(ctx context.Context) error {
 		ReadTimeout:       s.opts.readTimeout(), // net/http lifts it once the body is read
 		IdleTimeout:       2 * time.Minute,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if pc, ok := c.(*peerConn); ok {
+				ctx = context.WithValue(ctx, connKey{}, pc)
+			}
 			return context.WithValue(ctx, peerKey{}, peerCred(c))
 		},
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
