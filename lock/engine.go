@@ -505,6 +505,10 @@ func (d nodeData) marshal() []byte {
 	return b
 }
 
+// NewRequestID returns a new random request id, for an AcquireOptions.RequestID
+// chosen before the acquire (e.g. to name it in an Ask's Signal.Req).
+func NewRequestID() string { return newRequestID() }
+
 func newRequestID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])

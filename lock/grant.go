@@ -624,13 +624,16 @@ func (g *Grant) end(ctx context.Context, mark bool) error {
 }
 
 // LiveAsks returns the standing asks (Asks) whose requester still waits for
-// the object: its session (Signal.Session) has a node under the object. An
-// ask whose requester died without withdrawing it — its sidecar killed, its
-// session lost — has none once that session ended, and is left out, so
-// that nobody takes a holder for a requester that is gone. Asks without a
-// session (an earlier Baton's), and all of them when the object cannot be
-// read or has more than 1,000 children, count as live: the conservative
-// answer is the one before this check.
+// the object: a node under the object is of its session (Signal.Session)
+// or of its request (Signal.Req, the requester's AcquireOptions.RequestID).
+// An ask whose requester died without withdrawing it — its sidecar killed,
+// its session lost — has neither once that session ended, and is left out,
+// so that nobody takes a holder for a requester that is gone; a requester
+// whose session was lost between its ask and its queueing waits in line in
+// the next session, with its request's id. Asks without a session (an
+// earlier Baton's), and all of them when the object cannot be read or has
+// more than 1,000 children, count as live: the conservative answer is the
+// one before this check.
 func (g *Grant) LiveAsks(ctx context.Context) []Signal {
 	asks := g.Asks()
 	need := false
@@ -647,28 +650,33 @@ func (g *Grant) LiveAsks(ctx context.Context) []Signal {
 	if err != nil || len(kids) > 1000 {
 		return asks
 	}
-	queued := map[int64]bool{}
+	queued, reqs := map[int64]bool{}, map[string]bool{}
 	for _, k := range kids {
 		if k == privateLock {
 			continue
 		}
-		st, err := zcall(ctx, func() (*zk.Stat, error) {
-			ok, st, err := g.s.conn.Exists(g.objPath + "/" + k)
-			if err == nil && !ok {
-				st = nil
-			}
-			return st, err
+		type node struct {
+			data []byte
+			st   *zk.Stat
+		}
+		n, err := zcall(ctx, func() (node, error) {
+			d, st, err := g.s.conn.Get(g.objPath + "/" + k)
+			return node{d, st}, err
 		}, nil)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue // gone since the listing
+		}
 		if err != nil {
 			return asks
 		}
-		if st != nil {
-			queued[st.EphemeralOwner] = true
+		queued[n.st.EphemeralOwner] = true
+		if r := reqOf(n.data); r != "" {
+			reqs[r] = true
 		}
 	}
 	live := asks[:0:0]
 	for _, a := range asks {
-		if a.Session == 0 || queued[a.Session] {
+		if a.Session == 0 || queued[a.Session] || (a.Req != "" && reqs[a.Req]) {
 			live = append(live, a)
 		}
 	}

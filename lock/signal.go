@@ -27,6 +27,11 @@ type Signal struct {
 	// session, so Grant.LiveAsks can tell a requester that died without
 	// withdrawing (review of issue 18).
 	Session int64 `json:"session,omitempty"`
+	// Req is the request id (AcquireOptions.RequestID) of the acquire an
+	// ask is made for: its node carries it in whichever session it
+	// queues, so Grant.LiveAsks counts the ask live also when the session
+	// it was stamped with was lost before the requester queued.
+	Req string `json:"req,omitempty"`
 }
 
 // ErrNotSignallable is returned by Signal when the holder is not a Baton

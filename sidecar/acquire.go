@@ -332,8 +332,10 @@ func (a *acquisition) run() (api.Lease, error) {
 		a.callerPW = callerPW
 	}
 	var ask *preemptAsk
+	var req string // the acquire's request id, named in its ask (lock.Grant.LiveAsks)
 	if sp.preempt {
-		if ask, err = s.pre.ask(ctx, sp.object, sp.info, sp.forceful, sp.preemptWait, who(a.r.Context()), sp.canWaitFor); err != nil {
+		req = lock.NewRequestID()
+		if ask, err = s.pre.ask(ctx, sp.object, sp.info, sp.forceful, sp.preemptWait, who(a.r.Context()), req, sp.canWaitFor); err != nil {
 			return api.Lease{}, err
 		}
 	}
@@ -342,6 +344,7 @@ func (a *acquisition) run() (api.Lease, error) {
 			s.pre.onSignal(l, sig)
 		}
 	})
+	opts.RequestID = req
 	g, err := a.take(ctx, opts)
 	if err != nil {
 		return api.Lease{}, a.notGranted(err, ask, opts.TryOnce)

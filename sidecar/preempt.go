@@ -241,8 +241,9 @@ var errNotPreemptible = errors.New("the holder is not preemptible")
 // object's current holder if it is preemptible and check (preemptWaits
 // with its cleanup) passes. It returns the ask to withdraw if the request
 // gives up, nil when nothing was asked (free, not preemptible, plugin
-// holders, failures: the request waits as usual), or check's error.
-func (p *preemption) ask(ctx context.Context, obj, info string, forceful bool, wait time.Duration, caller string,
+// holders, failures: the request waits as usual), or check's error. req is
+// the request id the acquire queues with (lock.Signal.Req).
+func (p *preemption) ask(ctx context.Context, obj, info string, forceful bool, wait time.Duration, caller, req string,
 	check func(cleanup time.Duration) error) (*preemptAsk, error) {
 	kind := SignalPreempt
 	if forceful {
@@ -254,7 +255,7 @@ func (p *preemption) ask(ctx context.Context, obj, info string, forceful bool, w
 	}
 	sctx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	defer cancel()
-	n, sig, err := p.eng.Ask(sctx, obj, lock.Signal{Kind: kind, Reason: reason, Who: caller, From: p.leases.cfg().NodeID, WaitMS: wait.Milliseconds()},
+	n, sig, err := p.eng.Ask(sctx, obj, lock.Signal{Kind: kind, Reason: reason, Who: caller, From: p.leases.cfg().NodeID, WaitMS: wait.Milliseconds(), Req: req},
 		func(h *lock.Node) error {
 			if !h.Preemptible {
 				return errNotPreemptible
