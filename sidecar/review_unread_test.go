@@ -304,7 +304,7 @@ func TestReviewUnreadCloseAsGrantedLean(t *testing.T) {
 // reads EOF, not ECONNRESET: the answer was not there yet), and net/http
 // drops the failed write (EPIPE), so the lease holds the object for its
 // whole length; the lean path releases it on the failed write (answer).
-// Probabilistic: it failed in 7 runs of 8 within 100 rounds here; releasing
+// Probabilistic: it failed in 7 runs of 8 here (60 or 100 rounds); releasing
 // the noted grant on a failed write of the connection (peerConn.Write, as
 // peerConn.Read does on ECONNRESET) made it pass 5 of 5.
 func TestReviewUnreadCloseAsGrantedNetHTTP(t *testing.T) {
