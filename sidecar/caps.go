@@ -155,10 +155,9 @@ type peerConn struct {
 	pre  *bufio.Reader
 	s    *Server
 	once sync.Once
-	// granted is the lease the answer to the connection's latest request
-	// granted (noteGrant), until its next request begins (router): a reset
-	// read means the caller closed before reading that answer (unread)
-	granted atomic.Pointer[lease]
+	// note is the grant in the connection's latest answer while that
+	// answer is the last thing written to it (unread.go)
+	note atomic.Pointer[grantNote]
 }
 
 // Read reads what the lean path read ahead first (pre: a connection it
@@ -171,13 +170,19 @@ func (c *peerConn) Read(p []byte) (int, error) {
 		c.pre = nil
 	}
 	n, err := c.io.Read(p)
-	if err != nil && c.granted.Load() != nil {
-		c.unread(err)
+	if err != nil && c.note.Load() != nil {
+		c.readFailed(err)
 	}
 	return n, err
 }
 
-func (c *peerConn) Write(p []byte) (int, error) { return c.io.Write(p) }
+func (c *peerConn) Write(p []byte) (int, error) {
+	n, err := c.io.Write(p)
+	if c.note.Load() != nil {
+		c.wrote(err)
+	}
+	return n, err
+}
 
 func (c *peerConn) Close() error {
 	err := c.Conn.Close()

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -66,9 +65,9 @@ func (s *Server) detachable(h handlerFunc) handlerFunc {
 			defer s.detach.inflight.Add(-1)
 			return h(w, r)
 		}
-		d := &detachState{rec: newRecorder(), body: &eofBody{rc: r.Body, eof: r.Body == nil || r.Body == http.NoBody}, grant: &grantSlot{}}
+		d := &detachState{rec: newRecorder(), body: &eofBody{rc: r.Body, eof: r.Body == nil || r.Body == http.NoBody}}
 		r.Body = d.body
-		ctx, cancel := context.WithCancelCause(context.WithValue(context.WithoutCancel(r.Context()), grantKey{}, d.grant))
+		ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
 		r2 := r.WithContext(ctx)
 		done := make(chan struct{})
 		d.conn = make(chan net.Conn, 1)
@@ -88,7 +87,7 @@ func (s *Server) detachable(h handlerFunc) handlerFunc {
 				return
 			}
 			cancel(nil)
-			d.answer(s, c)
+			d.answer(c)
 			s.wg.Done()
 		}()
 		t := time.NewTimer(s.detach.after)
@@ -146,60 +145,6 @@ type detachState struct {
 	conn  chan net.Conn // the hijacked connection, nil if the hijack failed
 	// unwatch stops the close watcher's watch (set before conn is sent)
 	unwatch func()
-	grant   *grantSlot
-}
-
-// grantKey is the context key of a detachable acquire's grantSlot.
-type grantKey struct{}
-
-// grantSlot is the lease a detachable acquire granted (acquisition.lease
-// puts it there): released if its answer cannot be written.
-type grantSlot struct{ l atomic.Pointer[lease] }
-
-// noteGrant puts l in the grantSlot of ctx, if it has one, and notes it as
-// the grant of its connection's latest answer (peerConn.granted).
-func noteGrant(ctx context.Context, l *lease) {
-	if g, ok := ctx.Value(grantKey{}).(*grantSlot); ok {
-		g.l.Store(l)
-	}
-	if c, ok := ctx.Value(connKey{}).(*peerConn); ok {
-		c.granted.Store(l)
-	}
-}
-
-// connKey carries a socket connection (*peerConn) in its context.
-type connKey struct{}
-
-// newRequest is called as a request on the connection of ctx begins: the
-// lease its previous answer granted is the caller's now (it sent more).
-func newRequest(ctx context.Context) {
-	if c, ok := ctx.Value(connKey{}).(*peerConn); ok && c.granted.Load() != nil {
-		c.granted.Store(nil)
-	}
-}
-
-// unread is a failed read of the connection while the answer to its latest
-// request granted a lease. An answer written is not yet an answer read: a
-// caller that gave up just as it was granted (its own timeout, a kill)
-// closes with the answer unread, and the lease would hold the object for
-// its whole length with nobody knowing of it. A unix socket closed with
-// unread data in it tells its peer so: the next read fails with ECONNRESET
-// instead of EOF (Linux's unix_release_sock; TCP sends a reset for the
-// same reason). Any byte unread means the last answer's last bytes are:
-// the caller never had that answer whole, so its lease is released, as
-// one whose answer could not be written (lean.go, detach.go). An EOF (the
-// caller read everything, then closed) keeps it.
-func (c *peerConn) unread(err error) {
-	if !errors.Is(err, syscall.ECONNRESET) {
-		return
-	}
-	if l := c.granted.Swap(nil); l != nil {
-		// (an error: its answer could not be written either, and the
-		// lease is released already)
-		if _, err := c.s.leases.release(context.Background(), l, true); err == nil {
-			c.s.log.Info("the caller closed before reading the answer that granted its lease; lease released", "lease", logID(l.id), "object", l.g.Object())
-		}
-	}
 }
 
 // waitAttached is the acquire under net/http to its end.
@@ -232,17 +177,12 @@ func (d *detachState) watch(c net.Conn, cancel context.CancelCauseFunc) {
 
 // answer writes the recorded answer as one HTTP/1.1 response and closes c.
 // A lease granted whose answer cannot be written (the caller left as it was
-// granted) is released: nobody knows of it.
-func (d *detachState) answer(s *Server, c net.Conn) {
+// granted) is released: nobody knows of it (peerConn.wrote).
+func (d *detachState) answer(c net.Conn) {
 	d.unwatch()
 	defer c.Close()
 	_ = c.SetWriteDeadline(time.Now().Add(detachWriteTimeout))
-	if _, err := c.Write(d.rec.response(false)); err != nil {
-		if l := d.grant.l.Load(); l != nil {
-			s.log.Info("the caller left as its acquire was granted; lease released", "lease", logID(l.id), "object", l.g.Object(), "err", err)
-			_, _ = s.leases.release(context.Background(), l, true)
-		}
-	}
+	_, _ = c.Write(d.rec.response(false))
 }
 
 // eofBody is a request body that reports whether it was read to its end,

@@ -310,8 +310,7 @@ func (lc *leanConn) answer(base context.Context, req *leanRequest) bool {
 		lc.br = nil
 		defer func() { lc.br = getLeanReader(lc.pc) }()
 	}
-	slot := &grantSlot{}
-	ctx, cancel := context.WithCancelCause(context.WithValue(base, grantKey{}, slot))
+	ctx, cancel := context.WithCancelCause(base)
 	defer cancel(nil)
 	r := &http.Request{
 		Method: req.method, URL: req.url, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
@@ -339,11 +338,7 @@ func (lc *leanConn) answer(base context.Context, req *leanRequest) bool {
 	// out of step: it closes after the answer
 	closing := req.close || lc.ls.isClosing() || (rest != nil && rest.N > 0)
 	if _, err := lc.pc.Write(w.response(!closing)); err != nil {
-		if l := slot.l.Load(); l != nil {
-			lc.ls.s.log.Info("the caller left as its acquire was granted; lease released", "lease", logID(l.id), "object", l.g.Object(), "err", err)
-			_, _ = lc.ls.s.leases.release(context.Background(), l, true)
-		}
-		return false
+		return false // a grant in it is released (peerConn.wrote)
 	}
 	return !closing
 }

@@ -128,7 +128,6 @@ func pathSegments(r *http.Request) ([]string, bool) {
 // values, authorizes the route's action and calls its handler. Every
 // error goes to the one error writer.
 func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	newRequest(r.Context())
 	if rt.stamps != nil {
 		defer rt.stamps.add(r.Method, r.URL.Path, time.Now())
 	}
