@@ -427,7 +427,12 @@ type AcquireOptions struct {
 	// RequestID identifies the request in its nodes; default random.
 	// Under the native protocol a given id gets a unique suffix
 	// ("~" and 12 hex digits; Grant.RequestID shows it): holders are named
-	// by request id there, and a caller's id may repeat.
+	// by request id there, and a caller's id may repeat. Under the plugin
+	// protocol an id must not repeat among one engine's acquires in
+	// progress and grants held: the recovery of a create whose reply was
+	// lost owns the nodes of its session by request id, and would take a
+	// grant of the same id for its own (NewRequestID gives a fresh one;
+	// the sidecar names each acquire so, for its ask: Signal.Req).
 	RequestID string
 	// OnSignal, if set, is called (from the grant's holder watch; it must
 	// not block) when a Signal reaches the grant. See Engine.Signal.

@@ -624,21 +624,24 @@ func (g *Grant) end(ctx context.Context, mark bool) error {
 }
 
 // LiveAsks returns the standing asks (Asks) whose requester still waits for
-// the object: a node under the object is of its session (Signal.Session)
-// or of its request (Signal.Req, the requester's AcquireOptions.RequestID).
-// An ask whose requester died without withdrawing it — its sidecar killed,
-// its session lost — has neither once that session ended, and is left out,
-// so that nobody takes a holder for a requester that is gone; a requester
-// whose session was lost between its ask and its queueing waits in line in
-// the next session, with its request's id. Asks without a session (an
-// earlier Baton's), and all of them when the object cannot be read or has
-// more than 1,000 children, count as live: the conservative answer is the
-// one before this check.
+// the object: a node under the object is of its request (Signal.Req, the
+// requester's AcquireOptions.RequestID), or, for an ask that names no
+// request (an earlier Baton's), of its session (Signal.Session). An ask
+// whose requester gave up or died without withdrawing it — its withdraw
+// failed, its sidecar was killed, its session lost — has no node of its
+// request, and is left out, so that nobody takes a holder for a requester
+// that is gone (the session alone would keep it live while any node of
+// that session is there: the holder's own, for a requester on the holder's
+// sidecar); a requester whose session was lost between its ask and its
+// queueing waits in line in the next session with its request's id, and
+// counts. Asks with neither, and all of them when the object cannot be
+// read or has more than 1,000 children, count as live: the conservative
+// answer is the one before this check.
 func (g *Grant) LiveAsks(ctx context.Context) []Signal {
 	asks := g.Asks()
 	need := false
 	for _, a := range asks {
-		need = need || a.Session != 0
+		need = need || a.Session != 0 || a.Req != ""
 	}
 	if !need {
 		return asks
@@ -676,7 +679,7 @@ func (g *Grant) LiveAsks(ctx context.Context) []Signal {
 	}
 	live := asks[:0:0]
 	for _, a := range asks {
-		if a.Session == 0 || queued[a.Session] || (a.Req != "" && reqs[a.Req]) {
+		if a.Req != "" && reqs[a.Req] || a.Req == "" && (a.Session == 0 || queued[a.Session]) {
 			live = append(live, a)
 		}
 	}

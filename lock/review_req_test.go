@@ -371,3 +371,51 @@ func TestReviewReqNative(t *testing.T) {
 	}
 	release(t, res.g)
 }
+
+// A requester on the holder's own engine (another client of the holder's
+// sidecar) asks, queues with the named request and gives up, its ask left
+// standing (the sidecar's withdraw failed: "the holder stays preempted until
+// its cleanup window ends"). Its request has no node any more, but the
+// ask's session does (the holder's own child), so LiveAsks counts it live
+// and a forceful preemption takes the holder for nobody. Now that an ask
+// names its request, the session need not be consulted for it. Fails on
+// f3fdd99 (and before it): a design gap, not a regression.
+func TestReviewReqNamedRequestGoneSessionStays(t *testing.T) {
+	t.Parallel()
+	const obj = "RREQ-samesess"
+	root := testRoot(t, zkServer)
+	h := newEngine(t, zkServer.Servers(), root)
+	hg := acquire(t, h, obj, lock.Foreground, lock.AcquireOptions{})
+	defer release(t, hg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := lock.NewRequestID()
+	_, sig, err := h.Ask(ctx, obj, lock.Signal{Kind: "preempt-forceful", Req: req}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sig.Session != h.Health().SessionID {
+		t.Fatalf("ask stamped 0x%x, the engine's session 0x%x", sig.Session, h.Health().SessionID)
+	}
+	waitAsk(t, hg, sig.ID)
+	if _, err := h.Acquire(ctx, obj, lock.Foreground, lock.AcquireOptions{RequestID: req, Wait: 300 * time.Millisecond}); err == nil {
+		t.Fatal("granted while held")
+	}
+	conn := rawConn(t, zkServer.Servers())
+	objPath := reqObjPath(t, root, obj)
+	waitFor(t, 10*time.Second, "the requester's node gone", func() bool {
+		kids, _, err := conn.Children(objPath)
+		if err != nil {
+			return false
+		}
+		for _, k := range kids {
+			if d, _, err := conn.Get(objPath + "/" + k); err == nil && k != "privateLock" && strings.Contains(string(d), req) {
+				return false
+			}
+		}
+		return true
+	})
+	if reqLive(t, hg, sig.ID) {
+		t.Errorf("an ask whose named request has no node (its requester gave up) counts live: its session has the holder's own node")
+	}
+}
