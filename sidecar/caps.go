@@ -155,8 +155,8 @@ type peerConn struct {
 	pre  *bufio.Reader
 	s    *Server
 	once sync.Once
-	// note is the grant in the connection's latest answer while that
-	// answer is the last thing written to it (unread.go)
+	// note is the grant the connection's next answer carries, until that
+	// answer's first write is followed by another (unread.go)
 	note atomic.Pointer[grantNote]
 }
 
@@ -169,11 +169,7 @@ func (c *peerConn) Read(p []byte) (int, error) {
 		}
 		c.pre = nil
 	}
-	n, err := c.io.Read(p)
-	if err != nil && c.note.Load() != nil {
-		c.readFailed(err)
-	}
-	return n, err
+	return c.io.Read(p)
 }
 
 func (c *peerConn) Write(p []byte) (int, error) {

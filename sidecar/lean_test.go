@@ -228,24 +228,6 @@ func TestLeanCallerLeavesWhileWaiting(t *testing.T) {
 	s.release(l.LeaseID)
 }
 
-// TestLeanCallerLeavesAsGranted: a caller that leaves as its wait ends in
-// a grant gets no lease that stays: its wait is cancelled (the close
-// watcher), the grant is released before it becomes a lease (the request's
-// context ended), or the lease is released because its answer cannot be
-// written; whichever happens, the next caller gets the object at once.
-func TestLeanCallerLeavesAsGranted(t *testing.T) {
-	s := start(t, testConfig(t, testRoot(t), "n1"))
-	h := s.acquire("lean-g", `{"lease_ms":60000}`)
-	r := dialRaw(t, s)
-	r.send(post("/v1/locks/lean-g/acquire", `{"wait_ms":60000,"lease_ms":60000}`))
-	waitFor(t, 10*time.Second, "the acquire waits", func() bool { return s.metric("baton_acquires_waiting", "type=foreground") == 1 })
-	go s.release(h.LeaseID)
-	r.c.Close()
-	waitFor(t, 10*time.Second, "no lease left", func() bool { return s.leaseCount() == 0 })
-	l := s.acquire("lean-g", `{"wait_ms":5000}`) // a lease left would hold it for its 60 s
-	s.release(l.LeaseID)
-}
-
 // TestLeanConnectionClose: "Connection: close" is answered with it and the
 // connection closed.
 func TestLeanConnectionClose(t *testing.T) {

@@ -5,14 +5,10 @@ package sidecar_test
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -22,6 +18,12 @@ import (
 // Review of e6be742 (a grant whose answer the caller closed its connection
 // without reading is released): attacks on its safety (a grant whose answer
 // WAS read must never be released by it) and its liveness.
+//
+// (Its second review found that an answer unread cannot be told from one
+// decoded with its last byte left, TestReviewUnread2DecoderClient: the
+// release on a reset read was withdrawn, and a grant is given back only
+// when its answer cannot be written (unread.go). The tests that a grant
+// read whole is kept stay, as guards.)
 
 // readWhole reads exactly the next complete answer (to method) off r.c, no
 // byte more (no read-ahead buffer): the caller has then read that answer
@@ -47,19 +49,9 @@ func (s *sc) leaseHeld(id string) bool {
 	return st == 200
 }
 
-// unreadControl closes a connection with a grant's answer unread and waits
-// for that lease's release: the sidecar has acted on the closes before it
-// (they were closed earlier), so a lease still held after it was kept.
-func unreadControl(t *testing.T, s *sc, obj string) {
-	t.Helper()
-	c := dialRaw(t, s)
-	c.send(post("/v1/locks/"+obj+"/acquire", `{"lease_ms":60000}`))
-	waitAnswers(t, c.c, "POST")
-	time.Sleep(50 * time.Millisecond)
-	c.c.Close()
-	waitFor(t, 10*time.Second, "the control's unread grant released", func() bool { return s.leasesOn(obj) == 0 })
-	time.Sleep(100 * time.Millisecond)
-}
+// settle gives the sidecar time to see a caller's close (nothing it does
+// there may give a grant back: unread.go).
+func settle() { time.Sleep(300 * time.Millisecond) }
 
 // TestReviewUnreadOptionsStar: a caller reads the answer that granted its
 // lease whole, then sends "OPTIONS * HTTP/1.1" on the same connection and
@@ -77,7 +69,7 @@ func TestReviewUnreadOptionsStar(t *testing.T) {
 	r.send("OPTIONS * HTTP/1.1\r\nHost: baton\r\n\r\n")
 	waitAnswers(t, r.c, "OPTIONS") // answered, not read
 	r.c.Close()
-	unreadControl(t, s, "rv-opt-control")
+	settle()
 	if !s.leaseHeld(l.LeaseID) {
 		t.Fatalf("lease %s released: its grant's answer was read whole; only a later OPTIONS * answer was left unread", l.LeaseID)
 	}
@@ -100,7 +92,7 @@ func TestReviewUnreadReadGrantKept(t *testing.T) {
 			waitAnswers(t, r.c, method)
 		}
 	}
-	for i, tc := range []struct {
+	for _, tc := range []struct {
 		name, req string
 		then      step
 	}{
@@ -150,7 +142,7 @@ func TestReviewUnreadReadGrantKept(t *testing.T) {
 			l := leaseOf(t, resp, b)
 			tc.then(t, r, l)
 			r.c.Close()
-			unreadControl(t, s, fmt.Sprintf("rk-control-%d", i))
+			settle()
 			if !s.leaseHeld(l.LeaseID) {
 				t.Fatalf("lease %s released: its grant's answer was read whole", l.LeaseID)
 			}
@@ -163,8 +155,7 @@ func TestReviewUnreadReadGrantKept(t *testing.T) {
 
 // TestReviewUnreadExpectContinue: an acquire with "Expect: 100-continue"
 // (net/http's): the caller reads the interim 100 and the grant whole, then
-// leaves a later answer unread; the lease is kept. The same acquire with
-// the grant unread is released.
+// leaves a later answer unread; the lease is kept.
 func TestReviewUnreadExpectContinue(t *testing.T) {
 	s := start(t, testConfig(t, testRoot(t), "n1"))
 	body := `{"lease_ms":60000}`
@@ -187,127 +178,9 @@ func TestReviewUnreadExpectContinue(t *testing.T) {
 	waitAnswers(t, r.c, "GET")
 	r.c.Close()
 
-	u := dialRaw(t, s)
-	u.send(head("rx-unread"))
-	waitFor(t, 10*time.Second, "100 Continue", func() bool { return len(peek(t, u.c)) >= len(cont) })
-	u.send(body)
-	waitFor(t, 10*time.Second, "the grant", func() bool { return s.leasesOn("rx-unread") == 1 })
-	waitFor(t, 10*time.Second, "its answer", func() bool { return bytes.Contains(peek(t, u.c), []byte("lease_id")) })
-	u.c.Close()
-	waitFor(t, 10*time.Second, "the unread grant released", func() bool { return s.leasesOn("rx-unread") == 0 })
-	time.Sleep(100 * time.Millisecond)
+	settle()
 	if !s.leaseHeld(l.LeaseID) {
 		t.Fatalf("lease %s released: its grant's answer was read whole", l.LeaseID)
 	}
 	s.release(l.LeaseID)
-}
-
-// TestReviewUnreadReentry: a re-entry whose answer the caller closed its
-// connection without reading added a hold nobody knows of (reentry.go: one
-// more hold, freed at zero), and the change does not note it (noteGrant is
-// only in acquisition.lease): the holder of the first hold releases, is
-// told released false (holds 1), and the object stays held for the
-// lease's length. Noting the re-entry's lease would count that one hold
-// down (leases.release counts holds), as the rest of the change does for a
-// new lease (a liveness gap).
-func TestReviewUnreadReentry(t *testing.T) {
-	s := start(t, testConfig(t, testRoot(t), "n1"))
-	l := s.acquire("rr", `{"lease_ms":60000}`)
-	r := dialRaw(t, s)
-	r.send(post("/v1/locks/rr/acquire", `{"lease_id":"`+l.LeaseID+`"}`))
-	waitAnswers(t, r.c, "POST")
-	r.c.Close() // the re-entry's answer unread
-	unreadControl(t, s, "rr-control")
-	s.release(l.LeaseID) // the first (read) hold
-	if s.leaseHeld(l.LeaseID) {
-		s.release(l.LeaseID) // not left for the shutdown grace
-		t.Fatalf("lease %s still held after its one known hold was released: the unread re-entry's hold is left", l.LeaseID)
-	}
-}
-
-// closeAsGranted: a caller that closes just as its waited acquire (req,
-// on the object rg) is granted, for rounds rounds (BATON_REVIEW_ROUNDS
-// overrides), the instant of its close homing in on the answer's arrival
-// (before it: the cancel or the failed write; after it: the unread
-// release): no lease may be left holding the object (one of the three
-// releases it; none panics; -race clean).
-func closeAsGranted(t *testing.T, req string, rounds int) {
-	s := start(t, testConfig(t, testRoot(t), "n1"))
-	if n, err := strconv.Atoi(os.Getenv("BATON_REVIEW_ROUNDS")); err == nil {
-		rounds = n
-	}
-	delay := time.Millisecond // from the holder's release to the caller's close
-	for i := range rounds {
-		h := s.acquire("rg", `{"lease_ms":60000}`)
-		r := dialRaw(t, s)
-		r.send(req)
-		waitFor(t, 10*time.Second, "the acquire waits", func() bool { return s.metric("baton_acquires_waiting", "type=foreground") == 1 })
-		done := make(chan struct{})
-		go func() { defer close(done); s.release(h.LeaseID) }()
-		time.Sleep(delay + time.Duration(rand.IntN(200))*time.Microsecond)
-		// the close's instant homes in on the answer's arrival: later
-		// when it had not come, earlier when it had
-		if len(peek(t, r.c)) > 0 {
-			delay = max(0, delay-150*time.Microsecond)
-		} else {
-			delay += 150 * time.Microsecond
-		}
-		r.c.Close()
-		<-done
-		var left []api.Lease
-		noneLeft := func() bool {
-			left = s.leasesOf("rg")
-			return len(left) == 0
-		}
-		deadline := time.Now().Add(5 * time.Second)
-		for !noneLeft() && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if len(left) > 0 {
-			for _, l := range left {
-				s.release(l.LeaseID) // not left for the shutdown grace
-			}
-			t.Fatalf("round %d: lease %s left holding rg after its caller closed as it was granted (%d rounds)", i, left[0].LeaseID, rounds)
-		}
-	}
-}
-
-// leasesOf is the sidecar's leases on obj.
-func (s *sc) leasesOf(obj string) []api.Lease {
-	s.t.Helper()
-	var list struct {
-		Leases []api.Lease `json:"leases"`
-	}
-	if err := json.Unmarshal(s.mustCall(200, "GET", "/v1/leases", ""), &list); err != nil {
-		s.t.Fatal(err)
-	}
-	var out []api.Lease
-	for _, l := range list.Leases {
-		if l.Object == obj {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-// TestReviewUnreadCloseAsGrantedLean: closeAsGranted on the lean path (the
-// write failure's release and the unread release side by side).
-func TestReviewUnreadCloseAsGrantedLean(t *testing.T) {
-	closeAsGranted(t, post("/v1/locks/rg/acquire", `{"wait_ms":60000,"lease_ms":60000}`), 40)
-}
-
-// TestReviewUnreadCloseAsGrantedNetHTTP: closeAsGranted on net/http's path
-// (a chunked body). README (e6be742) says a caller that closes with its
-// grant unread has it released "on either path"; but a caller whose close
-// comes after the handler's check of its context (acquisition.lease) and
-// before net/http writes the answer leaves nothing unread (the sidecar
-// reads EOF, not ECONNRESET: the answer was not there yet), and net/http
-// drops the failed write (EPIPE), so the lease holds the object for its
-// whole length; the lean path releases it on the failed write (answer).
-// Probabilistic: it failed in 7 runs of 8 here (60 or 100 rounds); releasing
-// the noted grant on a failed write of the connection (peerConn.Write, as
-// peerConn.Read does on ECONNRESET) made it pass 5 of 5.
-func TestReviewUnreadCloseAsGrantedNetHTTP(t *testing.T) {
-	closeAsGranted(t, "POST /v1/locks/rg/acquire HTTP/1.1\r\nHost: baton\r\nContent-Type: application/json\r\n"+
-		"Transfer-Encoding: chunked\r\n\r\n22\r\n{\"wait_ms\":60000,\"lease_ms\":60000}\r\n0\r\n\r\n", 100)
 }
