@@ -246,15 +246,36 @@ func TestReviewLearnListingFailsDuringRelease(t *testing.T) {
 	c := newEngine(t, zkServer.Servers(), root, learnSet)
 	conn := rawConn(t, zkServer.Servers())
 	var chk overlapChecker
-	h := learningGrant(t, a, b, "f", conn, root)
+	var h *lock.Grant
+	var w chan *lock.Grant
+	// (Set-up, not the property under test: once, with make test's four
+	// shards beside it, the holder never listed c's arrival in 10 s — its
+	// learning ended, most likely its connection through the proxy cut
+	// by the load. Up to three tries.)
+	for try := 1; ; try++ {
+		h = learningGrant(t, a, b, "f", conn, root)
+		gate.set(func() {
+			waitUntil(20*time.Second, h.Releasing)
+			p.ResetConnections()
+		})
+		e0 := gate.entered.Load()
+		w = acquireAsync(t, context.Background(), c, "f", lock.Foreground, false)
+		if waitUntil(10*time.Second, func() bool { return gate.entered.Load() > e0 }) {
+			break
+		}
+		if try == 3 {
+			t.Fatalf("the holder's listing of an arrival never came (3 tries)")
+		}
+		t.Logf("try %d: the holder's listing of c's arrival never came: again", try)
+		gate.open()
+		release(t, h)
+		g := <-w
+		if g == nil {
+			t.FailNow()
+		}
+		release(t, g)
+	}
 	chk.enter(h.Token())
-	gate.set(func() {
-		waitUntil(20*time.Second, h.Releasing)
-		p.ResetConnections()
-	})
-	e0 := gate.entered.Load()
-	w := acquireAsync(t, context.Background(), c, "f", lock.Foreground, false)
-	waitFor(t, 10*time.Second, "the holder's listing held in flight", func() bool { return gate.entered.Load() > e0 })
 	chk.leave()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
