@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -636,6 +637,21 @@ func testServeDrain(t *testing.T, e *env, shared *sidecarProc) {
 	}
 	grantedB := acquireQueuedWatching(t, shared.socket, "drain-b", pidB)
 	grantedC := acquireQueued(t, shared.socket, "drain-c")
+	// the last validity the Go client holder was told (ValidUntil is zero
+	// once lost): the lock must not be granted elsewhere before it
+	var validC atomic.Int64
+	go func() {
+		for {
+			if v := lc.ValidUntil(); !v.IsZero() && v.UnixNano() > validC.Load() {
+				validC.Store(v.UnixNano())
+			}
+			select {
+			case <-lc.Lost():
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
 
 	t0 := time.Now()
 	s.signal(t, syscall.SIGTERM)
@@ -706,8 +722,11 @@ func testServeDrain(t *testing.T, e *env, shared *sidecarProc) {
 	if lostC.Before(t0.Add(grace - 500*time.Millisecond)) {
 		t.Errorf("Go client holder told lost %v after the drain began, before the end of the grace", since(lostC))
 	}
-	if !gC.at.After(lostC) {
-		t.Errorf("drain-c granted elsewhere (%v) before its holder was told lost (%v)", since(gC.at), since(lostC))
+	// (lostC is when this goroutine saw Lost closed, late under load: it
+	// once came 2 ms after the grant elsewhere. The holder's validity is
+	// what it stops by.)
+	if vc := time.Unix(0, validC.Load()); validC.Load() == 0 || !gC.at.After(vc) {
+		t.Errorf("drain-c granted elsewhere (%v) before the end of the validity its holder was told (%v)", since(gC.at), since(vc))
 	}
 }
 
