@@ -36,6 +36,15 @@ func ClientWith(t TB, servers []string, sessionTimeout time.Duration, dial zk.Di
 			t.Fatalf("testenv: zk connect to %v: no session after 20s", servers)
 		}
 	}
+	// go-zookeeper says it has a session before it starts the connection's
+	// send and receive goroutines: one round trip means they run, so a
+	// test's goroutine snapshot taken after this (goleak.IgnoreCurrent)
+	// has them (TestReviewReopenCloseRacesFail found them "leaked" once
+	// they started later, under load).
+	if _, _, err := c.Exists("/"); err != nil {
+		c.Close()
+		t.Fatalf("testenv: zk connect to %v: %v", servers, err)
+	}
 	t.Cleanup(c.Close)
 	return c
 }
