@@ -253,7 +253,7 @@ func (s *Server) acquire(kind acquireKind) handlerFunc {
 				return err
 			}
 			s.m.observeAcquire(l.g.Type().String(), resReentered, 0)
-			noteGrant(r.Context(), l) // an answer never read gives this hold back (unread.go)
+			noteGrant(r.Context(), l) // an answer that cannot be written gives this hold back (unwritten.go)
 			writeJSON(w, http.StatusOK, (*leaseJSON)(&v))
 			return nil
 		}
@@ -452,7 +452,7 @@ func (a *acquisition) lease(g holding, callerPW *pidWatch) (api.Lease, error) {
 	}
 	a.result = resGranted
 	a.held.Store(l)           // from now on the lease has the caller's lease slot
-	noteGrant(r.Context(), l) // an answer never read releases it (unread.go)
+	noteGrant(r.Context(), l) // an answer that cannot be written releases it (unwritten.go)
 	v := s.leases.view(l, true)
 	if sig, ok := g.LastSignal(); ok {
 		s.pre.onSignal(l, sig) // revoked before the lease existed: told right after this answer

@@ -156,7 +156,7 @@ type peerConn struct {
 	s    *Server
 	once sync.Once
 	// note is the grant the connection's next answer carries, until that
-	// answer's first write is followed by another (unread.go)
+	// answer's first write is followed by another (unwritten.go)
 	note atomic.Pointer[grantNote]
 }
 

@@ -20,7 +20,7 @@ import (
 // Review of bcb9b3b (a grant's answer noted on its connection until
 // anything else is written; its write failing, or a reset read while it is
 // the last thing written, gives the grant back). The reset read's release was withdrawn
-// after TestReviewUnread2DecoderClient (unread.go); the tests that a grant
+// after TestReviewUnread2DecoderClient (unwritten.go); the tests that a grant
 // read whole is kept stay, as guards.
 
 // chunked is an acquire of obj with body in a chunked request: net/http

@@ -22,7 +22,7 @@ import (
 // (Its second review found that an answer unread cannot be told from one
 // decoded with its last byte left, TestReviewUnread2DecoderClient: the
 // release on a reset read was withdrawn, and a grant is given back only
-// when its answer cannot be written (unread.go). The tests that a grant
+// when its answer cannot be written (unwritten.go). The tests that a grant
 // read whole is kept stay, as guards.)
 
 // readWhole reads exactly the next complete answer (to method) off r.c, no
@@ -50,7 +50,7 @@ func (s *sc) leaseHeld(id string) bool {
 }
 
 // settle gives the sidecar time to see a caller's close (nothing it does
-// there may give a grant back: unread.go).
+// there may give a grant back: unwritten.go).
 func settle() { time.Sleep(300 * time.Millisecond) }
 
 // TestReviewUnreadOptionsStar: a caller reads the answer that granted its

@@ -97,7 +97,7 @@ func (s *sc) leasesOn(obj string) int {
 // lean path and on net/http's (a chunked body is net/http's): the sidecar
 // cannot tell an answer never read from one its caller decoded and then
 // closed with a byte of it left (TestReviewUnread2DecoderClient), and
-// giving back a lease its caller holds is two holders (unread.go).
+// giving back a lease its caller holds is two holders (unwritten.go).
 func TestWrittenGrantKept(t *testing.T) {
 	s := start(t, testConfig(t, testRoot(t), "n1"))
 	for _, tc := range []struct {
