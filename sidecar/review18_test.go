@@ -16,6 +16,32 @@ import (
 	"github.com/batonhq/baton/testenv"
 )
 
+// preemptibleHolderAndEngine starts a sidecar whose lease on obj is
+// preemptible (a 2 s cleanup window), a long-poll of that lease (p), and a
+// bare engine on the same root (node id nodeID, connected; closed at the
+// test's end if the caller has not) to write asks as a requester's sidecar
+// would.
+func preemptibleHolderAndEngine(t *testing.T, obj, nodeID string) (*sc, api.Lease, <-chan api.Lease, *lock.Engine) {
+	t.Helper()
+	root := testRoot(t)
+	conn := rawConn(t)
+	a := start(t, testConfig(t, root, "sc-a"))
+	t.Cleanup(func() { assertNoLeftovers(t, conn, root) })
+
+	h := a.acquire(obj, `{"preemptible":true,"cleanup_ms":2000,"lease_ms":60000}`)
+	time.Sleep(100 * time.Millisecond) // past the holder watch's arming delay
+	p := pollLease(t, a, h.LeaseID, 20000)
+
+	e, err := lock.New(lock.Options{Servers: zkServer.Servers(), Root: root, SessionTimeout: 4 * time.Second,
+		TickTime: testenv.DefaultTickTime, Logger: testLogger(t), NodeID: nodeID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	waitFor(t, 20*time.Second, "requester engine connected", func() bool { return e.Health().Connected })
+	return a, h, p, e
+}
+
 // TestReview18DeadRequesterTakes (review of issue 18 §3): a forceful
 // preemption whose requester is gone without withdrawing its ask (its
 // sidecar crashed, was SIGKILLed or lost its session after the ask was
@@ -25,21 +51,7 @@ import (
 // nothing of the requester's (no ephemeral node, no session), so a dead
 // requester's ask stands for the whole life of the grant.
 func TestReview18DeadRequesterTakes(t *testing.T) {
-	root := testRoot(t)
-	conn := rawConn(t)
-	a := start(t, testConfig(t, root, "sc-a"))
-	t.Cleanup(func() { assertNoLeftovers(t, conn, root) })
-
-	h := a.acquire("dead", `{"preemptible":true,"cleanup_ms":2000,"lease_ms":60000}`)
-	time.Sleep(100 * time.Millisecond) // past the holder watch's arming delay
-	p := pollLease(t, a, h.LeaseID, 20000)
-
-	e, err := lock.New(lock.Options{Servers: zkServer.Servers(), Root: root, SessionTimeout: 4 * time.Second,
-		TickTime: testenv.DefaultTickTime, Logger: testLogger(t), NodeID: "sc-dead"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 20*time.Second, "requester engine connected", func() bool { return e.Health().Connected })
+	a, h, p, e := preemptibleHolderAndEngine(t, "dead", "sc-dead")
 	if _, _, err := e.Ask(context.Background(), "dead", lock.Signal{Kind: sidecar.SignalPreemptForceful,
 		Reason: "a requester about to crash", Who: "uid=0 pid=1", WaitMS: 20000}, nil); err != nil {
 		t.Fatal(err)

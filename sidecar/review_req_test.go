@@ -98,22 +98,7 @@ func TestReviewReqSidecarAskNamesItsRequest(t *testing.T) {
 // Fails with f3fdd99's lock/grant.go reverted: the lease is held again and
 // the requester never granted.
 func TestReviewReqSidecarForcefulForRequeued(t *testing.T) {
-	root := testRoot(t)
-	conn := rawConn(t)
-	a := start(t, testConfig(t, root, "sc-a"))
-	t.Cleanup(func() { assertNoLeftovers(t, conn, root) })
-
-	h := a.acquire("rqlost", `{"preemptible":true,"cleanup_ms":2000,"lease_ms":60000}`)
-	time.Sleep(100 * time.Millisecond) // past the holder watch's arming delay
-	p := pollLease(t, a, h.LeaseID, 20000)
-
-	e, err := lock.New(lock.Options{Servers: zkServer.Servers(), Root: root, SessionTimeout: 4 * time.Second,
-		TickTime: testenv.DefaultTickTime, Logger: testLogger(t), NodeID: "sc-requeued"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	waitFor(t, 20*time.Second, "requester engine connected", func() bool { return e.Health().Connected })
+	a, h, p, e := preemptibleHolderAndEngine(t, "rqlost", "sc-requeued")
 	req := lock.NewRequestID()
 	const lostSession = 0x7fff0000feedf00d // the requester's session at its ask, lost since
 	if _, _, err := e.Ask(context.Background(), "rqlost", lock.Signal{Kind: sidecar.SignalPreemptForceful,
